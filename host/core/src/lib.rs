@@ -1,1 +1,86 @@
-//! placeholder
+//! Lock semantics for lockd, independent of WebAssembly.
+//!
+//! This crate is the contract every surface of lockd keeps (the wasm
+//! capability, the REST API, the CLI):
+//!
+//! - [`LockService`] is the one dispatch layer. It validates every argument
+//!   against [`Limits`] before a backend sees it.
+//! - [`LockBackend`] is the small async trait a store implements. It may fail
+//!   with [`LockError::Unavailable`] and waits through notifications, never
+//!   by polling, so a networked backend (etcd) fits behind it.
+//! - [`Engine`] is the single-node backend: lock state in memory, sharded by
+//!   name, with expiry, a FIFO wait queue and fencing tokens. What it must
+//!   keep across restarts it writes through a [`Journal`]. With
+//!   [`NullJournal`] it is the `memory` store; `lockd-redb` provides the
+//!   persistent journal.
+//!
+//! ```
+//! use lockd_core::{Engine, LockOptions, LockService, Limits};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let service = LockService::new(Engine::memory(), Limits::default());
+//! let grant = service
+//!     .lock("app", "job/1", "worker-a", 10_000, LockOptions::default())
+//!     .await
+//!     .unwrap();
+//! // A second owner is refused while the lease lasts.
+//! let busy = service.lock("app", "job/1", "worker-b", 10_000, LockOptions::default()).await;
+//! assert!(busy.is_err());
+//! service.unlock("app", "job/1", "worker-a", Some(grant.fencing_token)).await.unwrap();
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod backend;
+mod clock;
+mod engine;
+mod error;
+mod journal;
+mod limits;
+mod service;
+mod types;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+pub use backend::{BoxFuture, LockBackend};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use engine::{Engine, EngineOptions};
+pub use error::LockError;
+pub use journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket, TicketSender};
+pub use limits::Limits;
+pub use service::LockService;
+pub use types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
+
+#[cfg(test)]
+mod memory_conformance {
+    //! The memory store against the conformance suite.
+    use std::sync::Arc;
+
+    use crate::conformance::StoreFactory;
+    use crate::{
+        BoxFuture, Engine, EngineOptions, LockBackend, ManualClock, NullJournal, Recovered,
+    };
+
+    struct Memory;
+
+    impl StoreFactory for Memory {
+        fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
+            Box::pin(async move {
+                let engine: Arc<dyn LockBackend> = Engine::new(
+                    Arc::new(NullJournal),
+                    Recovered::in_memory(),
+                    Arc::new(clock),
+                    EngineOptions::default(),
+                );
+                engine
+            })
+        }
+
+        fn keeps_persistent_locks(&self) -> bool {
+            false
+        }
+    }
+
+    crate::conformance_tests!(Memory);
+}

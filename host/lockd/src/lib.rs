@@ -1,1 +1,7 @@
-//! placeholder
+//! The lockd runtime as a library: store selection and running command
+//! components with the lock capability. The `lockd` binary is a thin CLI
+//! over it, and the end-to-end tests call the same functions.
+#![deny(missing_docs)]
+
+pub mod run;
+pub mod store;

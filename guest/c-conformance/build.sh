@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Usage: guest/c-conformance/build.sh OUT_DIR
+#
+# Builds the C conformance guest into OUT_DIR/c-conformance.wasm (a wasi:cli
+# command component):
+#   1. `wit-bindgen c wit --world imports` generates imports.{c,h} and
+#      imports_component_type.o from the contract in wit/;
+#   2. clang (wasm32-wasi, Debian's wasi-libc) compiles them with
+#      conformance.c into a core module with an ordinary `main`;
+#   3. `wasm-tools component new --adapt` wraps it with the
+#      wasi_snapshot_preview1 *command* adapter of wasmtime 48.0.8, which
+#      exports wasi:cli/run.
+# Installs what is missing: the apt packages (clang lld wasi-libc
+# libclang-rt-dev-wasm32), wit-bindgen-cli and wasm-tools (cargo install,
+# several minutes), and the adapter (extracted from the crate
+# wasi-preview1-component-adapter-provider =48.0.8 into <repo>/target/c-tools).
+# Does nothing when the output is newer than every input. Runs from any cwd.
+set -euo pipefail
+
+# A cargo build script (tests/build.rs, through guest/build-all.sh) may call
+# us: clear the environment cargo gives build scripts, as build-all.sh does,
+# so that none of it leaks into the tools we start. Kept: CARGO_HOME, the
+# registry/network settings and CARGO_MAKEFLAGS (the outer jobserver).
+for var in $(compgen -e); do
+    case "$var" in
+        CARGO_HOME | CARGO_MAKEFLAGS | CARGO_NET_* | CARGO_HTTP_* | CARGO_REGISTRIES_* | CARGO_REGISTRY_*) ;;
+        CARGO | CARGO_* | __CARGO_* | RUSTC | RUSTC_* | RUSTDOC | RUSTDOC_* | RUSTFLAGS | RUSTDOCFLAGS) unset "$var" ;;
+        TARGET | HOST | OUT_DIR | OPT_LEVEL | PROFILE | DEBUG | NUM_JOBS) unset "$var" ;;
+    esac
+done
+
+NAME=c-conformance
+ADAPTER_VERSION=48.0.8 # = the wasmtime version of the host
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+out_dir="${1:?usage: $0 OUT_DIR}"
+mkdir -p "$out_dir"
+out_dir="$(cd "$out_dir" && pwd)"
+out="$out_dir/$NAME.wasm"
+
+inputs=(
+    "$here/conformance.c"
+    "$here/build.sh"
+    "$repo/wit/lock.wit"
+)
+up_to_date() {
+    [[ -f "$out" ]] || return 1
+    local f
+    for f in "${inputs[@]}"; do
+        [[ "$f" -nt "$out" ]] && return 1
+    done
+    return 0
+}
+if up_to_date; then
+    echo "$NAME: up to date ($out)"
+    exit 0
+fi
+# One build of this guest at a time (two cargo builds may run build-all.sh at
+# once); whoever waited finds the output up to date.
+mkdir -p "$repo/target/guest-build"
+exec 9>"$repo/target/guest-build/.$NAME.lock"
+flock 9
+if up_to_date; then
+    echo "$NAME: up to date ($out)"
+    exit 0
+fi
+
+# --- tools -------------------------------------------------------------------
+apt_install() { # apt_install PKG...: installs the packages dpkg does not know
+    local missing=() p
+    for p in "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "$NAME: apt-get install ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    fi
+}
+apt_install clang lld wasi-libc libclang-rt-dev-wasm32
+
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+export PATH="$cargo_home/bin:$PATH"
+for tool in wit-bindgen:wit-bindgen-cli wasm-tools:wasm-tools; do
+    if ! command -v "${tool%%:*}" >/dev/null; then
+        echo "$NAME: cargo install --locked ${tool#*:} (takes a few minutes)"
+        cargo install --locked "${tool#*:}"
+    fi
+done
+
+tools="$repo/target/c-tools"
+adapter="$tools/wasi_snapshot_preview1.command-$ADAPTER_VERSION.wasm"
+if [[ ! -s "$adapter" ]]; then
+    # Let cargo download the crate that carries the adapter (cargo fetch only
+    # downloads), then take the file out of the .crate archive.
+    fetch="$tools/adapter-fetch"
+    mkdir -p "$fetch/src"
+    cat >"$fetch/Cargo.toml" <<EOF
+[package]
+name = "adapter-fetch"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+wasi-preview1-component-adapter-provider = "=$ADAPTER_VERSION"
+
+[workspace]
+EOF
+    : >"$fetch/src/lib.rs"
+    echo "$NAME: cargo fetch wasi-preview1-component-adapter-provider $ADAPTER_VERSION"
+    cargo fetch --manifest-path "$fetch/Cargo.toml"
+    crate_file="$(ls "$cargo_home"/registry/cache/*/"wasi-preview1-component-adapter-provider-$ADAPTER_VERSION.crate" | head -n 1)"
+    member="wasi-preview1-component-adapter-provider-$ADAPTER_VERSION/artefacts/wasi_snapshot_preview1.command.wasm"
+    tar -xzOf "$crate_file" "$member" >"$adapter.tmp"
+    mv -f "$adapter.tmp" "$adapter"
+fi
+
+# --- build -------------------------------------------------------------------
+work="$repo/target/guest-build/$NAME"
+rm -rf "$work"
+mkdir -p "$work"
+
+wit-bindgen c "$repo/wit" --world imports --out-dir "$work/gen" >/dev/null
+echo "$NAME: clang -> core module"
+clang --target=wasm32-wasi -Oz -s -Wall -Wextra -Werror \
+    -I "$work/gen" \
+    -o "$work/core.wasm" \
+    "$here/conformance.c" "$work/gen/imports.c" "$work/gen/imports_component_type.o"
+echo "$NAME: wasm-tools component new -> $out"
+wasm-tools component new "$work/core.wasm" \
+    --adapt "wasi_snapshot_preview1=$adapter" \
+    -o "$work/$NAME.wasm"
+wasm-tools validate "$work/$NAME.wasm"
+mv -f "$work/$NAME.wasm" "$out"
+echo "$NAME: built $out ($(stat -c %s "$out") bytes)"

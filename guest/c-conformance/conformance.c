@@ -1,0 +1,313 @@
+// The lockd:lock conformance scenario in C, as a wasi:cli command.
+//
+// Usage: `c-conformance <prefix>`. Every lock name starts with `<prefix>/`,
+// so one host can run the scenario many times. For each step it prints
+// `ok <step>`, or `FAIL <step>: <detail>` and exits 1 at once. It exits 0 only
+// if every step passed, and leaves `<prefix>/held` locked by owner `c` for
+// 60 s (printing `held <token>`), so the host can check that persistent state
+// outlives the instance.
+//
+// Built by build.sh: bindings from `wit-bindgen c wit --world imports`, an
+// ordinary `main` compiled with clang for wasm32-wasi (wasi-libc), and the
+// wasi_snapshot_preview1 *command* adapter, which exports wasi:cli/run and
+// turns `exit(1)` into an `err` result of run.
+//
+// Conventions of the wit-bindgen C bindings, as used below: a function whose
+// WIT result is `result<T, error>` returns `true` on `ok` (filling `*ret`)
+// and `false` on `err` (filling `*err`, a tagged union whose `tag` is one of
+// the LOCKD_LOCK_TYPES_ERROR_* constants). Strings the host returns are
+// allocated in guest memory and freed with the generated `*_free` functions.
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "imports.h"
+
+#define TTL 10000u
+
+typedef lockd_lock_types_error_t lock_error_t;
+typedef lockd_lock_types_grant_t grant_t;
+typedef lockd_lock_locks_lock_options_t lock_options_t;
+
+static const lock_options_t PERSISTENT = {0, LOCKD_LOCK_TYPES_DURABILITY_PERSISTENT};
+static const lock_options_t EPHEMERAL = {0, LOCKD_LOCK_TYPES_DURABILITY_EPHEMERAL};
+
+static const char *PREFIX;
+
+// --- reporting -----------------------------------------------------------
+
+static void passed(int step) {
+    printf("ok %d\n", step);
+    fflush(stdout);
+}
+
+// Prints `FAIL <step>: <detail>` and ends the program with status 1.
+__attribute__((noreturn, format(printf, 2, 3))) static void fail(int step, const char *fmt, ...) {
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("FAIL %d: %s\n", step, detail);
+    fflush(stdout);
+    exit(1);
+}
+
+static const char *error_name(const lock_error_t *e) {
+    switch (e->tag) {
+    case LOCKD_LOCK_TYPES_ERROR_BUSY: return "busy";
+    case LOCKD_LOCK_TYPES_ERROR_NOT_OWNER: return "not-owner";
+    case LOCKD_LOCK_TYPES_ERROR_NOT_HELD: return "not-held";
+    case LOCKD_LOCK_TYPES_ERROR_INVALID_ARGUMENT: return "invalid-argument";
+    case LOCKD_LOCK_TYPES_ERROR_DENIED: return "denied";
+    case LOCKD_LOCK_TYPES_ERROR_UNAVAILABLE: return "unavailable";
+    default: return "unknown error tag";
+    }
+}
+
+// Renders an error variant with its payload into buf.
+static const char *describe(const lock_error_t *e, char *buf, size_t n) {
+    const imports_string_t *msg = NULL;
+    switch (e->tag) {
+    case LOCKD_LOCK_TYPES_ERROR_BUSY:
+        snprintf(buf, n, "busy(owner \"%.*s\", token %" PRIu64 ", expires %" PRIu64 ")",
+                 (int)e->val.busy.owner.len, (const char *)e->val.busy.owner.ptr,
+                 e->val.busy.fencing_token, e->val.busy.expires_at_ms);
+        return buf;
+    case LOCKD_LOCK_TYPES_ERROR_INVALID_ARGUMENT: msg = &e->val.invalid_argument; break;
+    case LOCKD_LOCK_TYPES_ERROR_DENIED: msg = &e->val.denied; break;
+    case LOCKD_LOCK_TYPES_ERROR_UNAVAILABLE: msg = &e->val.unavailable; break;
+    default: break;
+    }
+    if (msg) {
+        snprintf(buf, n, "%s(\"%.*s\")", error_name(e), (int)msg->len, (const char *)msg->ptr);
+    } else {
+        snprintf(buf, n, "%s", error_name(e));
+    }
+    return buf;
+}
+
+__attribute__((noreturn)) static void fail_err(int step, const char *what, const lock_error_t *e) {
+    char buf[768];
+    fail(step, "%s: unexpected error %s", what, describe(e, buf, sizeof buf));
+}
+
+// --- thin wrappers over the generated bindings ------------------------------
+
+static imports_string_t str(const char *s) {
+    imports_string_t r;
+    imports_string_set(&r, s); // borrows s; nothing to free
+    return r;
+}
+
+static bool str_eq(const imports_string_t *a, const imports_string_t *b) {
+    return a->len == b->len && memcmp(a->ptr, b->ptr, a->len) == 0;
+}
+
+static bool str_eq_c(const imports_string_t *a, const char *b) {
+    return a->len == strlen(b) && memcmp(a->ptr, b, a->len) == 0;
+}
+
+static bool do_lock(const char *name, const char *owner, uint32_t ttl, lock_options_t opts,
+                    grant_t *grant, lock_error_t *err) {
+    imports_string_t n = str(name), o = str(owner);
+    return lockd_lock_locks_lock(&n, &o, ttl, &opts, grant, err);
+}
+
+static bool do_unlock(const char *name, const char *owner, const uint64_t *token, lock_error_t *err) {
+    imports_string_t n = str(name), o = str(owner);
+    uint64_t t = token ? *token : 0;
+    return lockd_lock_locks_unlock(&n, &o, token ? &t : NULL, err);
+}
+
+static bool do_extend(const char *name, const char *owner, uint32_t ttl, grant_t *grant,
+                      lock_error_t *err) {
+    imports_string_t n = str(name), o = str(owner);
+    return lockd_lock_locks_extend(&n, &o, ttl, grant, err);
+}
+
+static bool do_get(const char *name, lockd_lock_locks_option_lock_info_t *info, lock_error_t *err) {
+    imports_string_t n = str(name);
+    return lockd_lock_locks_get(&n, info, err);
+}
+
+// Locks or fails the step.
+static grant_t must_lock(int step, const char *name, const char *owner, uint32_t ttl,
+                         lock_options_t opts) {
+    grant_t g;
+    lock_error_t e;
+    if (!do_lock(name, owner, ttl, opts, &g, &e)) fail_err(step, "lock", &e);
+    return g;
+}
+
+static void must_unlock(int step, const char *name, const char *owner, uint64_t token) {
+    lock_error_t e;
+    if (!do_unlock(name, owner, &token, &e)) fail_err(step, "unlock", &e);
+}
+
+// Fails the step unless get(name) returns none.
+static void must_be_free(int step, const char *name, const char *why) {
+    lockd_lock_locks_option_lock_info_t info;
+    lock_error_t e;
+    if (!do_get(name, &info, &e)) fail_err(step, "get", &e);
+    if (info.is_some) {
+        fail(step, "%s: get returned owner \"%.*s\" token %" PRIu64, why, (int)info.val.owner.len,
+             (const char *)info.val.owner.ptr, info.val.fencing_token);
+    }
+}
+
+static char *name_of(const char *suffix) {
+    size_t n = strlen(PREFIX) + 1 + strlen(suffix) + 1;
+    char *s = malloc(n);
+    if (!s) fail(0, "out of memory");
+    snprintf(s, n, "%s/%s", PREFIX, suffix);
+    return s;
+}
+
+// --- the scenario -------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: c-conformance <lock-name-prefix>\n");
+        return 2;
+    }
+    PREFIX = argv[1];
+    char *a = name_of("a"), *b = name_of("b"), *g = name_of("g"), *held = name_of("held");
+    grant_t grant;
+    lock_error_t e;
+    char buf[768];
+
+    // 1. A free lock is granted.
+    uint64_t t1 = must_lock(1, a, "o1", TTL, PERSISTENT).fencing_token;
+    passed(1);
+
+    // 2. Another owner gets `busy`, naming the holder and its token.
+    if (do_lock(a, "o2", TTL, PERSISTENT, &grant, &e)) {
+        fail(2, "expected busy, got a grant with token %" PRIu64, grant.fencing_token);
+    }
+    if (!(e.tag == LOCKD_LOCK_TYPES_ERROR_BUSY && str_eq_c(&e.val.busy.owner, "o1") &&
+          e.val.busy.fencing_token == t1)) {
+        fail(2, "expected busy by \"o1\" token %" PRIu64 ", got %s", t1, describe(&e, buf, sizeof buf));
+    }
+    lockd_lock_types_error_free(&e);
+    passed(2);
+
+    // 3. Re-locking by the holder is a retry: same token.
+    grant = must_lock(3, a, "o1", TTL, PERSISTENT);
+    if (grant.fencing_token != t1) {
+        fail(3, "expected token %" PRIu64 ", got %" PRIu64, t1, grant.fencing_token);
+    }
+    uint64_t expiry3 = grant.expires_at_ms;
+    passed(3);
+
+    // 4. Only the holder may extend.
+    if (do_extend(a, "o2", TTL, &grant, &e)) fail(4, "expected not-owner, got a grant");
+    if (e.tag != LOCKD_LOCK_TYPES_ERROR_NOT_OWNER) {
+        fail(4, "expected not-owner, got %s", describe(&e, buf, sizeof buf));
+    }
+    passed(4);
+
+    // 5. Extending keeps the token and moves the expiry later.
+    if (!do_extend(a, "o1", 20000, &grant, &e)) fail_err(5, "extend", &e);
+    if (!(grant.fencing_token == t1 && grant.expires_at_ms > expiry3)) {
+        fail(5, "expected token %" PRIu64 " and expiry > %" PRIu64 ", got token %" PRIu64 " expiry %" PRIu64,
+             t1, expiry3, grant.fencing_token, grant.expires_at_ms);
+    }
+    passed(5);
+
+    // 6. An unlock with a wrong token releases nothing.
+    uint64_t wrong = t1 + 1; // unsigned: wraps like the other languages
+    if (do_unlock(a, "o1", &wrong, &e)) fail(6, "expected not-owner, got ok");
+    if (e.tag != LOCKD_LOCK_TYPES_ERROR_NOT_OWNER) {
+        fail(6, "expected not-owner, got %s", describe(&e, buf, sizeof buf));
+    }
+    passed(6);
+
+    // 7. An unlock with the right token releases the lock.
+    must_unlock(7, a, "o1", t1);
+    must_be_free(7, a, "expected none");
+    passed(7);
+
+    // 8. The next grant of the same name has a greater token.
+    grant = must_lock(8, a, "o2", TTL, PERSISTENT);
+    if (!(grant.fencing_token > t1)) {
+        fail(8, "expected token > %" PRIu64 ", got %" PRIu64, t1, grant.fencing_token);
+    }
+    must_unlock(8, a, "o2", grant.fencing_token);
+    passed(8);
+
+    // 9. An ephemeral lease expires by itself, and the next token is greater.
+    uint64_t tb = must_lock(9, b, "o1", 100, EPHEMERAL).fencing_token;
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    must_be_free(9, b, "expected the lease to have expired");
+    grant = must_lock(9, b, "o2", TTL, EPHEMERAL);
+    if (!(grant.fencing_token > tb)) {
+        fail(9, "expected token > %" PRIu64 ", got %" PRIu64, tb, grant.fencing_token);
+    }
+    must_unlock(9, b, "o2", grant.fencing_token); // leave P/b free, like P/a
+    passed(9);
+
+    // 10. Limits are enforced.
+    char long_name[601];
+    memset(long_name, 'n', 600);
+    long_name[600] = '\0';
+    struct {
+        const char *what, *name;
+        uint32_t ttl;
+    } cases[] = {{"empty name", "", TTL}, {"600-byte name", long_name, TTL}, {"ttl 0", a, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (do_lock(cases[i].name, "o1", cases[i].ttl, PERSISTENT, &grant, &e)) {
+            fail(10, "%s: expected invalid-argument, got a grant", cases[i].what);
+        }
+        if (e.tag != LOCKD_LOCK_TYPES_ERROR_INVALID_ARGUMENT) {
+            fail(10, "%s: expected invalid-argument, got %s", cases[i].what, describe(&e, buf, sizeof buf));
+        }
+        lockd_lock_types_error_free(&e);
+    }
+    passed(10);
+
+    // 11. A guard holds the lock under a host-generated owner and releases it
+    // when its handle is dropped.
+    lockd_lock_guards_own_guard_t guard;
+    imports_string_t gname = str(g);
+    lock_options_t gopts = PERSISTENT;
+    if (!lockd_lock_guards_static_guard_acquire(&gname, TTL, &gopts, &guard, &e)) {
+        fail_err(11, "acquire", &e);
+    }
+    lockd_lock_guards_borrow_guard_t gb = lockd_lock_guards_borrow_guard(guard);
+    imports_string_t owner;
+    lockd_lock_guards_method_guard_owner(gb, &owner);
+    uint64_t gtoken = lockd_lock_guards_method_guard_fencing_token(gb);
+    if (do_lock(g, "o3", TTL, PERSISTENT, &grant, &e)) fail(11, "expected busy, got a grant");
+    if (!(e.tag == LOCKD_LOCK_TYPES_ERROR_BUSY && str_eq(&e.val.busy.owner, &owner) &&
+          e.val.busy.fencing_token == gtoken)) {
+        fail(11, "expected busy by \"%.*s\" token %" PRIu64 ", got %s", (int)owner.len,
+             (const char *)owner.ptr, gtoken, describe(&e, buf, sizeof buf));
+    }
+    lockd_lock_types_error_free(&e);
+    if (!lockd_lock_guards_method_guard_is_held(gb)) fail(11, "is-held returned false");
+    imports_string_free(&owner);
+    lockd_lock_guards_guard_drop_own(guard);
+    must_be_free(11, g, "expected free after dropping the guard");
+    grant = must_lock(11, g, "o3", TTL, PERSISTENT);
+    must_unlock(11, g, "o3", grant.fencing_token);
+    passed(11);
+
+    // 12. Leave a persistent lock behind for the host to inspect.
+    grant = must_lock(12, held, "c", 60000, PERSISTENT);
+    printf("held %" PRIu64 "\n", grant.fencing_token);
+    passed(12);
+
+    free(a);
+    free(b);
+    free(g);
+    free(held);
+    return 0;
+}

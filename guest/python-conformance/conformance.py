@@ -1,0 +1,202 @@
+"""The lockd:lock conformance scenario in Python, as a wasi:cli command.
+
+Usage: `python-conformance <prefix>`. Every lock name starts with `<prefix>/`,
+so one host can run the scenario many times. For each step it prints
+`ok <step>`, or `FAIL <step>: <detail>` and exits 1 at once. It exits 0 only
+if every step passed, and leaves `<prefix>/held` locked by owner `python` for
+60 s (printing `held <token>`), so the host can check that persistent state
+outlives the instance.
+
+Built with componentize-py (see build.sh). A WIT `result` error arrives as the
+exception `componentize_py_types.Err`, whose `.value` is one of the
+`Error_*` dataclasses of `wit_world.imports.types`. Tokens are Python ints,
+so u64 values are exact.
+"""
+
+import sys
+import time
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import environment, locks
+from wit_world.imports.guards import Guard
+from wit_world.imports.locks import LockOptions
+from wit_world.imports.types import (
+    Durability,
+    Error_Busy,
+    Error_InvalidArgument,
+    Error_NotOwner,
+)
+
+TTL = 10_000
+PERSISTENT = LockOptions(wait_ms=0, durability=Durability.PERSISTENT)
+EPHEMERAL = LockOptions(wait_ms=0, durability=Durability.EPHEMERAL)
+
+
+class Failed(Exception):
+    """A step failed; the scenario stops."""
+
+    def __init__(self, step: int, detail: object) -> None:
+        super().__init__(step, detail)
+        self.step = step
+        self.detail = detail
+
+
+# The step under way, for reporting an unexpected Python exception.
+current_step = 1
+
+
+def say(line: str) -> None:
+    print(line)
+    sys.stdout.flush()
+
+
+def passed(step: int) -> None:
+    global current_step
+    say(f"ok {step}")
+    current_step = step + 1
+
+
+def call(f, *args):
+    """Calls a WIT function and returns ("ok", value) or ("err", error)."""
+    try:
+        return ("ok", f(*args))
+    except Err as e:
+        return ("err", e.value)
+
+
+def expect_ok(step: int, outcome):
+    kind, value = outcome
+    if kind != "ok":
+        raise Failed(step, f"unexpected error {value!r}")
+    return value
+
+
+def scenario(p: str) -> None:
+    a, b, g, held = f"{p}/a", f"{p}/b", f"{p}/g", f"{p}/held"
+
+    # 1. A free lock is granted.
+    t1 = expect_ok(1, call(locks.lock, a, "o1", TTL, PERSISTENT)).fencing_token
+    passed(1)
+
+    # 2. Another owner gets `busy`, naming the holder and its token.
+    kind, v = call(locks.lock, a, "o2", TTL, PERSISTENT)
+    if not (
+        kind == "err"
+        and isinstance(v, Error_Busy)
+        and v.value.owner == "o1"
+        and v.value.fencing_token == t1
+    ):
+        raise Failed(2, f"expected busy by 'o1' token {t1}, got {kind} {v!r}")
+    passed(2)
+
+    # 3. Re-locking by the holder is a retry: same token.
+    grant = expect_ok(3, call(locks.lock, a, "o1", TTL, PERSISTENT))
+    if grant.fencing_token != t1:
+        raise Failed(3, f"expected token {t1}, got {grant!r}")
+    expiry3 = grant.expires_at_ms
+    passed(3)
+
+    # 4. Only the holder may extend.
+    kind, v = call(locks.extend, a, "o2", TTL)
+    if not (kind == "err" and isinstance(v, Error_NotOwner)):
+        raise Failed(4, f"expected not-owner, got {kind} {v!r}")
+    passed(4)
+
+    # 5. Extending keeps the token and moves the expiry later.
+    grant = expect_ok(5, call(locks.extend, a, "o1", 20_000))
+    if not (grant.fencing_token == t1 and grant.expires_at_ms > expiry3):
+        raise Failed(5, f"expected token {t1}, expiry > {expiry3}, got {grant!r}")
+    passed(5)
+
+    # 6. An unlock with a wrong token releases nothing.
+    kind, v = call(locks.unlock, a, "o1", (t1 + 1) % 2**64)
+    if not (kind == "err" and isinstance(v, Error_NotOwner)):
+        raise Failed(6, f"expected not-owner, got {kind} {v!r}")
+    passed(6)
+
+    # 7. An unlock with the right token releases the lock.
+    expect_ok(7, call(locks.unlock, a, "o1", t1))
+    info = expect_ok(7, call(locks.get, a))
+    if info is not None:
+        raise Failed(7, f"expected none, got {info!r}")
+    passed(7)
+
+    # 8. The next grant of the same name has a greater token.
+    grant = expect_ok(8, call(locks.lock, a, "o2", TTL, PERSISTENT))
+    if not grant.fencing_token > t1:
+        raise Failed(8, f"expected token > {t1}, got {grant!r}")
+    expect_ok(8, call(locks.unlock, a, "o2", grant.fencing_token))
+    passed(8)
+
+    # 9. An ephemeral lease expires by itself, and the next token is greater.
+    tb = expect_ok(9, call(locks.lock, b, "o1", 100, EPHEMERAL)).fencing_token
+    time.sleep(0.3)
+    info = expect_ok(9, call(locks.get, b))
+    if info is not None:
+        raise Failed(9, f"expected the lease to have expired, got {info!r}")
+    grant = expect_ok(9, call(locks.lock, b, "o2", TTL, EPHEMERAL))
+    if not grant.fencing_token > tb:
+        raise Failed(9, f"expected token > {tb}, got {grant!r}")
+    # Leave P/b free, like P/a.
+    expect_ok(9, call(locks.unlock, b, "o2", grant.fencing_token))
+    passed(9)
+
+    # 10. Limits are enforced.
+    for what, name, ttl in (
+        ("empty name", "", TTL),
+        ("600-byte name", "n" * 600, TTL),
+        ("ttl 0", a, 0),
+    ):
+        kind, v = call(locks.lock, name, "o1", ttl, PERSISTENT)
+        if not (kind == "err" and isinstance(v, Error_InvalidArgument)):
+            raise Failed(10, f"{what}: expected invalid-argument, got {kind} {v!r}")
+    passed(10)
+
+    # 11. A guard holds the lock under a host-generated owner and releases it
+    # when dropped: leaving the `with` block drops the resource handle.
+    kind, guard = call(Guard.acquire, g, TTL, PERSISTENT)
+    if kind != "ok":
+        raise Failed(11, f"acquire: unexpected error {guard!r}")
+    with guard:
+        owner, token = guard.owner(), guard.fencing_token()
+        kind, v = call(locks.lock, g, "o3", TTL, PERSISTENT)
+        if not (
+            kind == "err"
+            and isinstance(v, Error_Busy)
+            and v.value.owner == owner
+            and v.value.fencing_token == token
+        ):
+            raise Failed(
+                11, f"expected busy by {owner!r} token {token}, got {kind} {v!r}"
+            )
+        if not guard.is_held():
+            raise Failed(11, "is_held() returned false")
+    info = expect_ok(11, call(locks.get, g))
+    if info is not None:
+        raise Failed(11, f"expected free after dropping the guard, got {info!r}")
+    grant = expect_ok(11, call(locks.lock, g, "o3", TTL, PERSISTENT))
+    expect_ok(11, call(locks.unlock, g, "o3", grant.fencing_token))
+    passed(11)
+
+    # 12. Leave a persistent lock behind for the host to inspect.
+    grant = expect_ok(12, call(locks.lock, held, "python", 60_000, PERSISTENT))
+    say(f"held {grant.fencing_token}")
+    passed(12)
+
+
+class Run(exports.Run):
+    def run(self) -> None:
+        args = environment.get_arguments()
+        if len(args) < 2:
+            print("usage: python-conformance <lock-name-prefix>", file=sys.stderr)
+            sys.stderr.flush()
+            raise Err(None)
+        try:
+            scenario(args[1])
+        except Failed as f:
+            say(f"FAIL {f.step}: {f.detail}")
+            raise Err(None)
+        except Exception as e:  # a bug in this guest or in the bindings
+            say(f"FAIL {current_step}: unexpected exception {e!r}")
+            raise Err(None)

@@ -1,0 +1,335 @@
+//! Rust guest SDK for the `lockd:lock@0.1.0` capability: named leases with
+//! fencing tokens, for components built for `wasm32-wasip2`.
+//!
+//! The host gives each component a namespace of locks; names are unique
+//! within it. There are two ways to hold a lock:
+//!
+//! - the free functions [`lock`], [`unlock`], [`extend`] and [`get`], where
+//!   you choose the owner string (useful when several instances act as one
+//!   owner, or when a retry must be recognised as the same owner), and
+//! - a [`Guard`], whose owner the host generates, and which releases the lock
+//!   when it is dropped or when the instance ends, even by a trap.
+//!
+//! Either way the lease ends at its TTL unless extended, and every grant
+//! carries a fencing token: pass it to the resource you protect so that it
+//! can reject writes from a holder whose lease has already expired.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lockd_guest::{Error, Guard, LockOptions};
+//!
+//! fn nightly_report() -> Result<(), Error> {
+//!     // Plain lock: this worker names itself as the owner.
+//!     let grant = lockd_guest::lock(
+//!         "reports/nightly",
+//!         "worker-7",
+//!         Duration::from_secs(30),
+//!         LockOptions::default(),
+//!     )?;
+//!     println!("writing with fencing token {}", grant.fencing_token);
+//!     lockd_guest::unlock("reports/nightly", "worker-7", Some(grant.fencing_token))?;
+//!
+//!     // Guard: wait up to 5 s in the host's queue; released when dropped.
+//!     let guard = Guard::acquire(
+//!         "reports/weekly",
+//!         Duration::from_secs(30),
+//!         LockOptions::default().with_wait(Duration::from_secs(5)),
+//!     )?;
+//!     println!("{} holds token {}", guard.owner(), guard.fencing_token());
+//!     guard.extend(Duration::from_secs(60))?;
+//!     Ok(())
+//! } // `guard` is dropped here, which releases "reports/weekly".
+//!
+//! match nightly_report() {
+//!     Ok(()) => {}
+//!     Err(Error::Busy(holder)) => eprintln!("held by {}", holder.owner),
+//!     Err(e) => eprintln!("lock error: {e}"),
+//! }
+//! ```
+//!
+//! # Durations
+//!
+//! The WIT interface counts time in `u32` milliseconds. Every [`Duration`]
+//! given to this crate (TTLs and [`LockOptions::wait`]) is converted to whole
+//! milliseconds, **truncating** any fraction of a millisecond and
+//! **saturating** at `u32::MAX` ms (about 49.7 days). So a TTL under 1 ms
+//! becomes 0, which the host rejects with [`Error::InvalidArgument`], and a
+//! huge TTL becomes `u32::MAX` ms, which the host rejects if it is above its
+//! configured maximum (24 h by default).
+
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::time::Duration;
+
+/// The `wit-bindgen` bindings for the `lockd:lock/imports` world. Kept private:
+/// the public API re-exports the plain data types and wraps the rest.
+mod raw {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "lockd:lock/imports",
+        additional_derives: [PartialEq, Eq, Hash],
+    });
+}
+
+use raw::lockd::lock::guards as wit_guards;
+use raw::lockd::lock::locks as wit_locks;
+use raw::lockd::lock::types as wit_types;
+
+pub use wit_types::{Durability, Grant, LockInfo};
+
+/// Converts a duration to the WIT millisecond count: truncated to whole
+/// milliseconds and saturated at `u32::MAX` (see the crate docs).
+fn to_millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// Why a lock operation failed (the WIT `error` variant).
+///
+/// The WIT bindings' own error type formats itself with `Debug`; this one has
+/// a readable [`Display`](fmt::Display) and implements
+/// [`std::error::Error`], so it works with `?` into `Box<dyn Error>` or
+/// `anyhow`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another owner holds the lock (and any wait timed out). Carries the
+    /// current holder.
+    Busy(LockInfo),
+    /// The lock is held, but not by this owner, or the fencing token given is
+    /// not the current one.
+    NotOwner,
+    /// Nobody holds the lock (it was never taken, was released, or expired).
+    NotHeld,
+    /// An argument broke a limit; the message says which. Nothing changed.
+    InvalidArgument(String),
+    /// The host refused the operation, for example because the namespace is
+    /// over its quota; the message says why.
+    Denied(String),
+    /// The lock store could not complete the operation (for example a disk
+    /// write failed). The outcome is unknown: retry, or check [`get`].
+    Unavailable(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Busy(holder) => write!(
+                f,
+                "lock is busy: held by {:?} with fencing token {}",
+                holder.owner, holder.fencing_token
+            ),
+            Error::NotOwner => f.write_str("lock is held by another owner or under another token"),
+            Error::NotHeld => f.write_str("lock is not held"),
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::Denied(msg) => write!(f, "denied by host: {msg}"),
+            Error::Unavailable(msg) => write!(f, "lock store unavailable: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<wit_types::Error> for Error {
+    fn from(e: wit_types::Error) -> Self {
+        match e {
+            wit_types::Error::Busy(holder) => Error::Busy(holder),
+            wit_types::Error::NotOwner => Error::NotOwner,
+            wit_types::Error::NotHeld => Error::NotHeld,
+            wit_types::Error::InvalidArgument(msg) => Error::InvalidArgument(msg),
+            wit_types::Error::Denied(msg) => Error::Denied(msg),
+            wit_types::Error::Unavailable(msg) => Error::Unavailable(msg),
+        }
+    }
+}
+
+/// Options for [`lock`] and [`Guard::acquire`].
+///
+/// The default fails at once if the lock is held (`wait` zero) and makes the
+/// lock [`Durability::Persistent`].
+///
+/// ```
+/// use std::time::Duration;
+/// use lockd_guest::{Durability, LockOptions};
+///
+/// let opts = LockOptions::ephemeral().with_wait(Duration::from_millis(250));
+/// assert_eq!(opts.durability, Durability::Ephemeral);
+/// assert_eq!(LockOptions::default(), LockOptions::persistent());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockOptions {
+    /// Zero: fail at once with [`Error::Busy`] if another owner holds the
+    /// lock. More: wait up to this long in the host's first-in-first-out
+    /// queue. Sent as whole milliseconds, saturating (see the crate docs).
+    pub wait: Duration,
+    /// Whether the lock survives a host restart.
+    pub durability: Durability,
+}
+
+impl LockOptions {
+    /// No waiting, [`Durability::Persistent`]; the same as
+    /// [`LockOptions::default`].
+    pub const fn persistent() -> Self {
+        LockOptions {
+            wait: Duration::ZERO,
+            durability: Durability::Persistent,
+        }
+    }
+
+    /// No waiting, [`Durability::Ephemeral`]: kept in host memory only.
+    pub const fn ephemeral() -> Self {
+        LockOptions {
+            wait: Duration::ZERO,
+            durability: Durability::Ephemeral,
+        }
+    }
+
+    /// These options, waiting up to `wait` for a held lock.
+    pub const fn with_wait(self, wait: Duration) -> Self {
+        LockOptions { wait, ..self }
+    }
+
+    /// These options, with the given durability.
+    pub const fn with_durability(self, durability: Durability) -> Self {
+        LockOptions { durability, ..self }
+    }
+
+    fn to_wit(self) -> wit_locks::LockOptions {
+        wit_locks::LockOptions {
+            wait_ms: to_millis(self.wait),
+            durability: self.durability,
+        }
+    }
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions::persistent()
+    }
+}
+
+/// Takes the lock `name` for `owner` for `ttl`.
+///
+/// If `owner` already holds it, this is a safe retry: the same fencing token
+/// is returned and the expiry becomes now + `ttl`. `ttl` is sent as whole
+/// milliseconds, saturating at `u32::MAX` (see the crate docs).
+///
+/// # Errors
+///
+/// [`Error::Busy`] with the current holder if another owner holds it (after
+/// waiting up to [`LockOptions::wait`]); [`Error::InvalidArgument`] for an
+/// empty or over-long name or owner, or a zero or over-long `ttl`; and
+/// [`Error::Denied`] or [`Error::Unavailable`] from the host.
+pub fn lock(name: &str, owner: &str, ttl: Duration, options: LockOptions) -> Result<Grant, Error> {
+    Ok(wit_locks::lock(
+        name,
+        owner,
+        to_millis(ttl),
+        options.to_wit(),
+    )?)
+}
+
+/// Releases the lock `name` if `owner` holds it and, when `fencing_token` is
+/// given, the current grant carries that token. A stale unlock never releases
+/// a newer grant.
+///
+/// # Errors
+///
+/// [`Error::NotOwner`] if another owner holds the lock or the token is not
+/// the current one; [`Error::NotHeld`] if nobody holds it.
+pub fn unlock(name: &str, owner: &str, fencing_token: Option<u64>) -> Result<(), Error> {
+    Ok(wit_locks::unlock(name, owner, fencing_token)?)
+}
+
+/// Moves the expiry of the lock `name`, held by `owner`, to now + `ttl`. The
+/// fencing token does not change. `ttl` is sent as whole milliseconds,
+/// saturating at `u32::MAX` (see the crate docs).
+///
+/// # Errors
+///
+/// [`Error::NotOwner`] if another owner holds the lock; [`Error::NotHeld`]
+/// if nobody does (for example because the lease already expired).
+pub fn extend(name: &str, owner: &str, ttl: Duration) -> Result<Grant, Error> {
+    Ok(wit_locks::extend(name, owner, to_millis(ttl))?)
+}
+
+/// The current holder of `name`, or `None` if it is free or expired.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for a bad name, and host errors.
+pub fn get(name: &str) -> Result<Option<LockInfo>, Error> {
+    Ok(wit_locks::get(name)?)
+}
+
+/// A held lock whose owner the host generates (unique and unguessable).
+///
+/// Dropping the guard releases the lock, and so does the end of the instance
+/// that holds it, whether it returned normally or trapped. The TTL remains
+/// the safety net: a guard whose lease expired no longer holds the lock even
+/// though the guard still exists; check [`Guard::is_held`] or rely on the
+/// fencing token downstream.
+#[derive(Debug)]
+pub struct Guard {
+    inner: wit_guards::Guard,
+}
+
+impl Guard {
+    /// Takes the lock `name` for `ttl`, like [`lock`], with a fresh
+    /// host-generated owner. `ttl` is sent as whole milliseconds, saturating
+    /// at `u32::MAX` (see the crate docs).
+    ///
+    /// # Errors
+    ///
+    /// The same as [`lock`].
+    pub fn acquire(name: &str, ttl: Duration, options: LockOptions) -> Result<Guard, Error> {
+        let inner = wit_guards::Guard::acquire(name, to_millis(ttl), options.to_wit())?;
+        Ok(Guard { inner })
+    }
+
+    /// The fencing token of this grant.
+    pub fn fencing_token(&self) -> u64 {
+        self.inner.fencing_token()
+    }
+
+    /// When the lease ends unless extended: Unix epoch milliseconds.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.inner.expires_at_ms()
+    }
+
+    /// The owner string the host generated for this guard. Other callers see
+    /// it in [`LockInfo::owner`] and [`Error::Busy`].
+    pub fn owner(&self) -> String {
+        self.inner.owner()
+    }
+
+    /// Whether this guard still holds the lock: not released, not expired,
+    /// and not taken over by someone else after expiry.
+    pub fn is_held(&self) -> bool {
+        self.inner.is_held()
+    }
+
+    /// Moves the expiry to now + `ttl`; the fencing token does not change.
+    /// `ttl` is sent as whole milliseconds, saturating at `u32::MAX`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] or [`Error::NotOwner`] if the lease already
+    /// expired (and perhaps was taken by another owner).
+    pub fn extend(&self, ttl: Duration) -> Result<Grant, Error> {
+        Ok(self.inner.extend(to_millis(ttl))?)
+    }
+
+    /// Releases the lock now and reports the outcome, which dropping the
+    /// guard cannot do.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] or [`Error::NotOwner`] if the lease had already
+    /// expired; [`Error::Unavailable`] if the store could not record it.
+    pub fn release(self) -> Result<(), Error> {
+        // Dropping `self.inner` afterwards is a no-op on the host: the
+        // resource is already released.
+        Ok(self.inner.release()?)
+    }
+}

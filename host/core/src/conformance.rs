@@ -1,0 +1,628 @@
+//! The conformance suite: the lock contract of design.md §1, run against any
+//! [`LockBackend`] through a [`LockService`].
+//!
+//! A backend crate runs it with one macro call in a test file:
+//!
+//! ```ignore
+//! lockd_core::conformance_tests!(MyFactory::new());
+//! ```
+//!
+//! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
+//! the clock, never by sleeping.
+
+use std::sync::Arc;
+
+use crate::{
+    BoxFuture, Durability, Limits, LockBackend, LockError, LockOptions, LockService, ManualClock,
+};
+
+/// A clock reading in 2023, far from any overflow.
+pub const START_MS: u64 = 1_700_000_000_000;
+
+/// Opens the store under test.
+pub trait StoreFactory: Send + Sync + 'static {
+    /// Opens the store, or reopens it after every earlier handle was dropped
+    /// (a restart), using `clock`.
+    fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>>;
+    /// Whether persistent locks survive a reopen.
+    fn keeps_persistent_locks(&self) -> bool;
+}
+
+/// Generates one `#[tokio::test]` per conformance case for `$factory`, an
+/// expression of a type implementing [`StoreFactory`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@cases $factory;
+            grant_busy_and_idempotent_relock,
+            unlock_checks_owner_and_token,
+            extend_checks_owner_and_keeps_token,
+            tokens_rise_strictly,
+            expiry_frees_the_lock,
+            stale_unlock_never_releases_newer_grant,
+            waiters_are_served_first_in_first_out,
+            wait_times_out_with_busy,
+            waiter_is_woken_by_expiry,
+            dropped_waiter_leaves_the_queue,
+            invalid_input_changes_nothing,
+            namespaces_are_isolated,
+            list_filters_by_namespace_and_prefix,
+            persistent_locks_survive_restart,
+            tokens_rise_across_restart,
+            expired_locks_stay_gone_after_restart,
+            release_detached_checks_the_token,
+        );
+    };
+    (@cases $factory:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let factory = $factory;
+                $crate::conformance::$case(&factory).await;
+            }
+        )*
+    };
+}
+
+const NS: &str = "test";
+
+fn opts(wait_ms: u64, durability: Durability) -> LockOptions {
+    LockOptions {
+        wait_ms,
+        durability,
+    }
+}
+
+fn persistent() -> LockOptions {
+    opts(0, Durability::Persistent)
+}
+
+async fn open(factory: &dyn StoreFactory, clock: &ManualClock) -> LockService {
+    LockService::new(factory.open(clock.clone()).await, Limits::default())
+}
+
+async fn settle_tasks() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Grant, `busy` for another owner, and a same-owner retry that returns the
+/// same token with a refreshed expiry.
+pub async fn grant_busy_and_idempotent_relock(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g1 = s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    assert_eq!(g1.expires_at_ms, START_MS + 10_000);
+    match s.lock(NS, "a", "o2", 10_000, persistent()).await {
+        Err(LockError::Busy(info)) => {
+            assert_eq!(info.owner, "o1");
+            assert_eq!(info.fencing_token, g1.fencing_token);
+            assert_eq!(info.durability, Durability::Persistent);
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    clock.advance(5);
+    let g2 = s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    assert_eq!(g2.fencing_token, g1.fencing_token);
+    assert_eq!(g2.expires_at_ms, START_MS + 5 + 10_000);
+    let info = s.get(NS, "a").await.unwrap().unwrap();
+    assert_eq!(info.expires_at_ms, g2.expires_at_ms);
+}
+
+/// Unlock needs the holder and, when given, the current token.
+pub async fn unlock_checks_owner_and_token(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    assert_eq!(s.unlock(NS, "a", "o1", None).await, Err(LockError::NotHeld));
+    let g = s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    assert_eq!(
+        s.unlock(NS, "a", "o2", None).await,
+        Err(LockError::NotOwner)
+    );
+    assert_eq!(
+        s.unlock(NS, "a", "o1", Some(g.fencing_token + 1)).await,
+        Err(LockError::NotOwner)
+    );
+    assert!(s.get(NS, "a").await.unwrap().is_some());
+    s.unlock(NS, "a", "o1", Some(g.fencing_token))
+        .await
+        .unwrap();
+    assert_eq!(s.get(NS, "a").await.unwrap(), None);
+    assert_eq!(s.unlock(NS, "a", "o1", None).await, Err(LockError::NotHeld));
+    // Unlock without a token works for the holder.
+    s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    s.unlock(NS, "a", "o1", None).await.unwrap();
+    assert_eq!(s.get(NS, "a").await.unwrap(), None);
+}
+
+/// Extend moves the expiry to now + ttl for the holder only; the token stays.
+pub async fn extend_checks_owner_and_keeps_token(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    assert_eq!(
+        s.extend(NS, "a", "o1", 1_000).await,
+        Err(LockError::NotHeld)
+    );
+    let g = s.lock(NS, "a", "o1", 1_000, persistent()).await.unwrap();
+    assert_eq!(
+        s.extend(NS, "a", "o2", 1_000).await,
+        Err(LockError::NotOwner)
+    );
+    clock.advance(900);
+    let e = s.extend(NS, "a", "o1", 20_000).await.unwrap();
+    assert_eq!(e.fencing_token, g.fencing_token);
+    assert_eq!(e.expires_at_ms, START_MS + 900 + 20_000);
+    // Past the original expiry, still held thanks to the extend.
+    clock.advance(1_000);
+    let info = s.get(NS, "a").await.unwrap().unwrap();
+    assert_eq!(info.owner, "o1");
+    assert_eq!(info.expires_at_ms, e.expires_at_ms);
+}
+
+/// Every fresh grant gets a token above all earlier ones, per name and
+/// globally, for both durabilities.
+pub async fn tokens_rise_strictly(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let mut last = 0;
+    for i in 0..200u64 {
+        let durability = if i % 2 == 0 {
+            Durability::Persistent
+        } else {
+            Durability::Ephemeral
+        };
+        let name = format!("n{}", i % 3);
+        let owner = format!("o{i}");
+        let g = s
+            .lock(NS, &name, &owner, 1_000, opts(0, durability))
+            .await
+            .unwrap();
+        assert!(
+            g.fencing_token > last,
+            "token {} after {last}",
+            g.fencing_token
+        );
+        last = g.fencing_token;
+        s.unlock(NS, &name, &owner, Some(g.fencing_token))
+            .await
+            .unwrap();
+    }
+}
+
+/// A lock is free once its expiry passes, whether or not it was purged.
+pub async fn expiry_frees_the_lock(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g1 = s
+        .lock(NS, "a", "o1", 100, opts(0, Durability::Ephemeral))
+        .await
+        .unwrap();
+    clock.advance(99);
+    assert!(s.get(NS, "a").await.unwrap().is_some());
+    assert!(matches!(
+        s.lock(NS, "a", "o2", 100, persistent()).await,
+        Err(LockError::Busy(_))
+    ));
+    clock.advance(1);
+    assert_eq!(s.get(NS, "a").await.unwrap(), None);
+    assert_eq!(s.extend(NS, "a", "o1", 100).await, Err(LockError::NotHeld));
+    let g2 = s.lock(NS, "a", "o2", 100, persistent()).await.unwrap();
+    assert!(g2.fencing_token > g1.fencing_token);
+}
+
+/// etcd#22082: an unlock by a holder whose lease expired must not release the
+/// grant that followed it.
+pub async fn stale_unlock_never_releases_newer_grant(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g1 = s.lock(NS, "a", "o1", 100, persistent()).await.unwrap();
+    clock.advance(100);
+    let g2 = s.lock(NS, "a", "o2", 10_000, persistent()).await.unwrap();
+    assert_eq!(
+        s.unlock(NS, "a", "o1", Some(g1.fencing_token)).await,
+        Err(LockError::NotOwner)
+    );
+    assert_eq!(
+        s.unlock(NS, "a", "o1", None).await,
+        Err(LockError::NotOwner)
+    );
+    // Even the same owner, re-granted, cannot release with its old token.
+    s.unlock(NS, "a", "o2", None).await.unwrap();
+    let g3 = s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    assert_eq!(
+        s.unlock(NS, "a", "o1", Some(g1.fencing_token)).await,
+        Err(LockError::NotOwner)
+    );
+    let info = s.get(NS, "a").await.unwrap().unwrap();
+    assert_eq!(info.fencing_token, g3.fencing_token);
+    assert!(g3.fencing_token > g2.fencing_token);
+}
+
+/// Three waiters are served in the order they queued, each on the release
+/// of the one before.
+pub async fn waiters_are_served_first_in_first_out(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g0 = s
+        .lock(NS, "q", "holder", 60_000, persistent())
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for w in ["w1", "w2", "w3"] {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.lock(NS, "q", w, 60_000, opts(30_000, Durability::Persistent))
+                .await
+        }));
+        settle_tasks().await;
+    }
+    let mut previous = g0;
+    let mut releasing = "holder";
+    for (w, task) in ["w1", "w2", "w3"].into_iter().zip(tasks) {
+        settle_tasks().await;
+        assert!(
+            !task.is_finished(),
+            "{w} was served before {releasing} released"
+        );
+        s.unlock(NS, "q", releasing, Some(previous.fencing_token))
+            .await
+            .unwrap();
+        let g = task.await.unwrap().unwrap();
+        assert!(g.fencing_token > previous.fencing_token);
+        let info = s.get(NS, "q").await.unwrap().unwrap();
+        assert_eq!(info.owner, w);
+        assert_eq!(info.fencing_token, g.fencing_token);
+        previous = g;
+        releasing = w;
+    }
+}
+
+/// A wait that runs out answers `busy` with the current holder.
+pub async fn wait_times_out_with_busy(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g = s.lock(NS, "a", "o1", 60_000, persistent()).await.unwrap();
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(NS, "a", "o2", 1_000, opts(100, Durability::Persistent))
+                .await
+        })
+    };
+    settle_tasks().await;
+    clock.advance(99);
+    settle_tasks().await;
+    assert!(!waiter.is_finished(), "timed out early");
+    clock.advance(1);
+    match waiter.await.unwrap() {
+        Err(LockError::Busy(info)) => {
+            assert_eq!(info.owner, "o1");
+            assert_eq!(info.fencing_token, g.fencing_token);
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    // The timed-out waiter left the queue: releasing does not grant to it.
+    s.unlock(NS, "a", "o1", None).await.unwrap();
+    assert_eq!(s.get(NS, "a").await.unwrap(), None);
+}
+
+/// A waiter is granted the lock when the holder's lease expires, without the
+/// holder doing anything.
+pub async fn waiter_is_woken_by_expiry(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g = s
+        .lock(NS, "a", "o1", 100, opts(0, Durability::Ephemeral))
+        .await
+        .unwrap();
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(NS, "a", "o2", 5_000, opts(10_000, Durability::Persistent))
+                .await
+        })
+    };
+    settle_tasks().await;
+    clock.advance(100);
+    let g2 = waiter.await.unwrap().unwrap();
+    assert!(g2.fencing_token > g.fencing_token);
+    assert_eq!(g2.expires_at_ms, START_MS + 100 + 5_000);
+    assert_eq!(s.get(NS, "a").await.unwrap().unwrap().owner, "o2");
+}
+
+/// A waiter whose call goes away leaves the queue; the next one is served.
+pub async fn dropped_waiter_leaves_the_queue(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.lock(NS, "a", "o1", 60_000, persistent()).await.unwrap();
+    let gone = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(
+                NS,
+                "a",
+                "gone",
+                60_000,
+                opts(30_000, Durability::Persistent),
+            )
+            .await
+        })
+    };
+    settle_tasks().await;
+    let next = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(
+                NS,
+                "a",
+                "next",
+                60_000,
+                opts(30_000, Durability::Persistent),
+            )
+            .await
+        })
+    };
+    settle_tasks().await;
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    s.unlock(NS, "a", "o1", None).await.unwrap();
+    next.await.unwrap().unwrap();
+    assert_eq!(s.get(NS, "a").await.unwrap().unwrap().owner, "next");
+}
+
+/// Every limit answers `invalid-argument`, and the store is unchanged.
+pub async fn invalid_input_changes_nothing(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let held = s
+        .lock(NS, "held", "o1", 10_000, persistent())
+        .await
+        .unwrap();
+    let limits = Limits::default();
+    let long_name = "n".repeat(limits.max_name_bytes + 1);
+    let long_owner = "o".repeat(limits.max_owner_bytes + 1);
+    let cases: Vec<(&str, Result<(), LockError>)> = vec![
+        (
+            "empty name",
+            s.lock(NS, "", "o", 10, persistent()).await.map(drop),
+        ),
+        (
+            "long name",
+            s.lock(NS, &long_name, "o", 10, persistent())
+                .await
+                .map(drop),
+        ),
+        (
+            "empty owner",
+            s.lock(NS, "x", "", 10, persistent()).await.map(drop),
+        ),
+        (
+            "long owner",
+            s.lock(NS, "x", &long_owner, 10, persistent())
+                .await
+                .map(drop),
+        ),
+        (
+            "zero ttl",
+            s.lock(NS, "x", "o", 0, persistent()).await.map(drop),
+        ),
+        (
+            "huge ttl",
+            s.lock(NS, "x", "o", u64::MAX, persistent()).await.map(drop),
+        ),
+        (
+            "huge wait",
+            s.lock(
+                NS,
+                "held",
+                "o2",
+                10,
+                opts(limits.max_wait_ms + 1, Durability::Persistent),
+            )
+            .await
+            .map(drop),
+        ),
+        (
+            "empty namespace",
+            s.lock("", "x", "o", 10, persistent()).await.map(drop),
+        ),
+        (
+            "zero ttl extend",
+            s.extend(NS, "held", "o1", 0).await.map(drop),
+        ),
+        (
+            "long owner unlock",
+            s.unlock(NS, "held", &long_owner, None).await,
+        ),
+        ("long name get", s.get(NS, &long_name).await.map(drop)),
+    ];
+    for (what, result) in cases {
+        assert!(
+            matches!(result, Err(LockError::InvalidArgument(ref m)) if !m.is_empty()),
+            "{what}: {result:?}"
+        );
+    }
+    let listed = s.list(NS, "").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "held");
+    assert_eq!(listed[0].info.fencing_token, held.fencing_token);
+    assert_eq!(listed[0].info.expires_at_ms, held.expires_at_ms);
+}
+
+/// The same name in two namespaces is two locks.
+pub async fn namespaces_are_isolated(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.lock("ns1", "a", "o1", 10_000, persistent())
+        .await
+        .unwrap();
+    s.lock("ns2", "a", "o2", 10_000, persistent())
+        .await
+        .unwrap();
+    assert_eq!(s.get("ns1", "a").await.unwrap().unwrap().owner, "o1");
+    assert_eq!(s.get("ns2", "a").await.unwrap().unwrap().owner, "o2");
+    assert_eq!(
+        s.unlock("ns2", "a", "o1", None).await,
+        Err(LockError::NotOwner)
+    );
+    s.unlock("ns1", "a", "o1", None).await.unwrap();
+    assert_eq!(s.get("ns2", "a").await.unwrap().unwrap().owner, "o2");
+}
+
+/// Listing shows live locks of one namespace under a prefix, sorted.
+pub async fn list_filters_by_namespace_and_prefix(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    for name in ["job/2", "job/1", "other"] {
+        s.lock(NS, name, "o", 10_000, persistent()).await.unwrap();
+    }
+    s.lock(NS, "job/short", "o", 10, opts(0, Durability::Ephemeral))
+        .await
+        .unwrap();
+    s.lock("elsewhere", "job/3", "o", 10_000, persistent())
+        .await
+        .unwrap();
+    clock.advance(10);
+    let names: Vec<String> = s
+        .list(NS, "job/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(names, ["job/1", "job/2"]);
+    assert_eq!(s.list(NS, "").await.unwrap().len(), 3);
+}
+
+/// After a restart, persistent locks are back with owner, token and original
+/// expiry; ephemeral locks are gone.
+pub async fn persistent_locks_survive_restart(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let (p, handed) = {
+        let s = open(factory, &clock).await;
+        let p = s.lock(NS, "p", "o1", 60_000, persistent()).await.unwrap();
+        s.lock(NS, "e", "o1", 60_000, opts(0, Durability::Ephemeral))
+            .await
+            .unwrap();
+        s.extend(NS, "p", "o1", 90_000).await.unwrap();
+        // A persistent grant handed to a waiter is persistent too.
+        s.lock(NS, "h", "first", 60_000, persistent())
+            .await
+            .unwrap();
+        let waiter = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.lock(
+                    NS,
+                    "h",
+                    "second",
+                    60_000,
+                    opts(1_000, Durability::Persistent),
+                )
+                .await
+            })
+        };
+        settle_tasks().await;
+        s.unlock(NS, "h", "first", None).await.unwrap();
+        let handed = waiter.await.unwrap().unwrap();
+        (p, handed)
+    };
+    settle_tasks().await;
+    let s = open(factory, &clock).await;
+    if !factory.keeps_persistent_locks() {
+        assert_eq!(s.get(NS, "p").await.unwrap(), None);
+        return;
+    }
+    let info = s
+        .get(NS, "p")
+        .await
+        .unwrap()
+        .expect("persistent lock lost in restart");
+    assert_eq!(info.owner, "o1");
+    assert_eq!(info.fencing_token, p.fencing_token);
+    assert_eq!(info.expires_at_ms, START_MS + 90_000);
+    assert_eq!(info.durability, Durability::Persistent);
+    assert_eq!(s.get(NS, "e").await.unwrap(), None);
+    let h = s.get(NS, "h").await.unwrap().expect("handed-off lock lost");
+    assert_eq!(
+        (h.owner.as_str(), h.fencing_token),
+        ("second", handed.fencing_token)
+    );
+    // Still held against others, and releasable by its owner.
+    assert!(matches!(
+        s.lock(NS, "p", "o2", 1_000, persistent()).await,
+        Err(LockError::Busy(_))
+    ));
+    s.unlock(NS, "p", "o1", Some(p.fencing_token))
+        .await
+        .unwrap();
+}
+
+/// Tokens issued after a restart are above every token issued before it,
+/// ephemeral ones included.
+pub async fn tokens_rise_across_restart(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let mut highest = 0;
+    for round in 0..3 {
+        let s = open(factory, &clock).await;
+        for i in 0..20 {
+            let durability = if i % 2 == 0 {
+                Durability::Ephemeral
+            } else {
+                Durability::Persistent
+            };
+            let owner = format!("r{round}");
+            let g = s
+                .lock(NS, "t", &owner, 1_000, opts(0, durability))
+                .await
+                .unwrap();
+            assert!(
+                g.fencing_token > highest,
+                "round {round}: {} after {highest}",
+                g.fencing_token
+            );
+            highest = g.fencing_token;
+            s.unlock(NS, "t", &owner, None).await.unwrap();
+        }
+        drop(s);
+        settle_tasks().await;
+    }
+}
+
+/// A persistent lock that expired while the store was down is free after it.
+pub async fn expired_locks_stay_gone_after_restart(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    {
+        let s = open(factory, &clock).await;
+        s.lock(NS, "short", "o1", 100, persistent()).await.unwrap();
+        s.lock(NS, "long", "o1", 100_000, persistent())
+            .await
+            .unwrap();
+    }
+    settle_tasks().await;
+    clock.advance(100);
+    let s = open(factory, &clock).await;
+    assert_eq!(s.get(NS, "short").await.unwrap(), None);
+    s.lock(NS, "short", "o2", 100, persistent()).await.unwrap();
+    if factory.keeps_persistent_locks() {
+        assert_eq!(s.get(NS, "long").await.unwrap().unwrap().owner, "o1");
+    }
+}
+
+/// The drop-path release frees only the grant it names.
+pub async fn release_detached_checks_the_token(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g = s.lock(NS, "a", "o1", 10_000, persistent()).await.unwrap();
+    s.release_detached(NS, "a", "o1", g.fencing_token + 1);
+    s.release_detached(NS, "a", "o2", g.fencing_token);
+    settle_tasks().await;
+    assert_eq!(
+        s.get(NS, "a").await.unwrap().unwrap().fencing_token,
+        g.fencing_token
+    );
+    s.release_detached(NS, "a", "o1", g.fencing_token);
+    settle_tasks().await;
+    assert_eq!(s.get(NS, "a").await.unwrap(), None);
+}

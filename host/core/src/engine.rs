@@ -1,0 +1,853 @@
+//! The single-node lock engine: every lock in memory, sharded by name, with
+//! what must survive a restart written through a [`Journal`].
+//!
+//! Invariants, each relied on below:
+//! - A name's state changes only under its shard's mutex, and journal ops are
+//!   submitted under that same mutex, so the journal sees changes to a name in
+//!   the order they were decided.
+//! - A holder whose `expires_at_ms <= now` is treated as absent by every
+//!   operation ([`Engine::settle`] runs first), whether or not the purge task
+//!   has removed it yet.
+//! - Every holder has exactly one `(expires_at_ms, key)` in its shard's
+//!   `deadlines`, which drives the purge task.
+//! - A lock with waiters always has a holder: when a holder goes away, the
+//!   first waiter still listening is granted the lock on the spot
+//!   ([`Engine::hand_off`]), so nobody can barge past the queue.
+//! - A grant is acknowledged only once its journal op (if persistent) and a
+//!   token reservation covering its token are durable.
+
+use std::collections::hash_map::Entry as MapEntry;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use rustc_hash::FxHasher;
+use tokio::sync::{oneshot, Notify};
+
+use crate::backend::{BoxFuture, LockBackend};
+use crate::clock::{Clock, SystemClock};
+use crate::error::LockError;
+use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
+use crate::types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// Tuning knobs of the engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Number of independently locked shards (a power of two is not needed).
+    pub shards: usize,
+    /// How many tokens one durable reservation covers. Larger blocks mean
+    /// fewer syncs and bigger (harmless) jumps in tokens after a restart.
+    pub token_block: u64,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            shards: 64,
+            token_block: 1 << 20,
+        }
+    }
+}
+
+/// The single-node [`LockBackend`]. See the module docs for its invariants.
+pub struct Engine {
+    shards: Box<[Mutex<Shard>]>,
+    tokens: TokenAllocator,
+    journal: Arc<dyn Journal>,
+    clock: Arc<dyn Clock>,
+    purge: Arc<PurgeSignal>,
+    next_waiter_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("shards", &self.shards.len())
+            .field("next_token", &self.tokens.next.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    locks: HashMap<Key, Entry, FxBuild>,
+    /// One `(expires_at_ms, key)` per holder in this shard.
+    deadlines: BTreeSet<(u64, Key)>,
+}
+
+#[derive(Default)]
+struct Entry {
+    holder: Option<Holder>,
+    /// First in, first served.
+    waiters: VecDeque<Waiter>,
+}
+
+struct Holder {
+    owner: String,
+    token: u64,
+    expires_at_ms: u64,
+    durability: Durability,
+}
+
+impl Holder {
+    fn info(&self) -> LockInfo {
+        LockInfo {
+            owner: self.owner.clone(),
+            fencing_token: self.token,
+            expires_at_ms: self.expires_at_ms,
+            durability: self.durability,
+        }
+    }
+
+    fn grant(&self) -> Grant {
+        Grant {
+            fencing_token: self.token,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+struct Waiter {
+    id: u64,
+    owner: String,
+    ttl_ms: u64,
+    durability: Durability,
+    tx: oneshot::Sender<Handoff>,
+}
+
+/// What the synchronous part of `lock` decided.
+enum Attempt {
+    Granted(Grant, Ticket),
+    Refreshed(Grant, Ticket),
+    Queued {
+        id: u64,
+        rx: oneshot::Receiver<Handoff>,
+        wait_until: u64,
+    },
+}
+
+/// A grant made on a waiter's behalf, still to be acknowledged by it.
+struct Handoff {
+    grant: Grant,
+    ticket: Ticket,
+}
+
+/// Wakes the purge task early when a deadline sooner than the one it sleeps
+/// towards appears, and when the engine is dropped.
+struct PurgeSignal {
+    notify: Notify,
+    /// The deadline the purge task currently sleeps towards.
+    next_wake_ms: AtomicU64,
+}
+
+impl PurgeSignal {
+    fn note_deadline(&self, deadline_ms: u64) {
+        if deadline_ms < self.next_wake_ms.load(Ordering::Acquire) {
+            self.next_wake_ms.store(deadline_ms, Ordering::Release);
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// Issues fencing tokens from one global counter, and makes sure a token is
+/// covered by a durable reservation before any grant carrying it is
+/// acknowledged. After a restart the counter resumes above the reservation,
+/// so tokens never go backwards, for ephemeral locks too.
+struct TokenAllocator {
+    next: AtomicU64,
+    reserved_up_to: AtomicU64,
+    block: u64,
+    refill: tokio::sync::Mutex<()>,
+}
+
+impl TokenAllocator {
+    /// Called under the shard mutex, so that per name, token order is grant
+    /// order.
+    fn issue(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn make_durable(&self, token: u64, journal: &dyn Journal) -> Result<(), LockError> {
+        if token <= self.reserved_up_to.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _one_refill_at_a_time = self.refill.lock().await;
+        if token <= self.reserved_up_to.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let up_to = self
+            .next
+            .load(Ordering::Relaxed)
+            .max(token)
+            .saturating_add(self.block);
+        journal
+            .submit(JournalOp::ReserveTokens { up_to })
+            .wait()
+            .await?;
+        self.reserved_up_to.fetch_max(up_to, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
+    now_ms.checked_add(ttl_ms).ok_or_else(|| {
+        LockError::InvalidArgument(format!("a ttl of {ttl_ms} ms overflows the clock"))
+    })
+}
+
+impl Engine {
+    /// The `memory` store: nothing survives a restart, and tokens are seeded
+    /// from the wall clock (see [`Recovered::in_memory`]).
+    ///
+    /// Like [`Engine::new`], this must be called within a tokio runtime.
+    pub fn memory() -> Arc<Engine> {
+        Engine::new(
+            Arc::new(NullJournal),
+            Recovered::in_memory(),
+            Arc::new(SystemClock),
+            EngineOptions::default(),
+        )
+    }
+
+    /// An engine resuming from `recovered`, writing through `journal`.
+    ///
+    /// Spawns the purge task on the current tokio runtime; it ends when the
+    /// engine is dropped.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn new(
+        journal: Arc<dyn Journal>,
+        recovered: Recovered,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+    ) -> Arc<Engine> {
+        let shards = (0..options.shards.max(1))
+            .map(|_| Mutex::new(Shard::default()))
+            .collect();
+        // Resume above any token found in a record too: a grant's record can
+        // reach the disk in an earlier batch than the reservation covering it.
+        let highest_recorded = recovered.locks.iter().map(|(_, r)| r.token).max();
+        let next = recovered
+            .next_token
+            .max(highest_recorded.map_or(0, |t| t.saturating_add(1)))
+            .max(1);
+        let engine = Arc::new(Engine {
+            shards,
+            tokens: TokenAllocator {
+                next: AtomicU64::new(next),
+                reserved_up_to: AtomicU64::new(recovered.reserved_up_to),
+                block: options.token_block.max(1),
+                refill: tokio::sync::Mutex::new(()),
+            },
+            journal,
+            clock,
+            purge: Arc::new(PurgeSignal {
+                notify: Notify::new(),
+                next_wake_ms: AtomicU64::new(u64::MAX),
+            }),
+            next_waiter_id: AtomicU64::new(0),
+        });
+        let now = engine.clock.now_ms();
+        for (key, record) in recovered.locks {
+            if record.expires_at_ms <= now {
+                // Expired while we were down: free, and no longer worth keeping.
+                drop(engine.journal.submit(JournalOp::Delete(key)));
+                continue;
+            }
+            let mut shard = engine.shard(&key);
+            shard.deadlines.insert((record.expires_at_ms, key.clone()));
+            shard.locks.insert(
+                key,
+                Entry {
+                    holder: Some(Holder {
+                        owner: record.owner,
+                        token: record.token,
+                        expires_at_ms: record.expires_at_ms,
+                        durability: Durability::Persistent,
+                    }),
+                    waiters: VecDeque::new(),
+                },
+            );
+        }
+        tokio::spawn(purge_loop(Arc::downgrade(&engine), engine.purge.clone()));
+        engine
+    }
+
+    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
+        let index = FxBuild::default().hash_one(key) as usize % self.shards.len();
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn journal_if_persistent(
+        &self,
+        durability: Durability,
+        op: impl FnOnce() -> JournalOp,
+    ) -> Ticket {
+        match durability {
+            Durability::Persistent => self.journal.submit(op()),
+            Durability::Ephemeral => Ticket::ready(),
+        }
+    }
+
+    /// Makes `owner` the holder of `key`. The caller has checked the lock is
+    /// free and holds the shard mutex.
+    fn install(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: String,
+        expires_at_ms: u64,
+        durability: Durability,
+    ) -> (Grant, Ticket) {
+        let token = self.tokens.issue();
+        let ticket = self.journal_if_persistent(durability, || {
+            JournalOp::Put(
+                key.clone(),
+                Record {
+                    owner: owner.clone(),
+                    token,
+                    expires_at_ms,
+                },
+            )
+        });
+        let entry = match shard.locks.entry(key.clone()) {
+            MapEntry::Occupied(e) => e.into_mut(),
+            MapEntry::Vacant(e) => e.insert(Entry::default()),
+        };
+        entry.holder = Some(Holder {
+            owner,
+            token,
+            expires_at_ms,
+            durability,
+        });
+        shard.deadlines.insert((expires_at_ms, key.clone()));
+        self.purge.note_deadline(expires_at_ms);
+        let grant = Grant {
+            fencing_token: token,
+            expires_at_ms,
+        };
+        (grant, ticket)
+    }
+
+    /// Removes the holder of `key` (journaling the delete if persistent) and
+    /// hands the lock to the next waiter. Returns the delete's ticket.
+    fn remove_holder(&self, shard: &mut Shard, key: &Key, now: u64) -> Ticket {
+        let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.take()) else {
+            return Ticket::ready();
+        };
+        shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
+        let ticket =
+            self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
+        self.hand_off(shard, key, now);
+        ticket
+    }
+
+    /// Removes an expired holder of `key`, if any; then, if the lock is free,
+    /// grants it to the first waiter still listening.
+    fn settle(&self, shard: &mut Shard, key: &Key, now: u64) {
+        let expired = shard
+            .locks
+            .get(key)
+            .and_then(|e| e.holder.as_ref())
+            .is_some_and(|h| h.expires_at_ms <= now);
+        if expired {
+            // Nobody waits on this delete: a record found expired at the next
+            // start is dropped anyway.
+            drop(self.remove_holder(shard, key, now));
+        }
+    }
+
+    /// Grants a free `key` to its first live waiter, or forgets the entry if
+    /// nobody waits.
+    fn hand_off(&self, shard: &mut Shard, key: &Key, now: u64) {
+        loop {
+            let Some(entry) = shard.locks.get_mut(key) else {
+                return;
+            };
+            if entry.holder.is_some() {
+                return;
+            }
+            let Some(waiter) = entry.waiters.pop_front() else {
+                shard.locks.remove(key);
+                return;
+            };
+            if waiter.tx.is_closed() {
+                continue;
+            }
+            // The ttl was validated when the waiter queued; saturate rather
+            // than fail here, where nobody could be told.
+            let expires_at_ms = now.saturating_add(waiter.ttl_ms);
+            let owner = waiter.owner;
+            let (grant, ticket) = self.install(shard, key, owner, expires_at_ms, waiter.durability);
+            if waiter.tx.send(Handoff { grant, ticket }).is_ok() {
+                return;
+            }
+            // The waiter left between the check and the send: undo, try the next.
+            let undone = shard.locks.get_mut(key).and_then(|e| e.holder.take());
+            if let Some(h) = undone {
+                shard.deadlines.remove(&(h.expires_at_ms, key.clone()));
+                drop(self.journal_if_persistent(h.durability, || JournalOp::Delete(key.clone())));
+            }
+        }
+    }
+
+    /// Waits until a grant is durable, then acknowledges it. If that fails,
+    /// or the caller goes away first, the grant is released again.
+    async fn acknowledge(
+        &self,
+        key: &Key,
+        owner: &str,
+        grant: Grant,
+        ticket: Ticket,
+    ) -> Result<Grant, LockError> {
+        let mut release = ReleaseOnDrop {
+            engine: self,
+            key,
+            owner,
+            token: grant.fencing_token,
+            armed: true,
+        };
+        ticket.wait().await?;
+        self.tokens
+            .make_durable(grant.fencing_token, &*self.journal)
+            .await?;
+        release.armed = false;
+        Ok(grant)
+    }
+
+    async fn lock_impl(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> Result<Grant, LockError> {
+        let (waiter_id, rx, wait_until) = match self.try_lock(key, owner, ttl_ms, options)? {
+            Attempt::Granted(grant, ticket) => {
+                return self.acknowledge(key, owner, grant, ticket).await
+            }
+            Attempt::Refreshed(grant, ticket) => {
+                // A retry by the holder: it was acknowledged before, or is
+                // being acknowledged by the call it retries.
+                ticket.wait().await?;
+                self.tokens
+                    .make_durable(grant.fencing_token, &*self.journal)
+                    .await?;
+                return Ok(grant);
+            }
+            Attempt::Queued { id, rx, wait_until } => (id, rx, wait_until),
+        };
+
+        let mut waiting = Waiting {
+            engine: self,
+            key,
+            owner,
+            id: waiter_id,
+            rx,
+            queued: true,
+        };
+        tokio::select! {
+            biased;
+            handoff = &mut waiting.rx => {
+                waiting.queued = false;
+                let Ok(handoff) = handoff else {
+                    return Err(LockError::Unavailable("the lock store shut down".to_string()));
+                };
+                return self.acknowledge(key, owner, handoff.grant, handoff.ticket).await;
+            }
+            () = self.clock.sleep_until(wait_until) => {}
+        }
+        waiting.queued = false;
+        let (grant, ticket) = self.time_out(key, owner, ttl_ms, options, &mut waiting)?;
+        self.acknowledge(key, owner, grant, ticket).await
+    }
+
+    /// The synchronous part of `lock`: grant, refresh, refuse, or queue.
+    fn try_lock(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> Result<Attempt, LockError> {
+        let mut guard = self.shard(key);
+        let shard = &mut *guard;
+        let now = self.clock.now_ms();
+        let expires_at_ms = deadline(now, ttl_ms)?;
+        self.settle(shard, key, now);
+        let Some(entry) = shard.locks.get_mut(key).filter(|e| e.holder.is_some()) else {
+            let (grant, ticket) = self.install(
+                shard,
+                key,
+                owner.to_string(),
+                expires_at_ms,
+                options.durability,
+            );
+            return Ok(Attempt::Granted(grant, ticket));
+        };
+        let Some(holder) = entry.holder.as_mut() else {
+            unreachable!("filtered on a holder above")
+        };
+        if holder.owner == owner {
+            // Same token, refreshed expiry, and the durability the lock
+            // already has.
+            let old = holder.expires_at_ms;
+            holder.expires_at_ms = expires_at_ms;
+            let grant = holder.grant();
+            let ticket = self.journal_if_persistent(holder.durability, || {
+                JournalOp::Put(
+                    key.clone(),
+                    Record {
+                        owner: owner.to_string(),
+                        token: grant.fencing_token,
+                        expires_at_ms,
+                    },
+                )
+            });
+            shard.deadlines.remove(&(old, key.clone()));
+            shard.deadlines.insert((expires_at_ms, key.clone()));
+            self.purge.note_deadline(expires_at_ms);
+            return Ok(Attempt::Refreshed(grant, ticket));
+        }
+        if options.wait_ms == 0 {
+            return Err(LockError::Busy(holder.info()));
+        }
+        let id = self.next_waiter_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        entry.waiters.push_back(Waiter {
+            id,
+            owner: owner.to_string(),
+            ttl_ms,
+            durability: options.durability,
+            tx,
+        });
+        Ok(Attempt::Queued {
+            id,
+            rx,
+            wait_until: now.saturating_add(options.wait_ms),
+        })
+    }
+
+    /// A queued call's wait ran out. A hand-off may have raced the timer: if
+    /// so, it wins; otherwise the caller leaves the queue with `busy`.
+    fn time_out(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        waiting: &mut Waiting<'_>,
+    ) -> Result<(Grant, Ticket), LockError> {
+        let mut guard = self.shard(key);
+        let shard = &mut *guard;
+        let now = self.clock.now_ms();
+        self.settle(shard, key, now);
+        if let Ok(handoff) = waiting.rx.try_recv() {
+            return Ok((handoff.grant, handoff.ticket));
+        }
+        remove_waiter(shard, key, waiting.id);
+        match shard.locks.get(key).and_then(|e| e.holder.as_ref()) {
+            Some(h) => Err(LockError::Busy(h.info())),
+            None => {
+                // Free with nobody ahead (a live waiter ahead would hold it).
+                let expires_at_ms = deadline(now, ttl_ms)?;
+                Ok(self.install(
+                    shard,
+                    key,
+                    owner.to_string(),
+                    expires_at_ms,
+                    options.durability,
+                ))
+            }
+        }
+    }
+
+    async fn unlock_impl(
+        &self,
+        key: &Key,
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
+        let ticket = {
+            let mut guard = self.shard(key);
+            let shard = &mut *guard;
+            let now = self.clock.now_ms();
+            self.settle(shard, key, now);
+            let Some(holder) = shard.locks.get(key).and_then(|e| e.holder.as_ref()) else {
+                return Err(LockError::NotHeld);
+            };
+            if holder.owner != owner || token.is_some_and(|t| t != holder.token) {
+                return Err(LockError::NotOwner);
+            }
+            self.remove_holder(shard, key, now)
+        };
+        ticket.wait().await
+    }
+
+    async fn extend_impl(&self, key: &Key, owner: &str, ttl_ms: u64) -> Result<Grant, LockError> {
+        let (grant, ticket) = {
+            let mut guard = self.shard(key);
+            let shard = &mut *guard;
+            let now = self.clock.now_ms();
+            let expires_at_ms = deadline(now, ttl_ms)?;
+            self.settle(shard, key, now);
+            let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
+                return Err(LockError::NotHeld);
+            };
+            if holder.owner != owner {
+                return Err(LockError::NotOwner);
+            }
+            let old = holder.expires_at_ms;
+            holder.expires_at_ms = expires_at_ms;
+            let grant = holder.grant();
+            let durability = holder.durability;
+            let owner = holder.owner.clone();
+            shard.deadlines.remove(&(old, key.clone()));
+            shard.deadlines.insert((expires_at_ms, key.clone()));
+            self.purge.note_deadline(expires_at_ms);
+            let ticket = self.journal_if_persistent(durability, || {
+                JournalOp::Put(
+                    key.clone(),
+                    Record {
+                        owner,
+                        token: grant.fencing_token,
+                        expires_at_ms,
+                    },
+                )
+            });
+            (grant, ticket)
+        };
+        ticket.wait().await?;
+        Ok(grant)
+    }
+
+    fn get_impl(&self, key: &Key) -> Option<LockInfo> {
+        let mut guard = self.shard(key);
+        let now = self.clock.now_ms();
+        self.settle(&mut guard, key, now);
+        guard
+            .locks
+            .get(key)
+            .and_then(|e| e.holder.as_ref())
+            .map(Holder::info)
+    }
+
+    fn list_impl(&self, namespace: &str, prefix: &str) -> Vec<ListedLock> {
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, entry) in &shard.locks {
+                if key.namespace != namespace || !key.name.starts_with(prefix) {
+                    continue;
+                }
+                if let Some(h) = entry.holder.as_ref().filter(|h| h.expires_at_ms > now) {
+                    out.push(ListedLock {
+                        name: key.name.clone(),
+                        info: h.info(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    fn release_now(&self, key: &Key, owner: &str, token: u64) {
+        let mut guard = self.shard(key);
+        let shard = &mut *guard;
+        let now = self.clock.now_ms();
+        self.settle(shard, key, now);
+        let holds = shard
+            .locks
+            .get(key)
+            .and_then(|e| e.holder.as_ref())
+            .is_some_and(|h| h.owner == owner && h.token == token);
+        if holds {
+            drop(self.remove_holder(shard, key, now));
+        }
+    }
+
+    /// Removes every expired holder and hands freed locks to their waiters.
+    /// Returns the earliest remaining deadline.
+    fn purge_expired(&self, now: u64) -> u64 {
+        let mut earliest = u64::MAX;
+        for shard in self.shards.iter() {
+            let mut guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let shard = &mut *guard;
+            while let Some((due, key)) = shard.deadlines.first().cloned() {
+                if due > now {
+                    earliest = earliest.min(due);
+                    break;
+                }
+                self.settle(shard, &key, now);
+                // Defensive: never spin on an entry settle did not remove.
+                shard.deadlines.remove(&(due, key));
+            }
+        }
+        earliest
+    }
+
+    /// The number of live (unexpired) locks, for tests and metrics.
+    pub fn live_locks(&self) -> usize {
+        let now = self.clock.now_ms();
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.locks
+                    .values()
+                    .filter(|e| e.holder.as_ref().is_some_and(|h| h.expires_at_ms > now))
+                    .count()
+            })
+            .sum()
+    }
+
+    /// The number of callers waiting in queues.
+    pub fn waiters(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.locks.values().map(|e| e.waiters.len()).sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+fn remove_waiter(shard: &mut Shard, key: &Key, id: u64) {
+    if let Some(entry) = shard.locks.get_mut(key) {
+        entry.waiters.retain(|w| w.id != id);
+        if entry.holder.is_none() && entry.waiters.is_empty() {
+            shard.locks.remove(key);
+        }
+    }
+}
+
+/// A queued `lock` call. If the call goes away (its future is dropped), it
+/// leaves the queue; if a grant was handed to it meanwhile, that grant is
+/// released.
+struct Waiting<'a> {
+    engine: &'a Engine,
+    key: &'a Key,
+    owner: &'a str,
+    id: u64,
+    rx: oneshot::Receiver<Handoff>,
+    queued: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.queued {
+            return;
+        }
+        let mut guard = self.engine.shard(self.key);
+        remove_waiter(&mut guard, self.key, self.id);
+        drop(guard);
+        if let Ok(handoff) = self.rx.try_recv() {
+            self.engine
+                .release_now(self.key, self.owner, handoff.grant.fencing_token);
+        }
+    }
+}
+
+/// Releases a grant that will never be acknowledged.
+struct ReleaseOnDrop<'a> {
+    engine: &'a Engine,
+    key: &'a Key,
+    owner: &'a str,
+    token: u64,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine.release_now(self.key, self.owner, self.token);
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Let the purge task notice that the engine is gone.
+        self.purge.notify.notify_one();
+    }
+}
+
+/// Sleeps until the earliest deadline (or an earlier one appears), then
+/// purges. Holds the engine only while purging, so dropping the last handle
+/// ends the task.
+async fn purge_loop(engine: Weak<Engine>, signal: Arc<PurgeSignal>) {
+    loop {
+        let sleep = {
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            // While we purge, any new deadline may be earlier than the one we
+            // will compute: have every one of them leave a wake-up permit.
+            signal.next_wake_ms.store(u64::MAX, Ordering::Release);
+            let next = engine.purge_expired(engine.clock.now_ms());
+            signal.next_wake_ms.store(next, Ordering::Release);
+            engine.clock.sleep_until(next)
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = signal.notify.notified() => {}
+        }
+    }
+}
+
+impl LockBackend for Engine {
+    fn lock<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        Box::pin(self.lock_impl(key, owner, ttl_ms, options))
+    }
+
+    fn unlock<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a str,
+        token: Option<u64>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(self.unlock_impl(key, owner, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a str,
+        ttl_ms: u64,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        Box::pin(self.extend_impl(key, owner, ttl_ms))
+    }
+
+    fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+        let info = self.get_impl(key);
+        Box::pin(async move { Ok(info) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        namespace: &'a str,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
+        let locks = self.list_impl(namespace, prefix);
+        Box::pin(async move { Ok(locks) })
+    }
+
+    fn release_detached(&self, key: Key, owner: String, token: u64) {
+        self.release_now(&key, &owner, token);
+    }
+}

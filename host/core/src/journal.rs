@@ -1,0 +1,130 @@
+//! What the [`Engine`](crate::Engine) must keep across restarts, and the
+//! trait through which a persistent store keeps it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+
+use crate::error::LockError;
+use crate::types::Key;
+
+/// A persistent lock as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The holder.
+    pub owner: String,
+    /// The token of its grant.
+    pub token: u64,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+}
+
+/// One change to durable state. Ephemeral locks never produce one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalOp {
+    /// A persistent lock was granted, re-locked or extended.
+    Put(Key, Record),
+    /// A persistent lock was released or expired.
+    Delete(Key),
+    /// No token above `up_to` will be issued until another reservation is
+    /// durable; after a restart, issuing resumes above it.
+    ReserveTokens {
+        /// The highest token that may be issued.
+        up_to: u64,
+    },
+}
+
+/// Durable storage beneath the engine.
+///
+/// Ops are submitted while the engine holds the lock of the affected name, so
+/// submission order is decision order, and the journal must apply them in
+/// that order. `submit` must not block: a store with slow writes queues
+/// them and lets many operations share one sync (group commit).
+pub trait Journal: Send + Sync + 'static {
+    /// Queues `op`. The ticket resolves once `op` is durable.
+    fn submit(&self, op: JournalOp) -> Ticket;
+}
+
+/// What a journal hands back at open: the state to resume from.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// Persistent locks that had not expired, with their owners and tokens.
+    pub locks: Vec<(Key, Record)>,
+    /// The next token to issue: above every token issued before.
+    pub next_token: u64,
+    /// Tokens up to this one are covered by a durable reservation.
+    pub reserved_up_to: u64,
+}
+
+impl Recovered {
+    /// The starting point of a store that keeps nothing: no locks, and tokens
+    /// seeded from the wall clock in nanoseconds. Fewer than 10⁹ tokens a
+    /// second are ever issued, so the seed of a restarted process is above
+    /// every token the previous one issued, unless the wall clock went back.
+    pub fn in_memory() -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Recovered {
+            locks: Vec::new(),
+            next_token: nanos.max(1),
+            reserved_up_to: u64::MAX,
+        }
+    }
+}
+
+/// The journal of the `memory` store: nothing is kept, so everything is
+/// durable at once.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullJournal;
+
+impl Journal for NullJournal {
+    fn submit(&self, _op: JournalOp) -> Ticket {
+        Ticket::ready()
+    }
+}
+
+/// Resolves when a journal op is durable, or reports why it is not.
+#[derive(Debug)]
+#[must_use = "a ticket must be awaited before the operation is acknowledged"]
+pub struct Ticket(Option<oneshot::Receiver<Result<(), String>>>);
+
+/// The journal's side of a [`Ticket`].
+#[derive(Debug)]
+pub struct TicketSender(oneshot::Sender<Result<(), String>>);
+
+impl TicketSender {
+    /// Reports the outcome: `Err` carries a message for `unavailable`.
+    pub fn complete(self, outcome: Result<(), String>) {
+        // The waiter may have gone away; the op is durable (or not) either way.
+        let _ = self.0.send(outcome);
+    }
+}
+
+impl Ticket {
+    /// A ticket for an op that needs no I/O.
+    pub fn ready() -> Self {
+        Ticket(None)
+    }
+
+    /// A ticket to complete later, and its sender.
+    pub fn pending() -> (TicketSender, Ticket) {
+        let (tx, rx) = oneshot::channel();
+        (TicketSender(tx), Ticket(Some(rx)))
+    }
+
+    /// Waits until the op is durable.
+    pub async fn wait(self) -> Result<(), LockError> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => match rx.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(message)) => Err(LockError::Unavailable(message)),
+                Err(_) => Err(LockError::Unavailable(
+                    "the store's writer stopped before the change was durable".to_string(),
+                )),
+            },
+        }
+    }
+}

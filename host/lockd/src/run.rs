@@ -1,0 +1,157 @@
+//! `lockd run`: a `wasi:cli` command component with full WASI plus the lock
+//! capability.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use lockd_core::LockService;
+use lockd_wasm::{LockCtx, LockCtxView, LockView};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::p2::bindings::Command;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// Exit code reported when the guest traps (as a process killed by SIGABRT
+/// would report it).
+pub const TRAP_EXIT_CODE: i32 = 134;
+
+/// Largest captured stdout or stderr, per stream.
+const CAPTURE_LIMIT: usize = 16 << 20;
+
+/// Where the guest's stdout and stderr go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// To this process's own streams.
+    Inherit,
+    /// Into [`RunOutcome`], for tests.
+    Capture,
+}
+
+/// How to run a command component.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The namespace the guest's locks live in.
+    pub namespace: String,
+    /// argv, including argv\[0\].
+    pub args: Vec<String>,
+    /// Where output goes.
+    pub output: Output,
+}
+
+/// What a run ended with.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    /// 0 on success, the guest's own code on `exit`, 1 when `run` returned
+    /// an error, [`TRAP_EXIT_CODE`] on a trap.
+    pub exit_code: i32,
+    /// The trap, if the guest trapped.
+    pub trap: Option<String>,
+    /// Captured stdout ([`Output::Capture`] only).
+    pub stdout: Vec<u8>,
+    /// Captured stderr ([`Output::Capture`] only).
+    pub stderr: Vec<u8>,
+}
+
+struct CommandState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    locks: LockCtx,
+}
+
+impl WasiView for CommandState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl LockView for CommandState {
+    fn lock_ctx(&mut self) -> LockCtxView<'_> {
+        LockCtxView {
+            ctx: &mut self.locks,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The engine configuration lockd runs command components with.
+pub fn engine() -> anyhow::Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("creating the wasm engine")
+}
+
+/// Compiles the component at `path`.
+pub fn load(engine: &Engine, path: &Path) -> anyhow::Result<Component> {
+    Component::from_file(engine, path)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("loading component {}", path.display()))
+}
+
+/// Runs `component`'s `wasi:cli/run` export to completion. The instance and
+/// its store are dropped before this returns, so guards it still held are
+/// released.
+pub async fn run_component(
+    engine: &Engine,
+    component: &Component,
+    service: LockService,
+    config: RunConfig,
+) -> anyhow::Result<RunOutcome> {
+    let mut linker = Linker::<CommandState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    lockd_wasm::add_to_linker(&mut linker)?;
+
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.args(&config.args).inherit_env();
+    let captured = match config.output {
+        Output::Inherit => {
+            wasi.inherit_stdio();
+            None
+        }
+        Output::Capture => {
+            let (out, err) = (
+                MemoryOutputPipe::new(CAPTURE_LIMIT),
+                MemoryOutputPipe::new(CAPTURE_LIMIT),
+            );
+            wasi.stdout(out.clone()).stderr(err.clone());
+            Some((out, err))
+        }
+    };
+    let state = CommandState {
+        wasi: wasi.build(),
+        table: ResourceTable::new(),
+        locks: LockCtx::new(service, config.namespace),
+    };
+    let mut store = Store::new(engine, state);
+    let command = Command::instantiate_async(&mut store, component, &linker)
+        .await
+        .map_err(anyhow::Error::from)
+        .context("instantiating the component (is it a wasi:cli command?)")?;
+    let result = command.wasi_cli_run().call_run(&mut store).await;
+    // End the instance: drops the lock context, releasing leftover guards.
+    drop(store);
+
+    let (exit_code, trap) = match result {
+        Ok(Ok(())) => (0, None),
+        Ok(Err(())) => (1, None),
+        Err(e) => match e.downcast_ref::<I32Exit>() {
+            Some(exit) => (exit.0, None),
+            None => (TRAP_EXIT_CODE, Some(format!("{e:?}"))),
+        },
+    };
+    let (stdout, stderr) = match captured {
+        Some((out, err)) => (out.contents().to_vec(), err.contents().to_vec()),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(RunOutcome {
+        exit_code,
+        trap,
+        stdout,
+        stderr,
+    })
+}

@@ -1,0 +1,87 @@
+//! The writer thread: group commit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+
+use lockd_core::{JournalOp, TicketSender};
+use redb::{Database, ReadableTable};
+
+use crate::codec;
+
+/// Upper bound on ops per commit, so one huge burst cannot delay the first
+/// callers in it for long.
+const MAX_BATCH: usize = 4096;
+
+pub(crate) struct Pending {
+    pub(crate) op: JournalOp,
+    pub(crate) done: TicketSender,
+}
+
+/// Counters of the writer, for metrics.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Ops submitted.
+    pub queued: AtomicU64,
+    /// Commits (each one fsync) attempted.
+    pub commits: AtomicU64,
+    /// Ops in those commits.
+    pub committed_ops: AtomicU64,
+    /// Commits that failed; their ops were reported unavailable.
+    pub failed_commits: AtomicU64,
+}
+
+/// Takes everything queued while the previous commit synced, and commits it
+/// as one transaction. Runs until the queue is closed and drained.
+pub(crate) fn run(db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
+    let mut batch = Vec::new();
+    while let Ok(first) = queue.recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats
+            .committed_ops
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let outcome = commit(&db, &batch).map_err(|e| format!("lock store write failed: {e}"));
+        if outcome.is_err() {
+            stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        for pending in batch.drain(..) {
+            pending.done.complete(outcome.clone());
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[Pending]) -> Result<(), redb::Error> {
+    // Durability::Immediate is redb's default: commit returns after fsync.
+    let txn = db.begin_write()?;
+    {
+        let mut locks = txn.open_table(codec::LOCKS)?;
+        let mut meta = txn.open_table(codec::META)?;
+        for pending in batch {
+            match &pending.op {
+                JournalOp::Put(key, record) => {
+                    locks.insert(
+                        codec::encode_key(key).as_slice(),
+                        codec::encode_record(record).as_slice(),
+                    )?;
+                }
+                JournalOp::Delete(key) => {
+                    locks.remove(codec::encode_key(key).as_slice())?;
+                }
+                JournalOp::ReserveTokens { up_to } => {
+                    let current = meta.get(codec::TOKENS_RESERVED)?.map_or(0, |v| v.value());
+                    if *up_to > current {
+                        meta.insert(codec::TOKENS_RESERVED, *up_to)?;
+                    }
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
