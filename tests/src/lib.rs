@@ -19,7 +19,7 @@
 //! A test module names each guest's test function after the guest, and
 //! asserts at compile time that such a function exists for every guest:
 //!
-//! ```ignore
+//! ```text
 //! use lockd_tests::foreach_guest;
 //!
 //! // Fails to compile ("unresolved import") when a guest has no test.

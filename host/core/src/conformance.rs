@@ -3,7 +3,7 @@
 //!
 //! A backend crate runs it with one macro call in a test file:
 //!
-//! ```ignore
+//! ```text
 //! lockd_core::conformance_tests!(MyFactory::new());
 //! ```
 //!

@@ -42,8 +42,10 @@ pub struct RunConfig {
 /// What a run ended with.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
-    /// 0 on success, the guest's own code on `exit`, 1 when `run` returned
-    /// an error, [`TRAP_EXIT_CODE`] on a trap.
+    /// 0 on success; the guest's own code when it calls `exit-with-code`;
+    /// 1 when `run` returned an error or the guest called `exit(err)` (Rust's
+    /// std on wasip2 turns any non-zero `exit` into that); [`TRAP_EXIT_CODE`]
+    /// on a trap.
     pub exit_code: i32,
     /// The trap, if the guest trapped.
     pub trap: Option<String>,

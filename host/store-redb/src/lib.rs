@@ -159,6 +159,16 @@ fn classify(path: &Path, e: DatabaseError) -> OpenError {
         DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
             path: path.to_path_buf(),
         },
+        // redb reports a file that is not (or no longer) a database as an
+        // I/O error of kind InvalidData: that is corruption, not the disk.
+        DatabaseError::Storage(redb::StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            OpenError::Corrupt {
+                path: path.to_path_buf(),
+                detail: source.to_string(),
+            }
+        }
         DatabaseError::Storage(redb::StorageError::Io(source)) => OpenError::Io {
             path: path.to_path_buf(),
             source,

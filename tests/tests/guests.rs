@@ -1,0 +1,327 @@
+//! Every guest program, run by the host through the path `lockd run` uses,
+//! with the store checked afterwards.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{lockd_bin, run_guest, text};
+use lockd_core::{Durability, Journal, JournalOp, Limits, LockOptions, LockService};
+use lockd_tests::foreach_guest;
+
+// Fails to compile when a program under guest/ has no test here.
+macro_rules! assert_test_exists {
+    ($name:ident) => {
+        #[allow(unused_imports)]
+        use self::$name as _;
+    };
+}
+foreach_guest!(assert_test_exists);
+
+/// 2^53: above it, a language that turned u64 into a double would lose
+/// precision. Stores in these tests issue tokens from 2^53 + 1 on.
+const ABOVE_DOUBLES: u64 = 1 << 53;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A fresh redb store whose token counter starts at 2^53 + 1.
+async fn store_above_doubles(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("locks.redb");
+    let (journal, _) = lockd_redb::RedbJournal::open(&path).unwrap();
+    journal
+        .submit(JournalOp::ReserveTokens {
+            up_to: ABOVE_DOUBLES,
+        })
+        .wait()
+        .await
+        .unwrap();
+    path
+}
+
+fn open(path: &std::path::Path) -> LockService {
+    LockService::new(lockd_redb::open(path).unwrap(), Limits::default())
+}
+
+/// The 12-step scenario of a conformance guest, then the store: `P/held`
+/// held by the guest's language, with exact u64 tokens above 2^53, and still
+/// held after the store is closed and reopened.
+async fn conformance(path: &str, language: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_above_doubles(&dir).await;
+    let service = open(&store);
+    let out = run_guest(path, &service, language, &["P"]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.exit_code,
+        0,
+        "{language} guest failed:\n{stdout}\n{}\n{:?}",
+        text(&out.stderr),
+        out.trap
+    );
+    for step in 1..=12 {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {step}")),
+            "step {step} missing:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    let printed: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("held "))
+        .expect("no `held <token>` line")
+        .parse()
+        .unwrap();
+
+    let held = service
+        .get(language, "P/held")
+        .await
+        .unwrap()
+        .expect("P/held not held");
+    assert_eq!(held.owner, language);
+    assert_eq!(
+        held.fencing_token, printed,
+        "token lost precision on its way out"
+    );
+    assert_eq!(held.durability, Durability::Persistent);
+    // Steps 1-11 took at least 5 grants before this one.
+    assert!(
+        held.fencing_token > ABOVE_DOUBLES + 5,
+        "{}",
+        held.fencing_token
+    );
+    let remaining = held.expires_at_ms.saturating_sub(now_ms());
+    assert!(
+        (30_000..=60_000).contains(&remaining),
+        "expires in {remaining} ms"
+    );
+    // The scenario leaves nothing else held.
+    let listed = service.list(language, "P/").await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    // Another namespace sees none of it.
+    assert_eq!(service.get("elsewhere", "P/held").await.unwrap(), None);
+
+    drop(service);
+    let service = open(&store);
+    let after = service
+        .get(language, "P/held")
+        .await
+        .unwrap()
+        .expect("lost in restart");
+    assert_eq!(
+        (after.owner.as_str(), after.fencing_token),
+        (language, printed)
+    );
+    let next = service
+        .lock(language, "P/next", "test", 1_000, LockOptions::default())
+        .await
+        .unwrap();
+    assert!(next.fencing_token > printed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_conformance() {
+    conformance(lockd_tests::RUST_CONFORMANCE, "rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_conformance() {
+    conformance(lockd_tests::PYTHON_CONFORMANCE, "python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_conformance() {
+    conformance(lockd_tests::JS_CONFORMANCE, "js").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_conformance() {
+    conformance(lockd_tests::C_CONFORMANCE, "c").await;
+}
+
+/// A trap ends the instance, and the guard it held is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_guard_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = open(&dir.path().join("locks.redb"));
+    let out = run_guest(lockd_tests::RUST_GUARD_TRAP, &service, "trap", &["T/g"]).await;
+    assert_eq!(out.exit_code, lockd::run::TRAP_EXIT_CODE);
+    assert!(out.trap.is_some());
+    let stdout = text(&out.stdout);
+    let mut words = stdout
+        .strip_prefix("guard ")
+        .expect(&stdout)
+        .split_whitespace();
+    let owner = words.next().unwrap().to_string();
+    let token: u64 = words.next().unwrap().parse().unwrap();
+    assert!(owner.starts_with("guard-") && owner.len() > 30, "{owner}");
+    assert!(token > 0);
+    assert_eq!(
+        service.get("trap", "T/g").await.unwrap(),
+        None,
+        "the trap left the guard's lock held"
+    );
+    // Someone else can take it at once.
+    let g = service
+        .lock("trap", "T/g", "next", 1_000, LockOptions::default())
+        .await
+        .unwrap();
+    assert!(g.fencing_token > token);
+}
+
+/// A `lockd run` process holding persistent locks is killed with SIGKILL.
+/// The store, reopened, has every lock with its owner, token and expiry,
+/// and tokens keep rising; a second killed process changes none of that.
+#[test]
+fn rust_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("locks.redb");
+    let spec = format!("redb:{}", store.display());
+
+    let first = hold_then_kill(&spec, &["k/a", "k/b", "k/c"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let highest = rt.block_on(async {
+        let service = open(&store);
+        for (name, token) in &first {
+            let info = service
+                .get("hold", name)
+                .await
+                .unwrap()
+                .expect("acknowledged lock lost");
+            assert_eq!(
+                (info.owner.as_str(), info.fencing_token),
+                ("holder", *token)
+            );
+            assert!(info.expires_at_ms > now_ms() + 30_000);
+            assert!(matches!(
+                service
+                    .lock("hold", name, "intruder", 1_000, LockOptions::default())
+                    .await,
+                Err(lockd_core::LockError::Busy(_))
+            ));
+        }
+        let max = first.iter().map(|(_, t)| *t).max().unwrap();
+        let g = service
+            .lock("hold", "k/probe", "probe", 1_000, LockOptions::default())
+            .await
+            .unwrap();
+        assert!(g.fencing_token > max);
+        g.fencing_token
+    });
+    drop(rt);
+
+    // The same owner again: idempotent, same token; a new name: higher token.
+    let second = hold_then_kill(&spec, &["k/a", "k/d"]);
+    assert_eq!(second[0], first[0]);
+    assert!(second[1].1 > highest, "{} after {highest}", second[1].1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let service = open(&store);
+        for (name, token) in first.iter().chain(&second) {
+            let info = service.get("hold", name).await.unwrap().expect("lock lost");
+            assert_eq!(info.fencing_token, *token);
+        }
+    });
+}
+
+/// Starts `lockd run rust-hold NAMES`, waits until it holds them all, kills
+/// it with SIGKILL, and returns the tokens it printed.
+fn hold_then_kill(spec: &str, names: &[&str]) -> Vec<(String, u64)> {
+    let mut child = Command::new(lockd_bin())
+        .args([
+            "run",
+            "--store",
+            spec,
+            "--namespace",
+            "hold",
+            lockd_tests::RUST_HOLD,
+            "--",
+        ])
+        .args(names)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut held = Vec::new();
+    loop {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(120)) else {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("lockd run did not get ready: {}", text(&out.stderr));
+        };
+        if line == "ready" {
+            break;
+        }
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("held"), "{line}");
+        let name = words.next().unwrap().to_string();
+        held.push((name, words.next().unwrap().parse().unwrap()));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(held.len(), names.len());
+    held
+}
+
+/// The embedding example's plugin runs jobs under a lock in the namespace
+/// its host chose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embed_plugin() {
+    let service = LockService::new(lockd_core::Engine::memory(), Limits::default());
+    let runner = lockd_example_embed::JobRunner::new(
+        lockd_tests::EMBED_PLUGIN.as_ref(),
+        service.clone(),
+        "plugins",
+    )
+    .unwrap();
+    let t1 = runner.run_job("1", "w").await.unwrap().unwrap();
+    let t2 = runner.run_job("1", "w").await.unwrap().unwrap();
+    assert!(t2 > t1);
+    assert_eq!(
+        service.get("plugins", "job/1").await.unwrap(),
+        None,
+        "plugin left its lock held"
+    );
+    service
+        .lock(
+            "plugins",
+            "job/7",
+            "someone-else",
+            10_000,
+            LockOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        runner.run_job("7", "w").await.unwrap(),
+        Err("busy: held by someone-else".to_string())
+    );
+    // Same name, other namespace: no conflict.
+    service
+        .lock(
+            "other",
+            "job/8",
+            "someone-else",
+            10_000,
+            LockOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(runner.run_job("8", "w").await.unwrap().is_ok());
+}
