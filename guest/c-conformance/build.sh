@@ -74,14 +74,17 @@ apt_install() { # apt_install PKG...: installs the packages dpkg does not know
     done
     if ((${#missing[@]})); then
         echo "$NAME: apt-get install ${missing[*]}"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+        # A fresh machine may have no package lists yet: update once, then retry.
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; }
     fi
 }
 apt_install clang lld wasi-libc libclang-rt-dev-wasm32
 
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 export PATH="$cargo_home/bin:$PATH"
-for tool in wit-bindgen:wit-bindgen-cli wasm-tools:wasm-tools; do
+# Pinned: the versions verified with wit-bindgen 0.61 guests and wasmtime 48.
+for tool in wit-bindgen:wit-bindgen-cli@0.63.0 wasm-tools:wasm-tools@1.263.0; do
     if ! command -v "${tool%%:*}" >/dev/null; then
         echo "$NAME: cargo install --locked ${tool#*:} (takes a few minutes)"
         cargo install --locked "${tool#*:}"

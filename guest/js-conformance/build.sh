@@ -71,7 +71,9 @@ apt_install() { # apt_install PKG...: installs the packages dpkg does not know
     done
     if ((${#missing[@]})); then
         echo "$NAME: apt-get install ${missing[*]}"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+        # A fresh machine may have no package lists yet: update once, then retry.
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; }
     fi
 }
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

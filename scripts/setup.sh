@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need, idempotently: each step
+# runs only when its tool is missing. Safe to run again and again.
+#
+#   - the wasm32-wasip2 Rust target (guests)
+#   - clang, lld, wasi-libc (the C guest), python3-venv (the Python guest)
+#   - wit-bindgen-cli and wasm-tools (the C guest), pinned
+#
+# componentize-py and componentize-js are installed by the guests' own
+# build scripts into target/ (a venv and a local node_modules).
+set -euo pipefail
+
+log() { echo "setup: $*"; }
+
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+    log "rustup target add wasm32-wasip2"
+    rustup target add wasm32-wasip2
+fi
+
+apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv)
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+for tool in wit-bindgen:wit-bindgen-cli@0.63.0 wasm-tools:wasm-tools@1.263.0; do
+    if ! command -v "${tool%%:*}" >/dev/null; then
+        log "cargo install --locked ${tool#*:} (a few minutes)"
+        cargo install --locked --quiet "${tool#*:}"
+    fi
+done
+log "done"
