@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::LockError;
+use crate::metrics::BackendStats;
 use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
 
 /// A boxed, sendable future, so that [`LockBackend`] stays object safe.
@@ -54,4 +55,8 @@ pub trait LockBackend: Send + Sync + 'static {
     /// instance), where nothing can await. Best effort: the TTL is the
     /// safety net.
     fn release_detached(&self, key: Key, owner: String, token: u64);
+
+    /// Gauges and counters for metrics. Called at scrape time, not on any
+    /// hot path.
+    fn stats(&self) -> BackendStats;
 }

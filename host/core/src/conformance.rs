@@ -70,6 +70,7 @@ fn opts(wait_ms: u64, durability: Durability) -> LockOptions {
     LockOptions {
         wait_ms,
         durability,
+        ..LockOptions::default()
     }
 }
 

@@ -28,6 +28,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::error::LockError;
+use crate::metrics::BackendStats;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
 use crate::types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
 
@@ -60,6 +61,57 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     purge: Arc<PurgeSignal>,
     next_waiter_id: AtomicU64,
+    /// Holders per namespace, for quotas and metrics. Changed with the holder
+    /// itself, under its shard mutex.
+    held: NamespaceCounts,
+}
+
+/// Live holders per namespace. A quota check and the increment it guards are
+/// one atomic step, so concurrent grants can never overshoot a quota.
+#[derive(Default)]
+struct NamespaceCounts(std::sync::RwLock<HashMap<String, Arc<AtomicU64>, FxBuild>>);
+
+impl NamespaceCounts {
+    fn counter(&self, namespace: &str) -> Arc<AtomicU64> {
+        if let Some(c) = self.0.read().unwrap_or_else(PoisonError::into_inner).get(namespace) {
+            return c.clone();
+        }
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(namespace.to_string())
+            .or_default()
+            .clone()
+    }
+
+    fn add(&self, namespace: &str, quota: Option<u64>) -> Result<(), LockError> {
+        let counter = self.counter(namespace);
+        let Some(quota) = quota else {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| (held < quota).then_some(held + 1))
+            .map(drop)
+            .map_err(|_| {
+                LockError::Denied(format!(
+                    "namespace {namespace:?} already holds {quota} locks, its quota"
+                ))
+            })
+    }
+
+    fn remove(&self, namespace: &str) {
+        let counter = self.counter(namespace);
+        let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_sub(1));
+    }
+
+    fn get(&self, namespace: &str) -> u64 {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(namespace)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -250,6 +302,7 @@ impl Engine {
                 next_wake_ms: AtomicU64::new(u64::MAX),
             }),
             next_waiter_id: AtomicU64::new(0),
+            held: NamespaceCounts::default(),
         });
         let now = engine.clock.now_ms();
         for (key, record) in recovered.locks {
@@ -259,6 +312,8 @@ impl Engine {
                 continue;
             }
             let mut shard = engine.shard(&key);
+            // Recovered locks count against quotas but are never refused.
+            let _ = engine.held.add(&key.namespace, None);
             shard.deadlines.insert((record.expires_at_ms, key.clone()));
             shard.locks.insert(
                 key,
@@ -295,9 +350,24 @@ impl Engine {
         }
     }
 
-    /// Makes `owner` the holder of `key`. The caller has checked the lock is
-    /// free and holds the shard mutex.
+    /// Makes `owner` the holder of `key`, if the namespace's `quota` allows
+    /// one more lock. The caller has checked the lock is free and holds the
+    /// shard mutex.
     fn install(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: String,
+        expires_at_ms: u64,
+        durability: Durability,
+        quota: Option<u64>,
+    ) -> Result<(Grant, Ticket), LockError> {
+        self.held.add(&key.namespace, quota)?;
+        Ok(self.install_counted(shard, key, owner, expires_at_ms, durability))
+    }
+
+    /// [`Engine::install`] for a holder already counted in `held`.
+    fn install_counted(
         &self,
         shard: &mut Shard,
         key: &Key,
@@ -341,6 +411,7 @@ impl Engine {
         let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.take()) else {
             return Ticket::ready();
         };
+        self.held.remove(&key.namespace);
         shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
         let ticket =
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
@@ -384,13 +455,17 @@ impl Engine {
             // than fail here, where nobody could be told.
             let expires_at_ms = now.saturating_add(waiter.ttl_ms);
             let owner = waiter.owner;
-            let (grant, ticket) = self.install(shard, key, owner, expires_at_ms, waiter.durability);
+            // The lock changes hands within its namespace: counted, but never
+            // refused by a quota.
+            self.held.add(&key.namespace, None).ok();
+            let (grant, ticket) = self.install_counted(shard, key, owner, expires_at_ms, waiter.durability);
             if waiter.tx.send(Handoff { grant, ticket }).is_ok() {
                 return;
             }
             // The waiter left between the check and the send: undo, try the next.
             let undone = shard.locks.get_mut(key).and_then(|e| e.holder.take());
             if let Some(h) = undone {
+                self.held.remove(&key.namespace);
                 shard.deadlines.remove(&(h.expires_at_ms, key.clone()));
                 drop(self.journal_if_persistent(h.durability, || JournalOp::Delete(key.clone())));
             }
@@ -481,18 +556,16 @@ impl Engine {
         let now = self.clock.now_ms();
         let expires_at_ms = deadline(now, ttl_ms)?;
         self.settle(shard, key, now);
-        let Some(entry) = shard.locks.get_mut(key).filter(|e| e.holder.is_some()) else {
+        let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
             let (grant, ticket) = self.install(
                 shard,
                 key,
                 owner.to_string(),
                 expires_at_ms,
                 options.durability,
-            );
+                options.quota,
+            )?;
             return Ok(Attempt::Granted(grant, ticket));
-        };
-        let Some(holder) = entry.holder.as_mut() else {
-            unreachable!("filtered on a holder above")
         };
         if holder.owner == owner {
             // Same token, refreshed expiry, and the durability the lock
@@ -520,6 +593,10 @@ impl Engine {
         }
         let id = self.next_waiter_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        let Some(entry) = shard.locks.get_mut(key) else {
+            // The holder seen above lives in this entry, under our mutex.
+            return Err(LockError::Unavailable("lock entry vanished".to_string()));
+        };
         entry.waiters.push_back(Waiter {
             id,
             owner: owner.to_string(),
@@ -557,13 +634,14 @@ impl Engine {
             None => {
                 // Free with nobody ahead (a live waiter ahead would hold it).
                 let expires_at_ms = deadline(now, ttl_ms)?;
-                Ok(self.install(
+                self.install(
                     shard,
                     key,
                     owner.to_string(),
                     expires_at_ms,
                     options.durability,
-                ))
+                    options.quota,
+                )
             }
         }
     }
@@ -692,6 +770,12 @@ impl Engine {
             }
         }
         earliest
+    }
+
+    /// Holders in `namespace` as counted for its quota (a holder whose lease
+    /// just ended counts until it is settled).
+    pub fn held_in_namespace(&self, namespace: &str) -> u64 {
+        self.held.get(namespace)
     }
 
     /// The number of live (unexpired) locks, for tests and metrics.
@@ -849,5 +933,16 @@ impl LockBackend for Engine {
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
         self.release_now(&key, &owner, token);
+    }
+
+    fn stats(&self) -> BackendStats {
+        let (commits, committed_ops, failed_commits) = self.journal.commit_stats();
+        BackendStats {
+            locks_held: self.live_locks() as u64,
+            waiters: self.waiters() as u64,
+            commits,
+            committed_ops,
+            failed_commits,
+        }
     }
 }

@@ -43,6 +43,11 @@ pub enum JournalOp {
 pub trait Journal: Send + Sync + 'static {
     /// Queues `op`. The ticket resolves once `op` is durable.
     fn submit(&self, op: JournalOp) -> Ticket;
+
+    /// Commit counters: `(commits, committed_ops, failed_commits)`.
+    fn commit_stats(&self) -> (u64, u64, u64) {
+        (0, 0, 0)
+    }
 }
 
 /// What a journal hands back at open: the state to resume from.

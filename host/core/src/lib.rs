@@ -37,6 +37,7 @@ mod engine;
 mod error;
 mod journal;
 mod limits;
+pub mod metrics;
 mod service;
 mod types;
 
@@ -49,7 +50,8 @@ pub use engine::{Engine, EngineOptions};
 pub use error::LockError;
 pub use journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket, TicketSender};
 pub use limits::Limits;
-pub use service::LockService;
+pub use metrics::{BackendStats, Metrics};
+pub use service::{LockService, Quotas};
 pub use types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
 
 #[cfg(test)]

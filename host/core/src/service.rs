@@ -1,36 +1,66 @@
 //! The one dispatch layer in front of a backend: every surface (wasm, REST,
-//! CLI) calls this, so limits are enforced once.
+//! CLI) calls this, so limits, quotas and metrics are handled once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::backend::LockBackend;
 use crate::error::LockError;
 use crate::limits::Limits;
+use crate::metrics::{Metrics, Op};
 use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
 
-/// Validates arguments against [`Limits`], then calls the backend.
-/// Cheap to clone.
+/// How many locks each namespace may hold at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quotas {
+    /// For namespaces not listed in `per_namespace`; `None` is unlimited.
+    pub default: Option<u64>,
+    /// Quotas of named namespaces.
+    pub per_namespace: HashMap<String, u64>,
+}
+
+impl Quotas {
+    /// The quota of `namespace`, if it has one.
+    pub fn of(&self, namespace: &str) -> Option<u64> {
+        self.per_namespace.get(namespace).copied().or(self.default)
+    }
+}
+
+/// Validates arguments against [`Limits`], applies [`Quotas`], calls the
+/// backend, and records [`Metrics`]. Cheap to clone; clones share metrics.
 #[derive(Clone)]
 pub struct LockService {
     backend: Arc<dyn LockBackend>,
     limits: Arc<Limits>,
+    quotas: Arc<Quotas>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for LockService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockService")
             .field("limits", &self.limits)
+            .field("quotas", &self.quotas)
             .finish_non_exhaustive()
     }
 }
 
 impl LockService {
-    /// A service over `backend`.
+    /// A service over `backend`, with no quotas.
     pub fn new(backend: Arc<dyn LockBackend>, limits: Limits) -> Self {
         LockService {
             backend,
             limits: Arc::new(limits),
+            quotas: Arc::new(Quotas::default()),
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// The same service with `quotas` in force.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = Arc::new(quotas);
+        self
     }
 
     /// The limits in force.
@@ -43,10 +73,28 @@ impl LockService {
         &self.backend
     }
 
+    /// Counters and latencies of every call through this service.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Everything `/metrics` shows, in Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        let mut out = String::new();
+        self.metrics.render(&mut out);
+        self.backend.stats().render(&mut out);
+        out
+    }
+
     fn key(&self, namespace: &str, name: &str) -> Result<Key, LockError> {
         self.limits.check_namespace(namespace)?;
         self.limits.check_name(name)?;
         Ok(Key::new(namespace, name))
+    }
+
+    fn measured<T>(&self, op: Op, started: Instant, result: Result<T, LockError>) -> Result<T, LockError> {
+        self.metrics.record(op, started.elapsed(), &result);
+        result
     }
 
     /// Takes `name` for `owner`; see design.md §1.
@@ -58,11 +106,20 @@ impl LockService {
         ttl_ms: u64,
         options: LockOptions,
     ) -> Result<Grant, LockError> {
-        let key = self.key(namespace, name)?;
-        self.limits.check_owner(owner)?;
-        self.limits.check_ttl(ttl_ms)?;
-        self.limits.check_wait(options.wait_ms)?;
-        self.backend.lock(&key, owner, ttl_ms, options).await
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(owner)?;
+            self.limits.check_ttl(ttl_ms)?;
+            self.limits.check_wait(options.wait_ms)?;
+            let options = LockOptions {
+                quota: self.quotas.of(namespace),
+                ..options
+            };
+            self.backend.lock(&key, owner, ttl_ms, options).await
+        }
+        .await;
+        self.measured(Op::Lock, started, result)
     }
 
     /// Releases `name` if `owner` holds it (under `token`, if given).
@@ -73,9 +130,14 @@ impl LockService {
         owner: &str,
         token: Option<u64>,
     ) -> Result<(), LockError> {
-        let key = self.key(namespace, name)?;
-        self.limits.check_owner(owner)?;
-        self.backend.unlock(&key, owner, token).await
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(owner)?;
+            self.backend.unlock(&key, owner, token).await
+        }
+        .await;
+        self.measured(Op::Unlock, started, result)
     }
 
     /// Moves the expiry of `name`, held by `owner`, to now + `ttl_ms`.
@@ -86,29 +148,44 @@ impl LockService {
         owner: &str,
         ttl_ms: u64,
     ) -> Result<Grant, LockError> {
-        let key = self.key(namespace, name)?;
-        self.limits.check_owner(owner)?;
-        self.limits.check_ttl(ttl_ms)?;
-        self.backend.extend(&key, owner, ttl_ms).await
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(owner)?;
+            self.limits.check_ttl(ttl_ms)?;
+            self.backend.extend(&key, owner, ttl_ms).await
+        }
+        .await;
+        self.measured(Op::Extend, started, result)
     }
 
     /// The live holder of `name`.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let key = self.key(namespace, name)?;
-        self.backend.get(&key).await
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.backend.get(&key).await
+        }
+        .await;
+        self.measured(Op::Get, started, result)
     }
 
     /// Live locks in `namespace` whose names start with `prefix`.
     pub async fn list(&self, namespace: &str, prefix: &str) -> Result<Vec<ListedLock>, LockError> {
-        self.limits.check_namespace(namespace)?;
-        if prefix.len() > self.limits.max_name_bytes {
-            return Err(LockError::InvalidArgument(format!(
-                "prefix is {} bytes, over the limit of {} bytes",
-                prefix.len(),
-                self.limits.max_name_bytes
-            )));
+        let started = Instant::now();
+        let result = async {
+            self.limits.check_namespace(namespace)?;
+            if prefix.len() > self.limits.max_name_bytes {
+                return Err(LockError::InvalidArgument(format!(
+                    "prefix is {} bytes, over the limit of {} bytes",
+                    prefix.len(),
+                    self.limits.max_name_bytes
+                )));
+            }
+            self.backend.list(namespace, prefix).await
         }
-        self.backend.list(namespace, prefix).await
+        .await;
+        self.measured(Op::List, started, result)
     }
 
     /// Best-effort release for drop paths; see

@@ -46,6 +46,10 @@ pub struct LockOptions {
     /// Durability of a fresh grant. A re-lock by the holder keeps the
     /// durability the lock already has.
     pub durability: Durability,
+    /// The most locks the namespace may hold; a fresh grant past it answers
+    /// `denied`. Set by [`LockService`](crate::LockService) from its
+    /// configuration: whatever a caller puts here is replaced.
+    pub quota: Option<u64>,
 }
 
 /// A successful lock or extend.

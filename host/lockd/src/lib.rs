@@ -3,5 +3,8 @@
 //! over it, and the end-to-end tests call the same functions.
 #![deny(missing_docs)]
 
+pub mod api;
+pub mod config;
 pub mod run;
+pub mod serve;
 pub mod store;

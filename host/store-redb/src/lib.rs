@@ -215,6 +215,14 @@ impl Journal for RedbJournal {
         }
         ticket
     }
+
+    fn commit_stats(&self) -> (u64, u64, u64) {
+        (
+            self.stats.commits.load(Ordering::Relaxed),
+            self.stats.committed_ops.load(Ordering::Relaxed),
+            self.stats.failed_commits.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl Drop for RedbJournal {

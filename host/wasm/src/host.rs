@@ -15,6 +15,7 @@ fn options_from_wit(options: locks::LockOptions) -> LockOptions {
     LockOptions {
         wait_ms: u64::from(options.wait_ms),
         durability: durability_from_wit(options.durability),
+        ..LockOptions::default()
     }
 }
 

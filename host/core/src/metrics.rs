@@ -1,0 +1,186 @@
+//! Operation counters and latency histograms, kept by the dispatch layer so
+//! every surface (wasm, REST) is measured the same way, and rendered in the
+//! Prometheus text format.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::LockError;
+
+/// The operations measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `lock`
+    Lock,
+    /// `unlock`
+    Unlock,
+    /// `extend`
+    Extend,
+    /// `get`
+    Get,
+    /// `list`
+    List,
+}
+
+const OPS: [(Op, &str); 5] = [
+    (Op::Lock, "lock"),
+    (Op::Unlock, "unlock"),
+    (Op::Extend, "extend"),
+    (Op::Get, "get"),
+    (Op::List, "list"),
+];
+
+/// Outcome labels, in the order of [`outcome_index`].
+pub const OUTCOMES: [&str; 7] = [
+    "ok",
+    "busy",
+    "not_owner",
+    "not_held",
+    "invalid_argument",
+    "denied",
+    "unavailable",
+];
+
+fn outcome_index<T>(result: &Result<T, LockError>) -> usize {
+    match result {
+        Ok(_) => 0,
+        Err(LockError::Busy(_)) => 1,
+        Err(LockError::NotOwner) => 2,
+        Err(LockError::NotHeld) => 3,
+        Err(LockError::InvalidArgument(_)) => 4,
+        Err(LockError::Denied(_)) => 5,
+        Err(LockError::Unavailable(_)) => 6,
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds. Lock waits can last
+/// minutes, so the top buckets are wide.
+const BUCKETS_S: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+    30.0, 300.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS_S.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        if let Some(i) = BUCKETS_S.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add(elapsed.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+    }
+}
+
+/// Counters of one [`LockService`](crate::LockService).
+#[derive(Default)]
+pub struct Metrics {
+    ops: [[AtomicU64; OUTCOMES.len()]; OPS.len()],
+    latency: [Histogram; OPS.len()],
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn record<T>(&self, op: Op, elapsed: Duration, result: &Result<T, LockError>) {
+        let i = op as usize;
+        self.ops[i][outcome_index(result)].fetch_add(1, Ordering::Relaxed);
+        self.latency[i].observe(elapsed);
+    }
+
+    /// How many `op` calls ended with `outcome` (a label of [`OUTCOMES`]).
+    pub fn count(&self, op: Op, outcome: &str) -> u64 {
+        OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .map_or(0, |j| self.ops[op as usize][j].load(Ordering::Relaxed))
+    }
+
+    /// Appends the counters and histograms in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        out.push_str("# HELP lockd_operations_total Lock operations by operation and outcome.\n");
+        out.push_str("# TYPE lockd_operations_total counter\n");
+        for (i, (_, op)) in OPS.iter().enumerate() {
+            for (j, outcome) in OUTCOMES.iter().enumerate() {
+                let n = self.ops[i][j].load(Ordering::Relaxed);
+                let _ = writeln!(out, "lockd_operations_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}");
+            }
+        }
+        out.push_str("# HELP lockd_operation_duration_seconds Time from call to answer, waits included.\n");
+        out.push_str("# TYPE lockd_operation_duration_seconds histogram\n");
+        for (i, (_, op)) in OPS.iter().enumerate() {
+            let h = &self.latency[i];
+            let mut cumulative = 0;
+            for (b, bound) in BUCKETS_S.iter().enumerate() {
+                cumulative += h.buckets[b].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "lockd_operation_duration_seconds_bucket{{op=\"{op}\",le=\"{bound}\"}} {cumulative}"
+                );
+            }
+            let count = h.count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "lockd_operation_duration_seconds_bucket{{op=\"{op}\",le=\"+Inf\"}} {count}");
+            let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "lockd_operation_duration_seconds_sum{{op=\"{op}\"}} {sum}");
+            let _ = writeln!(out, "lockd_operation_duration_seconds_count{{op=\"{op}\"}} {count}");
+        }
+    }
+}
+
+/// What a backend reports about itself for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Locks currently held (unexpired).
+    pub locks_held: u64,
+    /// Callers waiting in queues.
+    pub waiters: u64,
+    /// Durable commits (each one fsync) so far; 0 for stores that keep nothing.
+    pub commits: u64,
+    /// Journal ops in those commits: `committed_ops / commits` is the batch size.
+    pub committed_ops: u64,
+    /// Commits that failed.
+    pub failed_commits: u64,
+}
+
+impl BackendStats {
+    /// Appends the gauges and counters in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        let rows = [
+            ("lockd_locks_held", "gauge", "Locks currently held.", self.locks_held),
+            ("lockd_waiters", "gauge", "Callers waiting in lock queues.", self.waiters),
+            (
+                "lockd_store_commits_total",
+                "counter",
+                "Durable commits (fsync batches) of the store.",
+                self.commits,
+            ),
+            (
+                "lockd_store_committed_ops_total",
+                "counter",
+                "Operations in those commits; divided by commits, the batch size.",
+                self.committed_ops,
+            ),
+            (
+                "lockd_store_failed_commits_total",
+                "counter",
+                "Commits that failed.",
+                self.failed_commits,
+            ),
+        ];
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
+}
