@@ -2,12 +2,13 @@
 //! with the store checked afterwards.
 
 mod common;
+mod http_guests;
+#[allow(unused_imports)]
+use http_guests::{edge_guard_p3, edge_jobs, js_edge};
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{lockd_bin, run_guest, text};
+use common::{run_guest, text};
 use lockd_core::{Durability, Journal, JournalOp, Limits, LockOptions, LockService};
 use lockd_tests::foreach_guest;
 
@@ -175,108 +176,30 @@ async fn rust_guard_trap() {
     assert!(g.fencing_token > token);
 }
 
-/// A `lockd run` process holding persistent locks is killed with SIGKILL.
-/// The store, reopened, has every lock with its owner, token and expiry,
-/// and tokens keep rising; a second killed process changes none of that.
-#[test]
-fn rust_hold() {
+/// The holder guest, in process: its persistent locks stay held after its
+/// instance is cancelled mid-sleep (they are plain locks, not guards), with
+/// the tokens it printed. The SIGKILL variant with a real `lockd run`
+/// process is `host/lockd/tests/kill.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_hold() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("locks.redb");
-    let spec = format!("redb:{}", store.display());
-
-    let first = hold_then_kill(&spec, &["k/a", "k/b", "k/c"]);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let highest = rt.block_on(async {
-        let service = open(&store);
-        for (name, token) in &first {
-            let info = service
-                .get("hold", name)
-                .await
-                .unwrap()
-                .expect("acknowledged lock lost");
-            assert_eq!(
-                (info.owner.as_str(), info.fencing_token),
-                ("holder", *token)
-            );
-            assert!(info.expires_at_ms > now_ms() + 30_000);
-            assert!(matches!(
-                service
-                    .lock("hold", name, "intruder", 1_000, LockOptions::default())
-                    .await,
-                Err(lockd_core::LockError::Busy(_))
-            ));
-        }
-        let max = first.iter().map(|(_, t)| *t).max().unwrap();
-        let g = service
-            .lock("hold", "k/probe", "probe", 1_000, LockOptions::default())
-            .await
-            .unwrap();
-        assert!(g.fencing_token > max);
-        g.fencing_token
-    });
-    drop(rt);
-
-    // The same owner again: idempotent, same token; a new name: higher token.
-    let second = hold_then_kill(&spec, &["k/a", "k/d"]);
-    assert_eq!(second[0], first[0]);
-    assert!(second[1].1 > highest, "{} after {highest}", second[1].1);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let service = open(&store);
-        for (name, token) in first.iter().chain(&second) {
-            let info = service.get("hold", name).await.unwrap().expect("lock lost");
-            assert_eq!(info.fencing_token, *token);
-        }
-    });
-}
-
-/// Starts `lockd run rust-hold NAMES`, waits until it holds them all, kills
-/// it with SIGKILL, and returns the tokens it printed.
-fn hold_then_kill(spec: &str, names: &[&str]) -> Vec<(String, u64)> {
-    let mut child = Command::new(lockd_bin())
-        .args([
-            "run",
-            "--store",
-            spec,
-            "--namespace",
-            "hold",
-            lockd_tests::RUST_HOLD,
-            "--",
-        ])
-        .args(names)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut held = Vec::new();
-    loop {
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(120)) else {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("lockd run did not get ready: {}", text(&out.stderr));
-        };
-        if line == "ready" {
-            break;
-        }
-        let mut words = line.split_whitespace();
-        assert_eq!(words.next(), Some("held"), "{line}");
-        let name = words.next().unwrap().to_string();
-        held.push((name, words.next().unwrap().parse().unwrap()));
+    let service = open(&dir.path().join("locks.redb"));
+    let running = {
+        let service = service.clone();
+        tokio::spawn(async move { run_guest(lockd_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await })
+    };
+    // The guest sleeps forever once it holds both locks.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while service.list("hold", "h/").await.unwrap().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "rust-hold never took its locks");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    assert_eq!(held.len(), names.len());
-    held
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    let held = service.list("hold", "h/").await.unwrap();
+    assert_eq!(held.len(), 2);
+    assert!(held.iter().all(|l| l.info.owner == "holder" && l.info.durability == Durability::Persistent));
+    assert!(held[1].info.fencing_token > held[0].info.fencing_token);
 }
 
 /// The embedding example's plugin runs jobs under a lock in the namespace

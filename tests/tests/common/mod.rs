@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 use lockd::run::{self, Output, RunConfig, RunOutcome};
@@ -47,19 +46,6 @@ pub async fn run_guest(
     run::run_component(engine(), &component(path), service.clone(), config)
         .await
         .unwrap()
-}
-
-/// The `lockd` binary of this build (built by `cargo test --workspace`).
-pub fn lockd_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let bin = dir.join("lockd");
-    assert!(
-        bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p lockd` first)",
-        bin.display()
-    );
-    bin
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -10,23 +10,29 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use lockd_core::LockService;
 
+mod components;
+pub mod manifest;
+
+pub use components::App;
+use manifest::Manifest;
+
 use crate::api::Api;
 use crate::config::LockdConfig;
 use crate::store::StoreSpec;
 
 /// Every response body lockd serves.
-pub type Body = BoxBody<Bytes, anyhow::Error>;
+pub type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
 
 /// A complete body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
 /// What `lockd serve` / `lockd up` run.
@@ -49,50 +55,108 @@ pub fn open_service(store: &StoreSpec, config: &LockdConfig) -> anyhow::Result<L
     Ok(LockService::new(store.open()?, config.lock_limits()).with_quotas(config.quotas()))
 }
 
-/// Serves until `shutdown` completes. Prints `lockd listening on http://ADDR`
-/// once the socket is bound (tests wait for that line).
-pub async fn serve(options: ServeOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+/// A bound, ready server: the socket is listening and every component is
+/// compiled.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    service: LockService,
+    router: Arc<Router>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+/// Opens the store, loads the manifest's components and binds the socket.
+pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let service = open_service(&options.store, &options.config)?;
     let api = Arc::new(Api::new(service.clone(), options.auth_token.clone()));
+    let app = match &options.manifest {
+        Some(path) => {
+            let manifest = Manifest::load(path)?;
+            Some(Arc::new(App::new(manifest, &options.config, service.clone())?))
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .with_context(|| format!("binding {}", options.listen))?;
     let addr = listener.local_addr()?;
-    println!("lockd listening on http://{addr}");
-    let router = Arc::new(Router { api });
+    Ok(Server {
+        listener,
+        addr,
+        service,
+        router: Arc::new(Router { api, app }),
+    })
+}
 
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                // Out of file descriptors and the like: keep serving the rest.
-                Err(e) => { eprintln!("lockd: accept failed: {e}"); continue; }
-            },
-            () = &mut shutdown => break,
-        };
-        let router = router.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let router = router.clone();
-                async move { Ok::<_, Infallible>(router.route(req).await) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // Connection errors (a client hanging up) concern that client only.
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-        });
+impl Server {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
-    Ok(())
+
+    /// The lock service behind it (tests inspect the store through it).
+    pub fn service(&self) -> &LockService {
+        &self.service
+    }
+
+    /// Serves until `shutdown` completes. Prints the routes and then
+    /// `lockd listening on http://ADDR` (tests wait for that line).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let addr = self.addr;
+        if let Some(app) = &self.router.app {
+            for (route, component, kind) in app.routes() {
+                println!("  http://{addr}{route} -> {component} ({kind})");
+            }
+        }
+        println!("lockd listening on http://{addr}");
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, _) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    // Out of file descriptors and the like: keep serving the rest.
+                    Err(e) => { eprintln!("lockd: accept failed: {e}"); continue; }
+                },
+                () = &mut shutdown => break,
+            };
+            let router = self.router.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let router = router.clone();
+                    async move { Ok::<_, Infallible>(router.route(req).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // Connection errors (a client hanging up) concern that client only.
+                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Binds and serves until `shutdown` completes.
+pub async fn serve(options: ServeOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    bind(options).await?.run(shutdown).await
 }
 
 struct Router {
     api: Arc<Api>,
+    app: Option<Arc<App>>,
 }
 
 impl Router {
     async fn route(&self, req: Request<Incoming>) -> Response<Body> {
         if Api::owns(req.uri().path()) {
             return self.api.handle(req).await;
+        }
+        if let Some(app) = &self.app {
+            // `handle` consumes the request; route first to keep 404s cheap.
+            return app.handle(req).await.unwrap_or_else(not_found);
         }
         not_found()
     }
@@ -107,5 +171,5 @@ fn not_found() -> Response<Body> {
 /// Runs the `[component.<id>.build] command` of every component in
 /// `manifest`, like `spin up --build`.
 pub fn run_build_commands(manifest: &std::path::Path) -> anyhow::Result<()> {
-    anyhow::bail!("building from {} is not implemented yet", manifest.display())
+    Manifest::load(manifest)?.build()
 }

@@ -1,13 +1,13 @@
 //! `lockd run` as a user runs it: exit codes and messages.
 
-mod common;
-
 use std::process::Command;
 
-use common::{lockd_bin, text};
-
 fn lockd(args: &[&str]) -> std::process::Output {
-    Command::new(lockd_bin()).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lockd")).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

@@ -1,0 +1,504 @@
+//! Serving the HTTP components of a Spin manifest.
+//!
+//! - Each component is compiled once and pre-instantiated (`ProxyPre` for
+//!   WASIp2 `wasi:http/incoming-handler@0.2.x`, `ServicePre` for WASIp3
+//!   `wasi:http/handler@0.3.x`); which one is told apart by inspecting the
+//!   component's exports.
+//! - Every request gets a fresh instance in a fresh store, from the pooling
+//!   allocator (copy-on-write memory images keep that cheap).
+//! - Every instance is bounded: an epoch deadline (a runaway loop traps),
+//!   a memory cap (growth past it traps), and a wall-clock timeout around
+//!   the whole request (a guest parked in a host call is dropped). A
+//!   failing guest gets a 500 and the host carries on.
+//! - Each component's locks live in its namespace (the component id unless
+//!   lockd.toml says otherwise).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use lockd_core::LockService;
+use lockd_wasm::{LockCtx, LockCtxView, LockView};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use super::manifest::Manifest;
+use super::{full, Body};
+use crate::config::{LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
+
+/// How often the epoch advances; the deadline is counted in these ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The HTTP components of one manifest, ready to serve.
+pub struct App {
+    manifest: Manifest,
+    components: HashMap<String, Arc<Served>>,
+    limits: InstanceLimits,
+    epoch_ticker: EpochTicker,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.manifest.name)
+            .field("components", &self.components.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per-instance bounds.
+#[derive(Clone, Copy, Debug)]
+struct InstanceLimits {
+    memory_bytes: usize,
+    timeout: Duration,
+}
+
+struct Served {
+    id: String,
+    namespace: String,
+    service: LockService,
+    pre: Pre,
+    outbound: Arc<Vec<OutboundRule>>,
+}
+
+enum Pre {
+    P2(wasmtime_wasi_http::p2::bindings::ProxyPre<RequestState>),
+    P3(wasmtime_wasi_http::p3::bindings::ServicePre<RequestState>),
+}
+
+/// Everything one request's store holds.
+struct RequestState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: OutboundHooks,
+    table: ResourceTable,
+    locks: LockCtx,
+    limits: StoreLimits,
+}
+
+impl WasiView for RequestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for RequestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+impl LockView for RequestState {
+    fn lock_ctx(&mut self) -> LockCtxView<'_> {
+        LockCtxView {
+            ctx: &mut self.locks,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Advances the engine's epoch until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: &Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (engine, flag) = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("lockd-epoch".to_string())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawning the epoch thread");
+        EpochTicker { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The engine for serving components: pooling allocator, epochs, and the
+/// component-model-async support WASIp3 needs.
+fn engine(memory_bytes: usize) -> anyhow::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::default();
+    // Generous per-component shapes: componentize-py and componentize-js
+    // output has many core instances, memories and large tables.
+    pool.total_component_instances(256)
+        .total_core_instances(2048)
+        .total_memories(512)
+        .total_tables(1024)
+        .total_stacks(256)
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20)
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(16)
+        .max_tables_per_component(64)
+        .max_memories_per_module(2)
+        .max_tables_per_module(8)
+        .table_elements(200_000)
+        .max_memory_size(memory_bytes);
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .wasm_component_model_async(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config).map_err(anyhow::Error::from).context("creating the component engine")
+}
+
+fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+    wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+    lockd_wasm::add_to_linker(&mut linker)?;
+    Ok(linker)
+}
+
+impl App {
+    /// Compiles and pre-instantiates every routed component of `manifest`.
+    pub fn new(manifest: Manifest, config: &LockdConfig, service: LockService) -> anyhow::Result<App> {
+        let limits = InstanceLimits {
+            memory_bytes: config
+                .limits
+                .instance_memory_bytes
+                .unwrap_or(DEFAULT_INSTANCE_MEMORY_BYTES),
+            timeout: Duration::from_millis(
+                config
+                    .limits
+                    .request_timeout_ms
+                    .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
+            ),
+        };
+        let engine = engine(limits.memory_bytes)?;
+        let linker = linker(&engine)?;
+        let mut components = HashMap::new();
+        for route in &manifest.routes {
+            if components.contains_key(&route.component) {
+                continue;
+            }
+            let spec = &manifest.components[&route.component];
+            let component = Component::from_file(&engine, &spec.source)
+                .map_err(anyhow::Error::from)
+                .with_context(|| {
+                    format!(
+                        "loading component {} from {} (build it first, or use `lockd up --build`)",
+                        route.component,
+                        spec.source.display()
+                    )
+                })?;
+            let pre = linker
+                .instantiate_pre(&component)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("linking component {}", route.component))?;
+            let pre = match wasmtime_wasi_http::p3::bindings::ServicePre::new(pre.clone()) {
+                Ok(p3) => Pre::P3(p3),
+                Err(_) => Pre::P2(
+                    wasmtime_wasi_http::p2::bindings::ProxyPre::new(pre)
+                        .map_err(anyhow::Error::from)
+                        .with_context(|| {
+                            format!(
+                                "component {} exports neither wasi:http/incoming-handler@0.2 nor wasi:http/handler@0.3",
+                                route.component
+                            )
+                        })?,
+                ),
+            };
+            let outbound = spec
+                .allowed_outbound_hosts
+                .iter()
+                .map(|h| OutboundRule::parse(h))
+                .collect::<anyhow::Result<Vec<_>>>()
+                .with_context(|| format!("component {}: allowed_outbound_hosts", route.component))?;
+            components.insert(
+                route.component.clone(),
+                Arc::new(Served {
+                    id: route.component.clone(),
+                    namespace: config.namespace_of(&route.component),
+                    service: service.clone(),
+                    pre,
+                    outbound: Arc::new(outbound),
+                }),
+            );
+        }
+        let epoch_ticker = EpochTicker::start(&engine);
+        Ok(App {
+            manifest,
+            components,
+            limits,
+            epoch_ticker,
+        })
+    }
+
+    /// The manifest's routes, for the startup banner.
+    pub fn routes(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.manifest.routes.iter().map(|r| {
+            let served = &self.components[&r.component];
+            let kind = match served.pre {
+                Pre::P2(_) => "wasi:http@0.2",
+                Pre::P3(_) => "wasi:http@0.3",
+            };
+            (r.pattern.as_str(), r.component.as_str(), kind)
+        })
+    }
+
+    /// Answers `req` with the component its path routes to, or `None` if no
+    /// route matches.
+    pub async fn handle(&self, req: Request<Incoming>) -> Option<Response<Body>> {
+        let route = self.manifest.route(req.uri().path())?;
+        let served = self.components.get(&route.component)?.clone();
+        let _keep_epochs_running = &self.epoch_ticker;
+        Some(match served.call(req, self.limits).await {
+            Ok(response) => response,
+            Err(e) => {
+                eprintln!("lockd: component {} failed: {e:?}", served.id);
+                let body = serde_json::json!({
+                    "status": "error",
+                    "message": format!("component {} failed: {e}", served.id),
+                });
+                let mut response = Response::new(full(body.to_string()));
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            }
+        })
+    }
+}
+
+impl Served {
+    fn store(&self, engine: &Engine, limits: InstanceLimits) -> Store<RequestState> {
+        let state = RequestState {
+            wasi: WasiCtxBuilder::new().inherit_stdout().inherit_stderr().build(),
+            http: WasiHttpCtx::new(),
+            hooks: OutboundHooks {
+                rules: self.outbound.clone(),
+            },
+            table: ResourceTable::new(),
+            locks: LockCtx::new(self.service.clone(), self.namespace.clone()),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limits);
+        let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store
+    }
+
+    async fn call(&self, req: Request<Incoming>, limits: InstanceLimits) -> anyhow::Result<Response<Body>> {
+        match &self.pre {
+            Pre::P2(pre) => self.call_p2(pre, req, limits).await,
+            Pre::P3(pre) => self.call_p3(pre, req, limits).await,
+        }
+    }
+
+    async fn call_p2(
+        &self,
+        pre: &wasmtime_wasi_http::p2::bindings::ProxyPre<RequestState>,
+        req: Request<Incoming>,
+        limits: InstanceLimits,
+    ) -> anyhow::Result<Response<Body>> {
+        use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+
+        let mut store = self.store(pre.engine(), limits);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let request = store.data_mut().http().new_incoming_request(Scheme::Http, req)?;
+        let out = store.data_mut().http().new_response_outparam(sender)?;
+        let pre = pre.clone();
+        // The guest runs in its own task: it may keep streaming the body
+        // after the response head is sent. The timeout bounds all of it.
+        let task = tokio::spawn(async move {
+            let run = async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, request, out)
+                    .await
+            };
+            match tokio::time::timeout(limits.timeout, run).await {
+                Ok(result) => result.map_err(anyhow::Error::from),
+                Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
+            }
+        });
+        match receiver.await {
+            Ok(Ok(response)) => Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync())),
+            Ok(Err(code)) => Err(anyhow!("the component answered with error {code:?}")),
+            Err(_) => match task.await {
+                Ok(Ok(())) => Err(anyhow!("the component returned without setting a response")),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(anyhow!("the request task failed: {e}")),
+            },
+        }
+    }
+
+    async fn call_p3(
+        &self,
+        pre: &wasmtime_wasi_http::p3::bindings::ServicePre<RequestState>,
+        req: Request<Incoming>,
+        limits: InstanceLimits,
+    ) -> anyhow::Result<Response<Body>> {
+        let mut store = self.store(pre.engine(), limits);
+        let run = async move {
+            let service = pre.instantiate_async(&mut store).await?;
+            let (request, request_io) = {
+                let http = store.data_mut().http();
+                wasmtime_wasi_http::p3::Request::from_http(http.hooks, req)
+            };
+            // The store's event loop drives the response body, so it is
+            // collected inside `run_concurrent`.
+            store
+                .run_concurrent(async move |accessor| -> wasmtime::Result<Response<Bytes>> {
+                    let response = match service.handle(accessor, request).await? {
+                        Ok(response) => response,
+                        Err(code) => wasmtime::bail!("the component answered with error {code:?}"),
+                    };
+                    let response = accessor.with(|mut store| response.into_http(&mut store, request_io))?;
+                    let (parts, body) = response.into_parts();
+                    let bytes = body
+                        .collect()
+                        .await
+                        .map_err(|e| wasmtime::format_err!("reading the response body: {e:?}"))?
+                        .to_bytes();
+                    Ok(Response::from_parts(parts, bytes))
+                })
+                .await?
+        };
+        match tokio::time::timeout(limits.timeout, run).await {
+            Ok(Ok(response)) => Ok(response.map(full)),
+            Ok(Err(e)) => Err(anyhow::Error::from(e)),
+            Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
+        }
+    }
+}
+
+/// Outgoing HTTP requests from components, allowed only to the hosts their
+/// `allowed_outbound_hosts` names (none by default).
+struct OutboundHooks {
+    rules: Arc<Vec<OutboundRule>>,
+}
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: hyper::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn std::future::Future<
+                Output = Result<
+                    (
+                        hyper::Response<wasmtime_wasi_http::WasiBody>,
+                        Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                    ),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        drop(fut);
+        let uri = request.uri();
+        let scheme = uri.scheme_str().unwrap_or("https").to_string();
+        let host = uri.host().unwrap_or("").to_ascii_lowercase();
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "http" { 80 } else { 443 });
+        if !self.rules.iter().any(|r| r.allows(&scheme, &host, port)) {
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                response.map(http_body_util::BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+/// One `allowed_outbound_hosts` entry: `scheme://host[:port]`, where each
+/// part may be `*` and the host may be `*.suffix`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OutboundRule {
+    scheme: String,
+    host: String,
+    port: Option<String>,
+}
+
+impl OutboundRule {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .with_context(|| format!("{text:?} is not scheme://host[:port]"))?;
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p.to_string())),
+            None => (rest, None),
+        };
+        if host.is_empty() {
+            anyhow::bail!("{text:?} has no host");
+        }
+        Ok(OutboundRule {
+            scheme: scheme.to_ascii_lowercase(),
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+
+    fn allows(&self, scheme: &str, host: &str, port: u16) -> bool {
+        let scheme_ok = self.scheme == "*" || self.scheme == scheme;
+        let host_ok = self.host == "*"
+            || self.host == host
+            || self
+                .host
+                .strip_prefix("*.")
+                .is_some_and(|suffix| host.ends_with(&format!(".{suffix}")));
+        let default_port = if scheme == "http" { 80 } else { 443 };
+        let port_ok = match self.port.as_deref() {
+            Some("*") => true,
+            Some(p) => p.parse() == Ok(port),
+            None => port == default_port,
+        };
+        scheme_ok && host_ok && port_ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OutboundRule;
+
+    #[test]
+    fn outbound_rules() {
+        let rule = |t: &str| OutboundRule::parse(t).unwrap();
+        assert!(rule("https://example.com").allows("https", "example.com", 443));
+        assert!(!rule("https://example.com").allows("http", "example.com", 80));
+        assert!(!rule("https://example.com").allows("https", "example.com", 8443));
+        assert!(rule("https://example.com:8443").allows("https", "example.com", 8443));
+        assert!(rule("http://*:*").allows("http", "anything", 1234));
+        assert!(rule("*://*.example.com:*").allows("https", "api.example.com", 1));
+        assert!(!rule("*://*.example.com:*").allows("https", "example.com.evil", 1));
+        assert!(OutboundRule::parse("example.com").is_err());
+    }
+}

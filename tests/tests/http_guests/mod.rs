@@ -1,0 +1,206 @@
+//! The HTTP components, served in process by `lockd::serve` exactly as
+//! `lockd serve --manifest` serves them.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use lockd::config::LockdConfig;
+use lockd::serve::{ServeOptions, Server};
+use lockd::store::StoreSpec;
+use serde_json::Value;
+
+/// A running server and what it needs to live.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub service: lockd_core::LockService,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Writes a manifest routing `routes` (pattern, component id, wasm path) and
+/// a lockd.toml, and serves them on a free loopback port.
+pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut manifest = String::from("spin_manifest_version = 2\n[application]\nname = \"test\"\n");
+    let mut defined = std::collections::BTreeMap::new();
+    for (pattern, id, wasm) in routes {
+        manifest += &format!("[[trigger.http]]\nroute = \"{pattern}\"\ncomponent = \"{id}\"\n");
+        defined.insert(*id, *wasm);
+    }
+    for (id, wasm) in defined {
+        manifest += &format!("[component.{id}]\nsource = \"{wasm}\"\nallowed_outbound_hosts = []\n");
+    }
+    let manifest_path = dir.path().join("spin.toml");
+    std::fs::write(&manifest_path, manifest).unwrap();
+    let config: LockdConfig = toml::from_str(lockd_toml).unwrap();
+    let server: Server = lockd::serve::bind(ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        store: StoreSpec::Redb(dir.path().join("locks.redb")),
+        manifest: Some(manifest_path),
+        config,
+        auth_token: None,
+    })
+    .await
+    .unwrap();
+    let (addr, service) = (server.addr(), server.service().clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    Running {
+        addr,
+        service,
+        _dir: dir,
+        stop: Some(stop),
+    }
+}
+
+/// One request on a fresh connection: (status, body).
+pub async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+pub fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// Fires `n` identical requests at once and returns their (status, body).
+pub async fn concurrently(addr: SocketAddr, n: usize, method: &'static str, path: &'static str) -> Vec<(u16, String)> {
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                request(addr, method, path).await
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Mutual exclusion through a job endpoint: of `n` simultaneous POSTs,
+/// exactly one runs the job (200 with its token) and the others are told
+/// who holds it (409).
+pub async fn exactly_one_runs(addr: SocketAddr, path: &'static str, n: usize) -> u64 {
+    let results = concurrently(addr, n, "POST", path).await;
+    let done: Vec<_> = results.iter().filter(|(s, _)| *s == 200).collect();
+    let busy: Vec<_> = results.iter().filter(|(s, _)| *s == 409).collect();
+    assert_eq!((done.len(), busy.len()), (1, n - 1), "{results:?}");
+    let done = json(&done[0].1);
+    assert_eq!(done["status"], "done");
+    for (_, body) in busy {
+        let b = json(body);
+        assert_eq!(b["status"], "busy");
+        assert!(b["holder"].as_str().is_some_and(|h| !h.is_empty()), "{body}");
+    }
+    done["fencing_token"].as_u64().expect("fencing_token is a u64")
+}
+
+pub fn wasm(path: &str) -> &str {
+    assert!(Path::new(path).exists(), "{path} was not built");
+    path
+}
+
+
+/// The example edge app's job endpoint (spin-sdk 5.2, WASIp2): 20
+/// simultaneous POSTs, exactly one runs; the lock lives in the component's
+/// namespace and is free afterwards; the next run gets a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn edge_jobs() {
+    let wasm = wasm(lockd_tests::EDGE_JOBS);
+    let app = serve(&[("/jobs/...", "edge-jobs", wasm)], "").await;
+    let t1 = exactly_one_runs(app.addr, "/jobs/1", 20).await;
+    let (status, body) = request(app.addr, "GET", "/jobs/1").await;
+    assert_eq!((status, json(&body)["status"].as_str()), (200, Some("free")), "{body}");
+    let (status, body) = request(app.addr, "POST", "/jobs/1").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
+
+    // While someone else holds job/2 in the component's namespace, the
+    // endpoint reports them; the state endpoint shows the holder.
+    let held = app
+        .service
+        .lock("edge-jobs", "job/2", "someone", 10_000, Default::default())
+        .await
+        .unwrap();
+    let (status, body) = request(app.addr, "POST", "/jobs/2").await;
+    assert_eq!((status, json(&body)["holder"].as_str()), (409, Some("someone")), "{body}");
+    let (status, body) = request(app.addr, "GET", "/jobs/2").await;
+    let state = json(&body);
+    assert_eq!((status, state["status"].as_str()), (200, Some("held")), "{body}");
+    assert_eq!(state["owner"], "someone");
+    assert_eq!(state["fencing_token"].as_u64(), Some(held.fencing_token));
+    // The same name in another namespace is another lock.
+    assert_eq!(app.service.get("default", "job/2").await.unwrap(), None);
+    let (status, _) = request(app.addr, "DELETE", "/jobs/2").await;
+    assert_eq!(status, 405);
+}
+
+/// A WASIp3 component (spin-sdk 7) using a guard: served next to p2, one
+/// winner among simultaneous calls, and the guard released when dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn edge_guard_p3() {
+    let app = serve(
+        &[
+            ("/guarded/...", "edge-guard-p3", wasm(lockd_tests::EDGE_GUARD_P3)),
+            ("/jobs/...", "edge-jobs", wasm(lockd_tests::EDGE_JOBS)),
+        ],
+        "",
+    )
+    .await;
+    let (status, body) = request(app.addr, "POST", "/guarded/1").await;
+    assert_eq!(status, 200, "{body}");
+    let done = json(&body);
+    assert!(done["owner"].as_str().unwrap().starts_with("guard-"), "{body}");
+    let t1 = done["fencing_token"].as_u64().unwrap();
+    assert_eq!(app.service.get("edge-guard-p3", "guarded/1").await.unwrap(), None, "guard not released");
+    let t2 = exactly_one_runs(app.addr, "/guarded/1", 8).await;
+    assert!(t2 > t1);
+    // The p2 component on the same server keeps working.
+    let (status, _) = request(app.addr, "POST", "/jobs/9").await;
+    assert_eq!(status, 200);
+}
+
+/// The JavaScript edge function (componentize-js, WASIp2): mutual exclusion
+/// under 20 simultaneous POSTs, u64 tokens intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn js_edge() {
+    let app = serve(&[("/js/jobs/...", "js-edge", wasm(lockd_tests::JS_EDGE))], "").await;
+    let t1 = exactly_one_runs(app.addr, "/js/jobs/1", 20).await;
+    let (status, body) = request(app.addr, "GET", "/js/jobs/1").await;
+    assert_eq!((status, json(&body)["status"].as_str()), (200, Some("free")), "{body}");
+    let (status, body) = request(app.addr, "POST", "/js/jobs/1").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
+}
