@@ -4,7 +4,7 @@
 mod common;
 mod http_guests;
 #[allow(unused_imports)]
-use http_guests::{edge_guard_p3, edge_jobs, js_edge};
+use http_guests::{edge_guard_p3, edge_jobs, http_hostile, js_edge};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -186,19 +186,26 @@ async fn rust_hold() {
     let service = open(&dir.path().join("locks.redb"));
     let running = {
         let service = service.clone();
-        tokio::spawn(async move { run_guest(lockd_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await })
+        tokio::spawn(async move {
+            run_guest(lockd_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await
+        })
     };
     // The guest sleeps forever once it holds both locks.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while service.list("hold", "h/").await.unwrap().len() < 2 {
-        assert!(std::time::Instant::now() < deadline, "rust-hold never took its locks");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rust-hold never took its locks"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     running.abort();
     assert!(running.await.unwrap_err().is_cancelled());
     let held = service.list("hold", "h/").await.unwrap();
     assert_eq!(held.len(), 2);
-    assert!(held.iter().all(|l| l.info.owner == "holder" && l.info.durability == Durability::Persistent));
+    assert!(held
+        .iter()
+        .all(|l| l.info.owner == "holder" && l.info.durability == Durability::Persistent));
     assert!(held[1].info.fencing_token > held[0].info.fencing_token);
 }
 

@@ -50,9 +50,11 @@ fn handle(req: Request) -> Response {
     }
 }
 
-/// The `{id}` of `/jobs/{id}`: one non-empty segment, or `None`.
+/// The `{id}` of `.../jobs/{id}`: one non-empty segment, or `None`. Taking
+/// what follows the last `/jobs/` lets one build be mounted at several
+/// routes (`/a/jobs/...`, `/b/jobs/...`) as distinct components.
 fn job_id(path: &str) -> Option<&str> {
-    let id = path.strip_prefix("/jobs/")?;
+    let (_, id) = path.rsplit_once("/jobs/")?;
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 

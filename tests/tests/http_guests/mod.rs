@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
@@ -40,7 +39,8 @@ pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
         defined.insert(*id, *wasm);
     }
     for (id, wasm) in defined {
-        manifest += &format!("[component.{id}]\nsource = \"{wasm}\"\nallowed_outbound_hosts = []\n");
+        manifest +=
+            &format!("[component.{id}]\nsource = \"{wasm}\"\nallowed_outbound_hosts = []\n");
     }
     let manifest_path = dir.path().join("spin.toml");
     std::fs::write(&manifest_path, manifest).unwrap();
@@ -68,7 +68,7 @@ pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
 }
 
 /// One request on a fresh connection: (status, body).
-pub async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+pub async fn request(addr: SocketAddr, method: &str, path: impl AsRef<str>) -> (u16, String) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -76,7 +76,7 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String
     tokio::spawn(conn);
     let req = hyper::Request::builder()
         .method(method)
-        .uri(path)
+        .uri(path.as_ref())
         .header("host", addr.to_string())
         .body(Full::new(Bytes::new()))
         .unwrap();
@@ -91,7 +91,12 @@ pub fn json(body: &str) -> Value {
 }
 
 /// Fires `n` identical requests at once and returns their (status, body).
-pub async fn concurrently(addr: SocketAddr, n: usize, method: &'static str, path: &'static str) -> Vec<(u16, String)> {
+pub async fn concurrently(
+    addr: SocketAddr,
+    n: usize,
+    method: &'static str,
+    path: &'static str,
+) -> Vec<(u16, String)> {
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
     let tasks: Vec<_> = (0..n)
         .map(|_| {
@@ -122,16 +127,20 @@ pub async fn exactly_one_runs(addr: SocketAddr, path: &'static str, n: usize) ->
     for (_, body) in busy {
         let b = json(body);
         assert_eq!(b["status"], "busy");
-        assert!(b["holder"].as_str().is_some_and(|h| !h.is_empty()), "{body}");
+        assert!(
+            b["holder"].as_str().is_some_and(|h| !h.is_empty()),
+            "{body}"
+        );
     }
-    done["fencing_token"].as_u64().expect("fencing_token is a u64")
+    done["fencing_token"]
+        .as_u64()
+        .expect("fencing_token is a u64")
 }
 
 pub fn wasm(path: &str) -> &str {
     assert!(Path::new(path).exists(), "{path} was not built");
     path
 }
-
 
 /// The example edge app's job endpoint (spin-sdk 5.2, WASIp2): 20
 /// simultaneous POSTs, exactly one runs; the lock lives in the component's
@@ -142,7 +151,11 @@ pub(crate) async fn edge_jobs() {
     let app = serve(&[("/jobs/...", "edge-jobs", wasm)], "").await;
     let t1 = exactly_one_runs(app.addr, "/jobs/1", 20).await;
     let (status, body) = request(app.addr, "GET", "/jobs/1").await;
-    assert_eq!((status, json(&body)["status"].as_str()), (200, Some("free")), "{body}");
+    assert_eq!(
+        (status, json(&body)["status"].as_str()),
+        (200, Some("free")),
+        "{body}"
+    );
     let (status, body) = request(app.addr, "POST", "/jobs/1").await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
@@ -155,10 +168,18 @@ pub(crate) async fn edge_jobs() {
         .await
         .unwrap();
     let (status, body) = request(app.addr, "POST", "/jobs/2").await;
-    assert_eq!((status, json(&body)["holder"].as_str()), (409, Some("someone")), "{body}");
+    assert_eq!(
+        (status, json(&body)["holder"].as_str()),
+        (409, Some("someone")),
+        "{body}"
+    );
     let (status, body) = request(app.addr, "GET", "/jobs/2").await;
     let state = json(&body);
-    assert_eq!((status, state["status"].as_str()), (200, Some("held")), "{body}");
+    assert_eq!(
+        (status, state["status"].as_str()),
+        (200, Some("held")),
+        "{body}"
+    );
     assert_eq!(state["owner"], "someone");
     assert_eq!(state["fencing_token"].as_u64(), Some(held.fencing_token));
     // The same name in another namespace is another lock.
@@ -173,7 +194,11 @@ pub(crate) async fn edge_jobs() {
 pub(crate) async fn edge_guard_p3() {
     let app = serve(
         &[
-            ("/guarded/...", "edge-guard-p3", wasm(lockd_tests::EDGE_GUARD_P3)),
+            (
+                "/guarded/...",
+                "edge-guard-p3",
+                wasm(lockd_tests::EDGE_GUARD_P3),
+            ),
             ("/jobs/...", "edge-jobs", wasm(lockd_tests::EDGE_JOBS)),
         ],
         "",
@@ -182,9 +207,16 @@ pub(crate) async fn edge_guard_p3() {
     let (status, body) = request(app.addr, "POST", "/guarded/1").await;
     assert_eq!(status, 200, "{body}");
     let done = json(&body);
-    assert!(done["owner"].as_str().unwrap().starts_with("guard-"), "{body}");
+    assert!(
+        done["owner"].as_str().unwrap().starts_with("guard-"),
+        "{body}"
+    );
     let t1 = done["fencing_token"].as_u64().unwrap();
-    assert_eq!(app.service.get("edge-guard-p3", "guarded/1").await.unwrap(), None, "guard not released");
+    assert_eq!(
+        app.service.get("edge-guard-p3", "guarded/1").await.unwrap(),
+        None,
+        "guard not released"
+    );
     let t2 = exactly_one_runs(app.addr, "/guarded/1", 8).await;
     assert!(t2 > t1);
     // The p2 component on the same server keeps working.
@@ -196,11 +228,110 @@ pub(crate) async fn edge_guard_p3() {
 /// under 20 simultaneous POSTs, u64 tokens intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn js_edge() {
-    let app = serve(&[("/js/jobs/...", "js-edge", wasm(lockd_tests::JS_EDGE))], "").await;
+    let app = serve(
+        &[("/js/jobs/...", "js-edge", wasm(lockd_tests::JS_EDGE))],
+        "",
+    )
+    .await;
     let t1 = exactly_one_runs(app.addr, "/js/jobs/1", 20).await;
     let (status, body) = request(app.addr, "GET", "/js/jobs/1").await;
-    assert_eq!((status, json(&body)["status"].as_str()), (200, Some("free")), "{body}");
+    assert_eq!(
+        (status, json(&body)["status"].as_str()),
+        (200, Some("free")),
+        "{body}"
+    );
     let (status, body) = request(app.addr, "POST", "/js/jobs/1").await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
+}
+
+/// A runaway loop and unbounded memory growth each get a 500 within the
+/// configured deadline, while another component keeps answering during the
+/// attack and the hostile one works again for its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn http_hostile() {
+    let limits = "[limits]\nrequest_timeout_ms = 1000\ninstance_memory_bytes = 33554432\n";
+    let app = serve(
+        &[
+            (
+                "/hostile/...",
+                "http-hostile",
+                wasm(lockd_tests::HTTP_HOSTILE),
+            ),
+            ("/jobs/...", "edge-jobs", wasm(lockd_tests::EDGE_JOBS)),
+        ],
+        limits,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let looping = tokio::spawn(request(app.addr, "GET", "/hostile/loop"));
+    let growing = tokio::spawn(request(app.addr, "GET", "/hostile/alloc"));
+    // During the attack, the well-behaved component keeps working.
+    for id in 0..3 {
+        let (status, body) = request(app.addr, "POST", &format!("/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = looping.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "loop ran {:?}",
+        started.elapsed()
+    );
+    let (status, body) = growing.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(json(&body)["status"], "error");
+    let (status, body) = request(app.addr, "GET", "/hostile/ok").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+/// Two components using the same lock name: each has its own namespace
+/// (its component id) unless lockd.toml makes them share one; a namespace
+/// quota refuses a guest's lock past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_isolate_components() {
+    let jobs = wasm(lockd_tests::EDGE_JOBS);
+    let routes = [
+        ("/a/jobs/...", "team-a", jobs),
+        ("/b/jobs/...", "team-b", jobs),
+    ];
+    let both_run = |app: &Running| {
+        let addr = app.addr;
+        async move {
+            let a = tokio::spawn(request(addr, "POST", "/a/jobs/1"));
+            let b = tokio::spawn(request(addr, "POST", "/b/jobs/1"));
+            let mut codes = [a.await.unwrap().0, b.await.unwrap().0];
+            codes.sort();
+            codes
+        }
+    };
+    let separate = serve(&routes, "").await;
+    assert_eq!(
+        both_run(&separate).await,
+        [200, 200],
+        "job/1 of team-a and team-b are distinct locks"
+    );
+
+    let shared = "[components.team-a]\nnamespace = \"shared\"\n[components.team-b]\nnamespace = \"shared\"\n";
+    let app = serve(&routes, shared).await;
+    assert_eq!(
+        both_run(&app).await,
+        [200, 409],
+        "a shared namespace is one lock"
+    );
+
+    let quota = "[namespaces.quotas]\nteam-a = 1\n";
+    let app = serve(&routes, quota).await;
+    app.service
+        .lock("team-a", "job/held", "someone", 10_000, Default::default())
+        .await
+        .unwrap();
+    let (status, body) = request(app.addr, "POST", "/a/jobs/2").await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("quota"), "{body}");
+    let (status, _) = request(app.addr, "POST", "/b/jobs/2").await;
+    assert_eq!(
+        status, 200,
+        "another namespace is not limited by team-a's quota"
+    );
 }
