@@ -28,8 +28,8 @@ use tokio::sync::{oneshot, Notify};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::error::LockError;
-use crate::metrics::BackendStats;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
+use crate::metrics::BackendStats;
 use crate::types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
 
 type FxBuild = BuildHasherDefault<FxHasher>;
@@ -73,7 +73,12 @@ struct NamespaceCounts(std::sync::RwLock<HashMap<String, Arc<AtomicU64>, FxBuild
 
 impl NamespaceCounts {
     fn counter(&self, namespace: &str) -> Arc<AtomicU64> {
-        if let Some(c) = self.0.read().unwrap_or_else(PoisonError::into_inner).get(namespace) {
+        if let Some(c) = self
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(namespace)
+        {
             return c.clone();
         }
         self.0
@@ -91,7 +96,9 @@ impl NamespaceCounts {
             return Ok(());
         };
         counter
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| (held < quota).then_some(held + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < quota).then_some(held + 1)
+            })
             .map(drop)
             .map_err(|_| {
                 LockError::Denied(format!(
@@ -102,7 +109,9 @@ impl NamespaceCounts {
 
     fn remove(&self, namespace: &str) {
         let counter = self.counter(namespace);
-        let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_sub(1));
+        let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            held.checked_sub(1)
+        });
     }
 
     fn get(&self, namespace: &str) -> u64 {
@@ -458,7 +467,8 @@ impl Engine {
             // The lock changes hands within its namespace: counted, but never
             // refused by a quota.
             self.held.add(&key.namespace, None).ok();
-            let (grant, ticket) = self.install_counted(shard, key, owner, expires_at_ms, waiter.durability);
+            let (grant, ticket) =
+                self.install_counted(shard, key, owner, expires_at_ms, waiter.durability);
             if waiter.tx.send(Handoff { grant, ticket }).is_ok() {
                 return;
             }

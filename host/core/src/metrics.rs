@@ -57,8 +57,8 @@ fn outcome_index<T>(result: &Result<T, LockError>) -> usize {
 /// Upper bounds of the latency buckets, in seconds. Lock waits can last
 /// minutes, so the top buckets are wide.
 const BUCKETS_S: [f64; 16] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
-    30.0, 300.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+    5.0, 30.0, 300.0,
 ];
 
 #[derive(Default)]
@@ -75,8 +75,10 @@ impl Histogram {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns
-            .fetch_add(elapsed.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+        self.sum_ns.fetch_add(
+            elapsed.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -115,10 +117,15 @@ impl Metrics {
         for (i, (_, op)) in OPS.iter().enumerate() {
             for (j, outcome) in OUTCOMES.iter().enumerate() {
                 let n = self.ops[i][j].load(Ordering::Relaxed);
-                let _ = writeln!(out, "lockd_operations_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "lockd_operations_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
+                );
             }
         }
-        out.push_str("# HELP lockd_operation_duration_seconds Time from call to answer, waits included.\n");
+        out.push_str(
+            "# HELP lockd_operation_duration_seconds Time from call to answer, waits included.\n",
+        );
         out.push_str("# TYPE lockd_operation_duration_seconds histogram\n");
         for (i, (_, op)) in OPS.iter().enumerate() {
             let h = &self.latency[i];
@@ -131,10 +138,19 @@ impl Metrics {
                 );
             }
             let count = h.count.load(Ordering::Relaxed);
-            let _ = writeln!(out, "lockd_operation_duration_seconds_bucket{{op=\"{op}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(
+                out,
+                "lockd_operation_duration_seconds_bucket{{op=\"{op}\",le=\"+Inf\"}} {count}"
+            );
             let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-            let _ = writeln!(out, "lockd_operation_duration_seconds_sum{{op=\"{op}\"}} {sum}");
-            let _ = writeln!(out, "lockd_operation_duration_seconds_count{{op=\"{op}\"}} {count}");
+            let _ = writeln!(
+                out,
+                "lockd_operation_duration_seconds_sum{{op=\"{op}\"}} {sum}"
+            );
+            let _ = writeln!(
+                out,
+                "lockd_operation_duration_seconds_count{{op=\"{op}\"}} {count}"
+            );
         }
     }
 }
@@ -158,8 +174,18 @@ impl BackendStats {
     /// Appends the gauges and counters in Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let rows = [
-            ("lockd_locks_held", "gauge", "Locks currently held.", self.locks_held),
-            ("lockd_waiters", "gauge", "Callers waiting in lock queues.", self.waiters),
+            (
+                "lockd_locks_held",
+                "gauge",
+                "Locks currently held.",
+                self.locks_held,
+            ),
+            (
+                "lockd_waiters",
+                "gauge",
+                "Callers waiting in lock queues.",
+                self.waiters,
+            ),
             (
                 "lockd_store_commits_total",
                 "counter",
@@ -180,7 +206,10 @@ impl BackendStats {
             ),
         ];
         for (name, kind, help, value) in rows {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         }
     }
 }

@@ -92,7 +92,12 @@ impl LockService {
         Ok(Key::new(namespace, name))
     }
 
-    fn measured<T>(&self, op: Op, started: Instant, result: Result<T, LockError>) -> Result<T, LockError> {
+    fn measured<T>(
+        &self,
+        op: Op,
+        started: Instant,
+        result: Result<T, LockError>,
+    ) -> Result<T, LockError> {
         self.metrics.record(op, started.elapsed(), &result);
         result
     }

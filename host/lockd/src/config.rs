@@ -86,7 +86,8 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 impl LockdConfig {
     /// Reads `path`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 

@@ -3,7 +3,10 @@
 use std::process::Command;
 
 fn lockd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lockd")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -10,7 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use lockd_core::{Limits, LockOptions, LockService};
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -124,4 +127,3 @@ fn hold_then_kill(spec: &str, names: &[&str]) -> Vec<(String, u64)> {
     assert_eq!(held.len(), names.len());
     held
 }
-

@@ -26,7 +26,10 @@ use hyper::{Request, Response, StatusCode};
 use lockd_core::LockService;
 use lockd_wasm::{LockCtx, LockCtxView, LockView};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder,
+};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
@@ -166,7 +169,9 @@ fn engine(memory_bytes: usize) -> anyhow::Result<Engine> {
         .wasm_component_model_async(true)
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config).map_err(anyhow::Error::from).context("creating the component engine")
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("creating the component engine")
 }
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
@@ -181,7 +186,11 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
 
 impl App {
     /// Compiles and pre-instantiates every routed component of `manifest`.
-    pub fn new(manifest: Manifest, config: &LockdConfig, service: LockService) -> anyhow::Result<App> {
+    pub fn new(
+        manifest: Manifest,
+        config: &LockdConfig,
+        service: LockService,
+    ) -> anyhow::Result<App> {
         let limits = InstanceLimits {
             memory_bytes: config
                 .limits
@@ -233,7 +242,9 @@ impl App {
                 .iter()
                 .map(|h| OutboundRule::parse(h))
                 .collect::<anyhow::Result<Vec<_>>>()
-                .with_context(|| format!("component {}: allowed_outbound_hosts", route.component))?;
+                .with_context(|| {
+                    format!("component {}: allowed_outbound_hosts", route.component)
+                })?;
             components.insert(
                 route.component.clone(),
                 Arc::new(Served {
@@ -291,7 +302,10 @@ impl App {
 impl Served {
     fn store(&self, engine: &Engine, limits: InstanceLimits) -> Store<RequestState> {
         let state = RequestState {
-            wasi: WasiCtxBuilder::new().inherit_stdout().inherit_stderr().build(),
+            wasi: WasiCtxBuilder::new()
+                .inherit_stdout()
+                .inherit_stderr()
+                .build(),
             http: WasiHttpCtx::new(),
             hooks: OutboundHooks {
                 rules: self.outbound.clone(),
@@ -310,7 +324,11 @@ impl Served {
         store
     }
 
-    async fn call(&self, req: Request<Incoming>, limits: InstanceLimits) -> anyhow::Result<Response<Body>> {
+    async fn call(
+        &self,
+        req: Request<Incoming>,
+        limits: InstanceLimits,
+    ) -> anyhow::Result<Response<Body>> {
         match &self.pre {
             Pre::P2(pre) => self.call_p2(pre, req, limits).await,
             Pre::P3(pre) => self.call_p3(pre, req, limits).await,
@@ -327,7 +345,10 @@ impl Served {
 
         let mut store = self.store(pre.engine(), limits);
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let request = store.data_mut().http().new_incoming_request(Scheme::Http, req)?;
+        let request = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, req)?;
         let out = store.data_mut().http().new_response_outparam(sender)?;
         let pre = pre.clone();
         // The guest runs in its own task: it may keep streaming the body
@@ -346,7 +367,9 @@ impl Served {
             }
         });
         match receiver.await {
-            Ok(Ok(response)) => Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync())),
+            Ok(Ok(response)) => {
+                Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync()))
+            }
             Ok(Err(code)) => Err(anyhow!("the component answered with error {code:?}")),
             Err(_) => match task.await {
                 Ok(Ok(())) => Err(anyhow!("the component returned without setting a response")),
@@ -377,7 +400,8 @@ impl Served {
                         Ok(response) => response,
                         Err(code) => wasmtime::bail!("the component answered with error {code:?}"),
                     };
-                    let response = accessor.with(|mut store| response.into_http(&mut store, request_io))?;
+                    let response =
+                        accessor.with(|mut store| response.into_http(&mut store, request_io))?;
                     let (parts, body) = response.into_parts();
                     let bytes = body
                         .collect()
@@ -413,7 +437,10 @@ impl WasiHttpHooks for OutboundHooks {
                 Output = Result<
                     (
                         hyper::Response<wasmtime_wasi_http::WasiBody>,
-                        Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                        Box<
+                            dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>>
+                                + Send,
+                        >,
                     ),
                     wasmtime_wasi_http::Error,
                 >,

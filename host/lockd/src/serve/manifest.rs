@@ -91,11 +91,15 @@ struct RawComponent {
 impl Manifest {
     /// Reads and checks `path`.
     pub fn load(path: &Path) -> anyhow::Result<Manifest> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading manifest {}", path.display()))?;
-        let raw: RawManifest =
-            toml::from_str(&text).with_context(|| format!("parsing manifest {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading manifest {}", path.display()))?;
+        let raw: RawManifest = toml::from_str(&text)
+            .with_context(|| format!("parsing manifest {}", path.display()))?;
         if raw.spin_manifest_version.as_integer() != Some(2) {
-            bail!("{}: only spin_manifest_version = 2 is supported", path.display());
+            bail!(
+                "{}: only spin_manifest_version = 2 is supported",
+                path.display()
+            );
         }
         let dir = path
             .parent()
@@ -157,7 +161,8 @@ impl Manifest {
                 None => continue,
                 Some(prefix) => {
                     let matches = path == prefix
-                        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+                        || (path.starts_with(prefix)
+                            && path.as_bytes().get(prefix.len()) == Some(&b'/'))
                         || prefix.is_empty();
                     if !matches {
                         continue;
@@ -189,7 +194,10 @@ impl Manifest {
                 .status()
                 .with_context(|| format!("running the build command of component {id}"))?;
             if !status.success() {
-                bail!("the build command of component {id} failed ({status}): {}", build.command);
+                bail!(
+                    "the build command of component {id} failed ({status}): {}",
+                    build.command
+                );
             }
         }
         Ok(())
@@ -250,7 +258,10 @@ mod tests {
     fn rejects_what_it_cannot_serve() {
         let bad = [
             APP.replace("spin_manifest_version = 2", "spin_manifest_version = 1"),
-            APP.replace(r#"source = "a.wasm""#, r#"source = { url = "https://x", digest = "y" }"#),
+            APP.replace(
+                r#"source = "a.wasm""#,
+                r#"source = { url = "https://x", digest = "y" }"#,
+            ),
             APP.replace(r#"component = "special""#, r#"component = "missing""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/v1/locks/...""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/metrics""#),
@@ -264,7 +275,8 @@ mod tests {
     fn build_runs_commands_and_reports_failure() {
         let m = manifest(APP).unwrap();
         m.build().unwrap();
-        let failing = manifest(&APP.replace(r#"command = "true""#, r#"command = "exit 3""#)).unwrap();
+        let failing =
+            manifest(&APP.replace(r#"command = "true""#, r#"command = "exit 3""#)).unwrap();
         let err = failing.build().unwrap_err().to_string();
         assert!(err.contains("component jobs failed"), "{err}");
     }

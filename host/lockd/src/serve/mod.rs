@@ -32,7 +32,9 @@ pub type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
 
 /// A complete body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// What `lockd serve` / `lockd up` run.
@@ -66,7 +68,9 @@ pub struct Server {
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("Server")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -77,7 +81,11 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let app = match &options.manifest {
         Some(path) => {
             let manifest = Manifest::load(path)?;
-            Some(Arc::new(App::new(manifest, &options.config, service.clone())?))
+            Some(Arc::new(App::new(
+                manifest,
+                &options.config,
+                service.clone(),
+            )?))
         }
         None => None,
     };
@@ -132,7 +140,9 @@ impl Server {
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 // Connection errors (a client hanging up) concern that client only.
-                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
         Ok(())
@@ -140,7 +150,10 @@ impl Server {
 }
 
 /// Binds and serves until `shutdown` completes.
-pub async fn serve(options: ServeOptions, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn serve(
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     bind(options).await?.run(shutdown).await
 }
 
