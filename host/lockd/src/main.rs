@@ -1,10 +1,16 @@
 //! The `lockd` command line.
 
-use std::path::PathBuf;
+mod client;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use lockd::config::LockdConfig;
 use lockd::run::{self, Output, RunConfig};
+use lockd::serve::ServeOptions;
 use lockd::store::{StoreSpec, DEFAULT_STORE};
 
 #[derive(Parser)]
@@ -34,30 +40,106 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Serve the REST API, /metrics and /healthz (and a Spin manifest's HTTP
+    /// components with --manifest).
+    Serve {
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:7450")]
+        listen: SocketAddr,
+        /// A Spin manifest whose HTTP components to serve too.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        #[command(flatten)]
+        common: ServeArgs,
+    },
+    /// Serve the HTTP components of a Spin manifest, like `spin up`, together
+    /// with the REST API.
+    Up {
+        /// Run each component's build command first, like `spin up --build`.
+        #[arg(long)]
+        build: bool,
+        /// The Spin manifest.
+        #[arg(short = 'f', long = "file", default_value = "spin.toml")]
+        file: PathBuf,
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        common: ServeArgs,
+    },
+    #[command(flatten)]
+    Client(client::ClientCommand),
+}
+
+/// Options `serve` and `up` share.
+#[derive(Args)]
+struct ServeArgs {
+    /// Where locks live: redb:PATH or memory [default: `store` in lockd.toml,
+    /// else redb:.lockd/locks.redb].
+    #[arg(long, env = "LOCKD_STORE")]
+    store: Option<StoreSpec>,
+    /// lockd's configuration [default: ./lockd.toml if it exists].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` on every route but /healthz.
+    #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let code = match cli.command {
+        // Blocking HTTP, no async runtime needed.
+        Command::Client(command) => client::run(command),
+        command => {
+            if let Command::Up {
+                build: true, file, ..
+            } = &command
+            {
+                if let Err(e) = lockd::serve::run_build_commands(file) {
+                    eprintln!("lockd: {e:#}");
+                    return ExitCode::from(2);
+                }
+            }
+            with_runtime(command)
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn with_runtime(command: Command) -> i32 {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return 1;
         }
     };
     let code = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Run {
                 component,
                 store,
                 namespace,
                 args,
             } => run_command(component, store, namespace, args).await,
+            Command::Serve {
+                listen,
+                manifest,
+                common,
+            } => serve_command(listen, manifest, common).await,
+            Command::Up {
+                file,
+                listen,
+                common,
+                ..
+            } => serve_command(listen, Some(file), common).await,
+            Command::Client(_) => unreachable!("client commands run without a runtime"),
         }
     });
     // The runtime (and with it the store's writer) shuts down before exit.
     drop(runtime);
-    ExitCode::from(code.clamp(0, 255) as u8)
+    code
 }
 
 async fn run_command(
@@ -93,5 +175,63 @@ async fn run_command(
             eprintln!("error: {e:#}");
             2
         }
+    }
+}
+
+/// `lockd serve` and `lockd up`: exits 0 after Ctrl-C or SIGTERM, 2 when the
+/// server cannot start.
+async fn serve_command(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
+    let started = async {
+        let config = LockdConfig::load_or_default(args.config.as_deref())?;
+        let store = match (args.store, &config.store) {
+            (Some(store), _) => store,
+            (None, Some(spec)) => spec.parse().map_err(anyhow::Error::msg).with_context(|| {
+                let file = args.config.as_deref().unwrap_or(Path::new("lockd.toml"));
+                format!("`store` in {}", file.display())
+            })?,
+            (None, None) => DEFAULT_STORE.parse().map_err(anyhow::Error::msg)?,
+        };
+        let options = ServeOptions {
+            listen,
+            store,
+            manifest,
+            config,
+            auth_token: args.auth_token.filter(|t| !t.is_empty()),
+        };
+        lockd::serve::serve(options, shutdown_signal()).await
+    }
+    .await;
+    match started {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("lockd: {e:#}");
+            2
+        }
+    }
+}
+
+/// Completes on Ctrl-C or, on Unix, SIGTERM. A signal that cannot be watched
+/// never completes, rather than stopping the server at once.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
     }
 }

@@ -1,11 +1,37 @@
 //! The REST API (design.md §4): JSON over HTTP/1.1 for non-wasm clients and
-//! the CLI.
+//! the CLI. `docs/openapi.json` describes it and is served at
+//! `/openapi.json`; `tests/rest.rs` keeps the two in agreement.
+//!
+//! Every status word and HTTP code of a lock outcome comes from one function,
+//! [`error_response`]; everything else (auth, routing, body limits) answers
+//! before the [`LockService`] is called, so bad input never reaches a store.
 
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
-use lockd_core::LockService;
+mod wire;
+
+use std::error::Error as StdError;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use lockd_core::{Durability, LockError, LockOptions, LockService};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
 
 use crate::serve::{full, Body};
+use wire::{ExtendRequest, GetRequest, LockRequest, UnlockRequest};
+
+/// Largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The namespace of requests that name none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The OpenAPI 3 document of this API, as served at `/openapi.json`.
+pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
+
+/// The content type of `/metrics` (Prometheus text exposition format).
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
 /// lockd's own routes.
 #[derive(Debug)]
@@ -14,10 +40,60 @@ pub struct Api {
     auth_token: Option<String>,
 }
 
+/// One of lockd's own routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Lock,
+    Unlock,
+    Extend,
+    Get,
+    List,
+    Metrics,
+    Healthz,
+    OpenApi,
+}
+
+impl Route {
+    fn of(path: &str) -> Option<Route> {
+        Some(match path {
+            "/v1/locks/lock" => Route::Lock,
+            "/v1/locks/unlock" => Route::Unlock,
+            "/v1/locks/extend" => Route::Extend,
+            "/v1/locks/get" => Route::Get,
+            "/v1/locks" => Route::List,
+            "/metrics" => Route::Metrics,
+            "/healthz" => Route::Healthz,
+            "/openapi.json" => Route::OpenApi,
+            _ => return None,
+        })
+    }
+
+    fn method(self) -> Method {
+        match self {
+            Route::Lock | Route::Unlock | Route::Extend | Route::Get => Method::POST,
+            Route::List | Route::Metrics | Route::Healthz | Route::OpenApi => Method::GET,
+        }
+    }
+
+    /// The `Allow` header of the route.
+    fn allow(self) -> &'static str {
+        if self.method() == Method::POST {
+            "POST"
+        } else {
+            "GET"
+        }
+    }
+}
+
 impl Api {
-    /// The API over `service`, guarded by `auth_token` when given.
+    /// The API over `service`, guarded by `auth_token` when given. An empty
+    /// token guards nothing, so it counts as none.
     pub fn new(service: LockService, auth_token: Option<String>) -> Self {
-        Api { service, auth_token }
+        let auth_token = auth_token.filter(|t| !t.is_empty());
+        Api {
+            service,
+            auth_token,
+        }
     }
 
     /// Whether `path` is one of lockd's own routes.
@@ -27,11 +103,428 @@ impl Api {
             || matches!(path, "/metrics" | "/healthz" | "/openapi.json")
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let _ = (&self.service, &self.auth_token, req);
-        let mut response = Response::new(full("not implemented yet"));
-        *response.status_mut() = StatusCode::NOT_IMPLEMENTED;
+    /// Answers one request. Never panics on client input: every failure is a
+    /// JSON body with a `status` word and a `message`.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let path = req.uri().path().to_string();
+        let route = Route::of(&path);
+        // Everything but /healthz needs the token, unknown paths included, so
+        // an unauthenticated caller learns nothing about the routes.
+        if route != Some(Route::Healthz) {
+            if let Some(refusal) = self.check_auth(&req) {
+                return refusal;
+            }
+        }
+        let Some(route) = route else {
+            return failure(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no route {path}; see /openapi.json for the API"),
+            );
+        };
+        if req.method() != route.method() {
+            let allowed = route.method();
+            let mut response = failure(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_argument",
+                format!("{path} takes {allowed}, not {}", req.method()),
+            );
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(route.allow()));
+            return response;
+        }
+        let result = match route {
+            Route::Lock => self.lock(req).await,
+            Route::Unlock => self.unlock(req).await,
+            Route::Extend => self.extend(req).await,
+            Route::Get => self.get(req).await,
+            Route::List => self.list(req.uri().query().unwrap_or("")).await,
+            Route::Metrics => Ok(text(
+                StatusCode::OK,
+                METRICS_CONTENT_TYPE,
+                self.service.render_metrics(),
+            )),
+            Route::Healthz => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+            Route::OpenApi => Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON)),
+        };
+        result.unwrap_or_else(|response| response)
+    }
+
+    /// `None` when the request may pass, else the 401 to answer.
+    fn check_auth<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+        let expected = self.auth_token.as_deref()?;
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then_some(token.trim_start())
+            });
+        let message = match given {
+            None => {
+                "this server requires a bearer token: send 'Authorization: Bearer <token>' \
+                     (the lockd CLI takes --auth-token or LOCKD_AUTH_TOKEN)"
+            }
+            Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => return None,
+            Some(_) => "the bearer token is wrong; use the token the server was started with",
+        };
+        let mut response = failure(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            message.to_string(),
+        );
         response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        Some(response)
+    }
+
+    async fn lock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: LockRequest = read_json(req).await?;
+        let options = LockOptions {
+            wait_ms: r.wait_ms.unwrap_or(0),
+            durability: r.durability.map_or(Durability::Persistent, Into::into),
+            ..LockOptions::default()
+        };
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        // A waiting lock parks here, in the engine's FIFO queue. If the client
+        // hangs up, hyper drops this future and the waiter leaves the queue.
+        let grant = self
+            .service
+            .lock(namespace, &r.name, &r.owner, r.ttl_ms, options)
+            .await
+            .map_err(|e| error_response(&e))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "status": "acquired",
+                "fencing_token": grant.fencing_token,
+                "expires_at_ms": grant.expires_at_ms,
+            }),
+        ))
+    }
+
+    async fn unlock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: UnlockRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        self.service
+            .unlock(namespace, &r.name, &r.owner, r.fencing_token)
+            .await
+            .map_err(|e| error_response(&e))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({"status": "unlocked"}),
+        ))
+    }
+
+    async fn extend<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: ExtendRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        let grant = self
+            .service
+            .extend(namespace, &r.name, &r.owner, r.ttl_ms)
+            .await
+            .map_err(|e| error_response(&e))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "status": "extended",
+                "fencing_token": grant.fencing_token,
+                "expires_at_ms": grant.expires_at_ms,
+            }),
+        ))
+    }
+
+    async fn get<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: GetRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        let info = self
+            .service
+            .get(namespace, &r.name)
+            .await
+            .map_err(|e| error_response(&e))?;
+        Ok(match info {
+            Some(info) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "status": "found",
+                    "owner": info.owner,
+                    "fencing_token": info.fencing_token,
+                    "expires_at_ms": info.expires_at_ms,
+                    "durability": durability_word(info.durability),
+                }),
+            ),
+            None => json_response(StatusCode::NOT_FOUND, &json!({"status": "not_found"})),
+        })
+    }
+
+    async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
+        let mut namespace = None;
+        let mut prefix = None;
+        for (key, value) in wire::parse_query(query).map_err(invalid_argument)? {
+            let slot = match key.as_str() {
+                "namespace" => &mut namespace,
+                "prefix" => &mut prefix,
+                other => {
+                    return Err(invalid_argument(format!(
+                        "unknown query parameter {other:?}; expected namespace or prefix"
+                    )))
+                }
+            };
+            if slot.replace(value).is_some() {
+                return Err(invalid_argument(format!(
+                    "query parameter {key:?} given twice"
+                )));
+            }
+        }
+        let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let locks = self
+            .service
+            .list(&namespace, prefix.as_deref().unwrap_or(""))
+            .await
+            .map_err(|e| error_response(&e))?;
+        let locks: Vec<Value> = locks
+            .into_iter()
+            .map(|l| {
+                json!({
+                    "name": l.name,
+                    "owner": l.info.owner,
+                    "fencing_token": l.info.fencing_token,
+                    "expires_at_ms": l.info.expires_at_ms,
+                    "durability": durability_word(l.info.durability),
+                })
+            })
+            .collect();
+        Ok(json_response(
+            StatusCode::OK,
+            &json!({"status": "found", "locks": locks}),
+        ))
+    }
+}
+
+/// The one mapping of lock errors to HTTP: status word, code and body.
+pub fn error_response(err: &LockError) -> Response<Body> {
+    let message = err.to_string();
+    match err {
+        LockError::Busy(holder) => json_response(
+            StatusCode::CONFLICT,
+            &json!({
+                "status": "busy",
+                "owner": holder.owner,
+                "fencing_token": holder.fencing_token,
+                "expires_at_ms": holder.expires_at_ms,
+                "durability": durability_word(holder.durability),
+                "message": message,
+            }),
+        ),
+        LockError::NotOwner => failure(StatusCode::CONFLICT, "not_owner", message),
+        LockError::NotHeld => failure(StatusCode::CONFLICT, "not_held", message),
+        LockError::InvalidArgument(_) => {
+            failure(StatusCode::BAD_REQUEST, "invalid_argument", message)
+        }
+        LockError::Denied(_) => failure(StatusCode::FORBIDDEN, "denied", message),
+        LockError::Unavailable(_) => {
+            failure(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        }
+        // A variant added to the core later: its outcome is unknown to this
+        // surface, which is what `unavailable` says.
+        _ => failure(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+    }
+}
+
+fn durability_word(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Persistent => "persistent",
+        Durability::Ephemeral => "ephemeral",
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`] into `T`.
+async fn read_json<T, B>(req: Request<B>) -> Result<T, Response<Body>>
+where
+    T: DeserializeOwned,
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let too_large = || {
+        let mut response = failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_argument",
+            format!("body over {MAX_BODY_BYTES} bytes"),
+        );
+        // The rest of the body is never read, so the connection cannot be reused.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let bytes = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
+        Err(e) => {
+            return Err(invalid_argument(format!(
+                "cannot read the request body: {e}"
+            )))
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map_err(|e| invalid_argument(format!("invalid request body: {e}")))
+}
+
+fn invalid_argument(message: String) -> Response<Body> {
+    failure(StatusCode::BAD_REQUEST, "invalid_argument", message)
+}
+
+fn failure(code: StatusCode, status: &str, message: String) -> Response<Body> {
+    json_response(code, &json!({"status": status, "message": message}))
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response<Body> {
+    text(code, "application/json", body.to_string())
+}
+
+fn text(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= std::hint::black_box(x ^ y);
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_compares() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn routes_have_one_method() {
+        for path in [
+            "/v1/locks/lock",
+            "/v1/locks/unlock",
+            "/v1/locks/extend",
+            "/v1/locks/get",
+            "/v1/locks",
+            "/metrics",
+            "/healthz",
+            "/openapi.json",
+        ] {
+            assert!(Api::owns(path), "{path}");
+            assert!(Route::of(path).is_some(), "{path}");
+        }
+        assert!(Route::of("/v1/locks/").is_none());
+    }
+
+    fn body_of(response: Response<Body>) -> Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt
+            .block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn one_mapping_from_lock_errors_to_http() {
+        let holder = lockd_core::LockInfo {
+            owner: "w1".to_string(),
+            fencing_token: u64::MAX,
+            expires_at_ms: 42,
+            durability: Durability::Ephemeral,
+        };
+        let cases = [
+            (LockError::Busy(holder), 409, "busy"),
+            (LockError::NotOwner, 409, "not_owner"),
+            (LockError::NotHeld, 409, "not_held"),
+            (
+                LockError::InvalidArgument("x".into()),
+                400,
+                "invalid_argument",
+            ),
+            (LockError::Denied("quota".into()), 403, "denied"),
+            (LockError::Unavailable("disk".into()), 503, "unavailable"),
+        ];
+        for (err, code, word) in cases {
+            let response = error_response(&err);
+            assert_eq!(response.status().as_u16(), code, "{err:?}");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+            let body = body_of(response);
+            assert_eq!(body["status"], word);
+            assert_eq!(body["message"], err.to_string());
+        }
+        let busy = body_of(error_response(&LockError::Busy(lockd_core::LockInfo {
+            owner: "w1".to_string(),
+            fencing_token: u64::MAX,
+            expires_at_ms: 42,
+            durability: Durability::Ephemeral,
+        })));
+        // u64 tokens stay exact JSON numbers.
+        assert_eq!(busy["fencing_token"].as_u64(), Some(u64::MAX));
+        assert_eq!(busy["owner"], "w1");
+        assert_eq!(busy["expires_at_ms"], 42);
+        assert_eq!(busy["durability"], "ephemeral");
+    }
+
+    #[test]
+    fn openapi_document_is_json() {
+        let doc: Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        assert_eq!(doc["openapi"], "3.0.3");
     }
 }

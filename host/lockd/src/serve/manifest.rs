@@ -208,11 +208,18 @@ impl Manifest {
 mod tests {
     use super::*;
 
-    fn manifest(toml_text: &str) -> anyhow::Result<Manifest> {
+    /// Loads `toml_text` from a fresh directory, which lives as long as the
+    /// returned guard (build commands run in it).
+    fn manifest_in_dir(toml_text: &str) -> (tempfile::TempDir, anyhow::Result<Manifest>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spin.toml");
         std::fs::write(&path, toml_text).unwrap();
-        Manifest::load(&path)
+        let manifest = Manifest::load(&path);
+        (dir, manifest)
+    }
+
+    fn manifest(toml_text: &str) -> anyhow::Result<Manifest> {
+        manifest_in_dir(toml_text).1
     }
 
     const APP: &str = r#"
