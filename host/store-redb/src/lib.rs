@@ -133,7 +133,8 @@ impl RedbJournal {
             .name("lockd-redb-writer".to_string())
             .spawn({
                 let stats = stats.clone();
-                move || writer::run(db, rx, &stats)
+                let path = path.clone();
+                move || writer::run(&path, db, rx, &stats)
             })
             .map_err(|source| OpenError::Io {
                 path: path.clone(),

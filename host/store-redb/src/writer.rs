@@ -1,5 +1,6 @@
 //! The writer thread: group commit.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 
@@ -28,11 +29,20 @@ pub struct WriterStats {
     pub committed_ops: AtomicU64,
     /// Commits that failed; their ops were reported unavailable.
     pub failed_commits: AtomicU64,
+    /// Times the database was reopened after a failure.
+    pub reopens: AtomicU64,
 }
 
 /// Takes everything queued while the previous commit synced, and commits it
 /// as one transaction. Runs until the queue is closed and drained.
-pub(crate) fn run(db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
+///
+/// After a failed commit (a full disk, an I/O error) redb refuses all further
+/// work until the database is closed and reopened, so the writer drops it and
+/// reopens the file before the next batch. Until that succeeds every batch is
+/// answered `unavailable`; once space returns, the store recovers by itself,
+/// from the last commit that succeeded.
+pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
+    let mut db = Some(db);
     let mut batch = Vec::new();
     while let Ok(first) = queue.recv() {
         batch.push(first);
@@ -42,13 +52,30 @@ pub(crate) fn run(db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
                 Err(_) => break,
             }
         }
+        if db.is_none() {
+            match Database::create(path) {
+                Ok(reopened) => {
+                    stats.reopens.fetch_add(1, Ordering::Relaxed);
+                    db = Some(reopened);
+                }
+                Err(e) => eprintln!("lockd: reopening lock store {} failed: {e}", path.display()),
+            }
+        }
         stats.commits.fetch_add(1, Ordering::Relaxed);
         stats
             .committed_ops
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let outcome = commit(&db, &batch).map_err(|e| format!("lock store write failed: {e}"));
+        let outcome = match &db {
+            Some(open) => commit(open, &batch).map_err(|e| format!("lock store write failed: {e}")),
+            None => Err(format!(
+                "lock store {} is unavailable: it could not be reopened after a write failure",
+                path.display()
+            )),
+        };
         if outcome.is_err() {
             stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+            // Close it now; the next batch reopens it.
+            db = None;
         }
         for pending in batch.drain(..) {
             pending.done.complete(outcome.clone());
