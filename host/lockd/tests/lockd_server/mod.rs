@@ -16,7 +16,7 @@ use serde_json::Value;
 pub const LOCKD_ENV: [&str; 3] = ["LOCKD_SERVER", "LOCKD_AUTH_TOKEN", "LOCKD_STORE"];
 
 /// How long a server may take to start, or a CLI command to finish.
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(180);
 
 /// A running `lockd serve`, killed on drop.
 pub struct Server {
@@ -50,6 +50,16 @@ impl Server {
     /// `lockd serve --listen 127.0.0.1:0 ARGS` in `dir` (a new temporary
     /// directory if `None`), with `env` set.
     pub fn start_in(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch("serve", dir, args, env)
+    }
+
+    /// `lockd up --listen 127.0.0.1:0 ARGS` in `dir`, like a user in a Spin
+    /// app's directory.
+    pub fn up_in(dir: &Path, args: &[&str]) -> Server {
+        Server::launch("up", Some(dir), args, &[])
+    }
+
+    fn launch(subcommand: &str, dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Server {
         let (tmp, dir) = match dir {
             Some(d) => (None, d.to_path_buf()),
             None => {
@@ -59,7 +69,7 @@ impl Server {
             }
         };
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
-        cmd.arg("serve")
+        cmd.arg(subcommand)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .current_dir(&dir)
