@@ -5,6 +5,9 @@ mod common;
 mod http_guests;
 #[allow(unused_imports)]
 use http_guests::{edge_guard_p3, edge_jobs, http_hostile, js_edge};
+mod hostile;
+#[allow(unused_imports)]
+use hostile::rust_hostile;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use lockd::config::LockdConfig;
-use lockd::run::{self, Output, RunConfig};
+use lockd::run::{self, Output, RunConfig, RunLimits};
 use lockd::serve::ServeOptions;
 use lockd::store::{StoreSpec, DEFAULT_STORE};
 
@@ -36,6 +36,12 @@ enum Command {
         /// The namespace the component's locks live in.
         #[arg(long, default_value = "default")]
         namespace: String,
+        /// Stop the component after this long (e.g. 30s, 500ms); default: no limit.
+        #[arg(long, value_parser = client::parse_duration_ms)]
+        timeout: Option<u64>,
+        /// Most linear memory the component may grow to, in bytes; default: no limit.
+        #[arg(long)]
+        max_memory_bytes: Option<usize>,
         /// Arguments passed to the component (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -121,8 +127,16 @@ fn with_runtime(command: Command) -> i32 {
                 component,
                 store,
                 namespace,
+                timeout,
+                max_memory_bytes,
                 args,
-            } => run_command(component, store, namespace, args).await,
+            } => {
+                let limits = RunLimits {
+                    timeout: timeout.map(std::time::Duration::from_millis),
+                    max_memory_bytes,
+                };
+                run_command(component, store, namespace, limits, args).await
+            }
             Command::Serve {
                 listen,
                 manifest,
@@ -146,6 +160,7 @@ async fn run_command(
     component: PathBuf,
     store: StoreSpec,
     namespace: String,
+    limits: RunLimits,
     args: Vec<String>,
 ) -> i32 {
     let outcome = async {
@@ -160,6 +175,7 @@ async fn run_command(
             namespace,
             args: std::iter::once(argv0).chain(args).collect(),
             output: Output::Inherit,
+            limits,
         };
         run::run_component(&engine, &loaded, service, config).await
     }

@@ -2,12 +2,13 @@
 //! capability.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use lockd_core::LockService;
 use lockd_wasm::{LockCtx, LockCtxView, LockView};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -28,6 +29,21 @@ pub enum Output {
     Capture,
 }
 
+/// How often the epoch advances: the granularity of [`RunLimits::timeout`].
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Bounds on one run. A command may legitimately run for long (a worker
+/// holding locks), so by default nothing is bounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Wall-clock time the guest may run, waits in host calls included; past
+    /// it a busy guest traps at its next epoch check and a waiting one is
+    /// dropped.
+    pub timeout: Option<Duration>,
+    /// Linear memory the guest may grow to; growing past it traps.
+    pub max_memory_bytes: Option<usize>,
+}
+
 /// How to run a command component.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -37,6 +53,8 @@ pub struct RunConfig {
     pub args: Vec<String>,
     /// Where output goes.
     pub output: Output,
+    /// Time and memory bounds.
+    pub limits: RunLimits,
 }
 
 /// What a run ended with.
@@ -59,6 +77,7 @@ struct CommandState {
     wasi: WasiCtx,
     table: ResourceTable,
     locks: LockCtx,
+    limits: StoreLimits,
 }
 
 impl WasiView for CommandState {
@@ -79,13 +98,27 @@ impl LockView for CommandState {
     }
 }
 
-/// The engine configuration lockd runs command components with.
+/// The engine configuration lockd runs command components with. Its epoch
+/// advances every 10 ms (for [`RunLimits::timeout`]) on a thread that ends
+/// with the engine.
 pub fn engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
-    config.wasm_component_model(true);
-    Engine::new(&config)
+    config.wasm_component_model(true).epoch_interruption(true);
+    let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
-        .context("creating the wasm engine")
+        .context("creating the wasm engine")?;
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("lockd-run-epoch".to_string())
+        .spawn(move || loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .context("starting the epoch thread")?;
+    Ok(engine)
 }
 
 /// Compiles the component at `path`.
@@ -124,27 +157,59 @@ pub async fn run_component(
             Some((out, err))
         }
     };
+    let mut memory = StoreLimitsBuilder::new().trap_on_grow_failure(true);
+    if let Some(bytes) = config.limits.max_memory_bytes {
+        memory = memory.memory_size(bytes);
+    }
     let state = CommandState {
         wasi: wasi.build(),
         table: ResourceTable::new(),
         locks: LockCtx::new(service, config.namespace),
+        limits: memory.build(),
     };
     let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limits);
+    let ticks = config.limits.timeout.map_or(u64::MAX / 2, |t| {
+        (t.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+    });
+    store.set_epoch_deadline(ticks);
     let command = Command::instantiate_async(&mut store, component, &linker)
         .await
         .map_err(anyhow::Error::from)
         .context("instantiating the component (is it a wasi:cli command?)")?;
-    let result = command.wasi_cli_run().call_run(&mut store).await;
+    let run = command.wasi_cli_run().call_run(&mut store);
+    let result = match config.limits.timeout {
+        None => Some(run.await),
+        // The epoch deadline stops a guest that computes; the wall clock
+        // also stops one parked in a host call (a lock wait, a sleep).
+        Some(limit) => tokio::time::timeout(limit + EPOCH_TICK * 10, run)
+            .await
+            .ok(),
+    };
     // End the instance: drops the lock context, releasing leftover guards.
     drop(store);
 
     let (exit_code, trap) = match result {
-        Ok(Ok(())) => (0, None),
-        Ok(Err(())) => (1, None),
-        Err(e) => match e.downcast_ref::<I32Exit>() {
+        Some(Ok(Ok(()))) => (0, None),
+        Some(Ok(Err(()))) => (1, None),
+        Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
             Some(exit) => (exit.0, None),
+            None if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => (
+                TRAP_EXIT_CODE,
+                Some(format!(
+                    "the component ran past its time limit of {:?}",
+                    config.limits.timeout.unwrap_or_default()
+                )),
+            ),
             None => (TRAP_EXIT_CODE, Some(format!("{e:?}"))),
         },
+        None => (
+            TRAP_EXIT_CODE,
+            Some(format!(
+                "the component ran past its time limit of {:?}",
+                config.limits.timeout.unwrap_or_default()
+            )),
+        ),
     };
     let (stdout, stderr) = match captured {
         Some((out, err)) => (out.contents().to_vec(), err.contents().to_vec()),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use lockd::run::{self, Output, RunConfig, RunOutcome};
+use lockd::run::{self, Output, RunConfig, RunLimits, RunOutcome};
 use lockd_core::LockService;
 use wasmtime::component::Component;
 use wasmtime::Engine;
@@ -34,6 +34,17 @@ pub async fn run_guest(
     namespace: &str,
     args: &[&str],
 ) -> RunOutcome {
+    run_guest_limited(path, service, namespace, args, RunLimits::default()).await
+}
+
+/// [`run_guest`] with time and memory bounds.
+pub async fn run_guest_limited(
+    path: &str,
+    service: &LockService,
+    namespace: &str,
+    args: &[&str],
+    limits: RunLimits,
+) -> RunOutcome {
     let argv = std::iter::once("guest")
         .chain(args.iter().copied())
         .map(String::from)
@@ -42,6 +53,7 @@ pub async fn run_guest(
         namespace: namespace.to_string(),
         args: argv,
         output: Output::Capture,
+        limits,
     };
     run::run_component(engine(), &component(path), service.clone(), config)
         .await

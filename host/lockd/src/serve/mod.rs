@@ -14,7 +14,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lockd_core::LockService;
 
 mod components;
@@ -26,6 +26,13 @@ use manifest::Manifest;
 use crate::api::Api;
 use crate::config::LockdConfig;
 use crate::store::StoreSpec;
+
+/// A client has this long to send a request's complete head; a slow-loris
+/// client trickling headers is disconnected after it.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Largest request head (request line and headers) accepted.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
 
 /// Every response body lockd serves.
 pub type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
@@ -138,7 +145,13 @@ impl Server {
                     let router = router.clone();
                     async move { Ok::<_, Infallible>(router.route(req).await) }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .max_buf_size(MAX_HEAD_BYTES);
                 // Connection errors (a client hanging up) concern that client only.
                 let _ = builder
                     .serve_connection(TokioIo::new(stream), service)
