@@ -42,4 +42,6 @@
 //! So adding a program under `guest/` without a host test breaks the build of
 //! the test suite rather than going unnoticed.
 
+pub mod history;
+
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
