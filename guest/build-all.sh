@@ -23,20 +23,9 @@ out="$repo/target/guests"
 target=wasm32-wasip2
 
 # --- Environment -----------------------------------------------------------
-# An outer cargo (running tests/build.rs) exports variables meant for its own
-# build: RUSTFLAGS/CARGO_ENCODED_RUSTFLAGS for the host target, wrappers,
-# CARGO_TARGET_DIR, CARGO_BUILD_TARGET, CARGO_PKG_*, CARGO_CFG_*, TARGET,
-# PROFILE, ... Any of them would leak into, or break, the guest build.
-# Kept: CARGO_HOME and the registry/network settings (where crates come from),
-# and CARGO_MAKEFLAGS, so that the inner cargo shares the outer jobserver
-# instead of starting another full set of jobs.
-for var in $(compgen -e); do
-    case "$var" in
-        CARGO_HOME | CARGO_MAKEFLAGS | CARGO_NET_* | CARGO_HTTP_* | CARGO_REGISTRIES_* | CARGO_REGISTRY_*) ;;
-        CARGO | CARGO_* | __CARGO_* | RUSTC | RUSTC_* | RUSTDOC | RUSTDOC_* | RUSTFLAGS | RUSTDOCFLAGS) unset "$var" ;;
-        TARGET | HOST | OUT_DIR | OPT_LEVEL | PROFILE | DEBUG | NUM_JOBS) unset "$var" ;;
-    esac
-done
+# tests/build.rs runs this script from inside a cargo build: see lib.sh.
+source "$guest_dir/lib.sh"
+clear_cargo_env
 export CARGO_TARGET_DIR="$repo/target/guest-build"
 
 # --- What to build -----------------------------------------------------------

@@ -17,17 +17,8 @@
 # Does nothing when the output is newer than every input. Runs from any cwd.
 set -euo pipefail
 
-# A cargo build script (tests/build.rs, through guest/build-all.sh) may call
-# us: clear the environment cargo gives build scripts, as build-all.sh does,
-# so that none of it leaks into the tools we start. Kept: CARGO_HOME, the
-# registry/network settings and CARGO_MAKEFLAGS (the outer jobserver).
-for var in $(compgen -e); do
-    case "$var" in
-        CARGO_HOME | CARGO_MAKEFLAGS | CARGO_NET_* | CARGO_HTTP_* | CARGO_REGISTRIES_* | CARGO_REGISTRY_*) ;;
-        CARGO | CARGO_* | __CARGO_* | RUSTC | RUSTC_* | RUSTDOC | RUSTDOC_* | RUSTFLAGS | RUSTDOCFLAGS) unset "$var" ;;
-        TARGET | HOST | OUT_DIR | OPT_LEVEL | PROFILE | DEBUG | NUM_JOBS) unset "$var" ;;
-    esac
-done
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+clear_cargo_env
 
 NAME=c-conformance
 ADAPTER_VERSION=48.0.8 # = the wasmtime version of the host
@@ -44,41 +35,9 @@ inputs=(
     "$here/build.sh"
     "$repo/wit/lock.wit"
 )
-up_to_date() {
-    [[ -f "$out" ]] || return 1
-    local f
-    for f in "${inputs[@]}"; do
-        [[ "$f" -nt "$out" ]] && return 1
-    done
-    return 0
-}
-if up_to_date; then
-    echo "$NAME: up to date ($out)"
-    exit 0
-fi
-# One build of this guest at a time (two cargo builds may run build-all.sh at
-# once); whoever waited finds the output up to date.
-mkdir -p "$repo/target/guest-build"
-exec 9>"$repo/target/guest-build/.$NAME.lock"
-flock 9
-if up_to_date; then
-    echo "$NAME: up to date ($out)"
-    exit 0
-fi
+exit_if_up_to_date "$NAME" "$repo/target/guest-build" "$out" "${inputs[@]}"
 
 # --- tools -------------------------------------------------------------------
-apt_install() { # apt_install PKG...: installs the packages dpkg does not know
-    local missing=() p
-    for p in "$@"; do
-        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-    done
-    if ((${#missing[@]})); then
-        echo "$NAME: apt-get install ${missing[*]}"
-        # A fresh machine may have no package lists yet: update once, then retry.
-        DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" ||
-            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; }
-    fi
-}
 apt_install clang lld wasi-libc libclang-rt-dev-wasm32
 
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"

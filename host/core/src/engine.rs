@@ -414,6 +414,34 @@ impl Engine {
         (grant, ticket)
     }
 
+    /// Moves the expiry of `key`'s `holder` (same owner, same token), keeping
+    /// its entry in the shard's `deadlines` and, if persistent, its record in
+    /// step. The caller holds the shard mutex.
+    fn move_expiry(
+        &self,
+        holder: &mut Holder,
+        deadlines: &mut BTreeSet<(u64, Key)>,
+        key: &Key,
+        expires_at_ms: u64,
+    ) -> (Grant, Ticket) {
+        let old = std::mem::replace(&mut holder.expires_at_ms, expires_at_ms);
+        let grant = holder.grant();
+        let ticket = self.journal_if_persistent(holder.durability, || {
+            JournalOp::Put(
+                key.clone(),
+                Record {
+                    owner: holder.owner.clone(),
+                    token: grant.fencing_token,
+                    expires_at_ms,
+                },
+            )
+        });
+        deadlines.remove(&(old, key.clone()));
+        deadlines.insert((expires_at_ms, key.clone()));
+        self.purge.note_deadline(expires_at_ms);
+        (grant, ticket)
+    }
+
     /// Removes the holder of `key` (journaling the delete if persistent) and
     /// hands the lock to the next waiter. Returns the delete's ticket.
     fn remove_holder(&self, shard: &mut Shard, key: &Key, now: u64) -> Ticket {
@@ -580,22 +608,8 @@ impl Engine {
         if holder.owner == owner {
             // Same token, refreshed expiry, and the durability the lock
             // already has.
-            let old = holder.expires_at_ms;
-            holder.expires_at_ms = expires_at_ms;
-            let grant = holder.grant();
-            let ticket = self.journal_if_persistent(holder.durability, || {
-                JournalOp::Put(
-                    key.clone(),
-                    Record {
-                        owner: owner.to_string(),
-                        token: grant.fencing_token,
-                        expires_at_ms,
-                    },
-                )
-            });
-            shard.deadlines.remove(&(old, key.clone()));
-            shard.deadlines.insert((expires_at_ms, key.clone()));
-            self.purge.note_deadline(expires_at_ms);
+            let (grant, ticket) =
+                self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms);
             return Ok(Attempt::Refreshed(grant, ticket));
         }
         if options.wait_ms == 0 {
@@ -691,25 +705,7 @@ impl Engine {
             if holder.owner != owner {
                 return Err(LockError::NotOwner);
             }
-            let old = holder.expires_at_ms;
-            holder.expires_at_ms = expires_at_ms;
-            let grant = holder.grant();
-            let durability = holder.durability;
-            let owner = holder.owner.clone();
-            shard.deadlines.remove(&(old, key.clone()));
-            shard.deadlines.insert((expires_at_ms, key.clone()));
-            self.purge.note_deadline(expires_at_ms);
-            let ticket = self.journal_if_persistent(durability, || {
-                JournalOp::Put(
-                    key.clone(),
-                    Record {
-                        owner,
-                        token: grant.fencing_token,
-                        expires_at_ms,
-                    },
-                )
-            });
-            (grant, ticket)
+            self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms)
         };
         ticket.wait().await?;
         Ok(grant)
