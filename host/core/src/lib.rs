@@ -43,6 +43,8 @@ mod types;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod model;
 
 pub use backend::{BoxFuture, LockBackend};
 pub use clock::{Clock, ManualClock, SystemClock};
