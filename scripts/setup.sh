@@ -4,6 +4,10 @@
 #
 #   - the wasm32-wasip2 Rust target (guests)
 #   - clang, lld, wasi-libc (the C guest), python3-venv (the Python guest)
+#   - etcd-server (the etcd store's tests start their own etcd on free
+#     loopback ports), protobuf-compiler and libprotobuf-dev (etcd-client's
+#     build script compiles etcd's protos; Debian's protoc finds the
+#     well-known types in /usr/include by itself, so no PROTOC_INCLUDE)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
 #
 # componentize-py and componentize-js are installed by the guests' own
@@ -17,7 +21,8 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
 fi
 
-apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv)
+apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
+    etcd-server protobuf-compiler libprotobuf-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -26,6 +31,18 @@ if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Debian's etcd-server enables a system etcd on port 2379. lockd's tests never
+# use it (nor that port); where systemd runs, stop and disable it once.
+if dpkg -s etcd-server >/dev/null 2>&1 && [ -d /run/systemd/system ] \
+    && systemctl is-enabled --quiet etcd 2>/dev/null; then
+    log "systemctl disable --now etcd (tests start their own etcd)"
+    systemctl disable --now etcd >/dev/null 2>&1 || true
+elif pgrep -x etcd >/dev/null && [ -x /etc/init.d/etcd ] \
+    && /etc/init.d/etcd status >/dev/null 2>&1; then
+    log "/etc/init.d/etcd stop (tests start their own etcd)"
+    /etc/init.d/etcd stop >/dev/null 2>&1 || true
 fi
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"

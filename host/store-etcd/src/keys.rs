@@ -1,0 +1,168 @@
+//! Where lockd keeps things in etcd, and how names become keys.
+//!
+//! ```text
+//! <prefix>/<ns>/<name>                 the lock: a JSON `LockRecord`
+//! <prefix>/.queue/<ns>/<name>/<id>     one waiter: a JSON `WaiterRecord`
+//! ```
+//!
+//! Namespaces and names are percent-encoded: every byte outside
+//! `[A-Za-z0-9_-]` becomes `%XX`. So neither can contain `/` (a key has
+//! exactly two segments after the prefix, and two locks never collide), no
+//! namespace can start with `.` (the queue tree never overlaps a namespace),
+//! and the encoding keeps prefixes: `enc(a)` is a prefix of `enc(b)` exactly
+//! when `a` is a prefix of `b`, so a name-prefix listing is one etcd range.
+
+use lockd_core::Key;
+
+/// The key layout under one prefix.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// The prefix without a trailing `/`.
+    prefix: String,
+}
+
+fn keep(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// Percent-encodes `s` (see the module docs).
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push_str(&format!("{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`encode`]; `None` for anything `encode` cannot produce.
+pub(crate) fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(hex, 16).ok()?;
+            if keep(v) {
+                return None;
+            }
+            out.push(v);
+            i += 3;
+        } else if keep(b) {
+            out.push(b);
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl Layout {
+    /// The layout under `prefix` (a trailing `/` is ignored).
+    pub(crate) fn new(prefix: &str) -> Self {
+        Layout {
+            prefix: prefix.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// `<prefix>/`: every key lockd writes.
+    pub(crate) fn all(&self) -> Vec<u8> {
+        format!("{}/", self.prefix).into_bytes()
+    }
+
+    /// `<prefix>/.queue/`: every waiter of every lock.
+    pub(crate) fn all_waiters(&self) -> Vec<u8> {
+        format!("{}/.queue/", self.prefix).into_bytes()
+    }
+
+    /// The key holding the lock `key`.
+    pub(crate) fn lock_key(&self, key: &Key) -> Vec<u8> {
+        format!(
+            "{}/{}/{}",
+            self.prefix,
+            encode(&key.namespace),
+            encode(&key.name)
+        )
+        .into_bytes()
+    }
+
+    /// The range prefix of the locks of `namespace` whose names start with
+    /// `name_prefix`.
+    pub(crate) fn list_prefix(&self, namespace: &str, name_prefix: &str) -> Vec<u8> {
+        format!(
+            "{}/{}/{}",
+            self.prefix,
+            encode(namespace),
+            encode(name_prefix)
+        )
+        .into_bytes()
+    }
+
+    /// The name of the lock stored at `lock_key`, a key of `namespace`.
+    pub(crate) fn name_of(&self, namespace: &str, lock_key: &[u8]) -> Option<String> {
+        let head = format!("{}/{}/", self.prefix, encode(namespace));
+        let rest = std::str::from_utf8(lock_key).ok()?.strip_prefix(&head)?;
+        decode(rest)
+    }
+
+    /// The prefix of the wait queue of `key`.
+    pub(crate) fn queue_prefix(&self, key: &Key) -> Vec<u8> {
+        format!(
+            "{}/.queue/{}/{}/",
+            self.prefix,
+            encode(&key.namespace),
+            encode(&key.name)
+        )
+        .into_bytes()
+    }
+
+    /// The key of waiter `id` in the queue of `key`.
+    pub(crate) fn waiter_key(&self, key: &Key, id: &str) -> Vec<u8> {
+        let mut k = self.queue_prefix(key);
+        k.extend_from_slice(id.as_bytes());
+        k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_round_trips_and_keeps_prefixes() {
+        for s in [
+            "a", "job/1", "%2F", "é ü/x", ".queue", "a-b_c", "~!*", "\u{0}",
+        ] {
+            assert_eq!(decode(&encode(s)).as_deref(), Some(s), "{s:?}");
+            assert!(!encode(s).contains('/'));
+            assert!(!encode(s).starts_with('.'));
+        }
+        assert!(encode("job/12").starts_with(&encode("job/1")));
+        assert!(!encode("jobs").starts_with(&encode("job/")));
+        // Only what `encode` produces decodes.
+        for bad in ["%2", "%zz", "%61", "a/b", "a.b", "%C3"] {
+            assert_eq!(decode(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn keys_of_different_locks_never_collide() {
+        let l = Layout::new("/lockd/");
+        let a = l.lock_key(&Key::new("a/b", "c"));
+        let b = l.lock_key(&Key::new("a", "b/c"));
+        assert_ne!(a, b);
+        assert_eq!(a, b"/lockd/a%2Fb/c");
+        assert_eq!(l.name_of("a", &b).as_deref(), Some("b/c"));
+        assert_eq!(l.name_of("a/b", &b), None);
+        let q = l.waiter_key(&Key::new("ns", "n"), "7-1");
+        assert_eq!(q, b"/lockd/.queue/ns/n/7-1");
+        assert!(!q.starts_with(&l.list_prefix(".queue", "")));
+    }
+}

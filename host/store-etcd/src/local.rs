@@ -1,0 +1,188 @@
+//! Ordering inside one process, which etcd cannot see.
+//!
+//! - [`Turns`]: `lock` calls on one name start their first attempt (and, if
+//!   they must wait, join the etcd queue) one at a time, in call order. Two
+//!   waiters of one process therefore enter the etcd queue in the order they
+//!   called, however the network reorders their requests.
+//! - [`Pending`]: a `release_detached` is in flight; later calls on that name
+//!   through the same backend wait for it first (read-your-writes within the
+//!   process, as the in-memory engine gives).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockd_core::Key;
+use tokio::sync::watch;
+
+struct Turn {
+    /// The next ticket to hand out. Changed under the map's mutex.
+    next: u64,
+    /// The ticket whose turn it is.
+    serving: watch::Sender<u64>,
+}
+
+/// Per-name FIFO turns.
+#[derive(Default)]
+pub(crate) struct Turns {
+    map: Arc<Mutex<HashMap<Key, Turn>>>,
+}
+
+/// One place in the line of a name. Its turn ends when it is dropped.
+pub(crate) struct Ticket {
+    map: Arc<Mutex<HashMap<Key, Turn>>>,
+    key: Key,
+    n: u64,
+    rx: watch::Receiver<u64>,
+}
+
+impl Turns {
+    /// Takes the next ticket for `key`. Synchronous, so the order of the
+    /// calls is the order of the tickets.
+    pub(crate) fn ticket(&self, key: &Key) -> Ticket {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = map.entry(key.clone()).or_insert_with(|| Turn {
+            next: 0,
+            serving: watch::Sender::new(0),
+        });
+        let n = turn.next;
+        turn.next += 1;
+        Ticket {
+            map: self.map.clone(),
+            key: key.clone(),
+            n,
+            rx: turn.serving.subscribe(),
+        }
+    }
+}
+
+impl Ticket {
+    /// Waits until every earlier ticket of the name has ended.
+    pub(crate) async fn wait(&mut self) {
+        let n = self.n;
+        // The sender lives while any ticket of the name does.
+        let _ = self.rx.wait_for(|s| *s >= n).await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(turn) = map.get_mut(&self.key) else {
+            return;
+        };
+        let n = self.n;
+        // Tickets end in order (each waits for its turn first); a ticket
+        // dropped before its turn (its task was cancelled with the runtime)
+        // leaves the line as it is.
+        turn.serving.send_if_modified(|s| {
+            if *s == n {
+                *s = n + 1;
+                true
+            } else {
+                false
+            }
+        });
+        if *turn.serving.borrow() == turn.next {
+            map.remove(&self.key);
+        }
+    }
+}
+
+/// Detached releases in flight, per name.
+#[derive(Default)]
+pub(crate) struct Pending {
+    map: Arc<Mutex<HashMap<Key, watch::Sender<usize>>>>,
+}
+
+/// Marks one detached release in flight until dropped.
+pub(crate) struct PendingGuard {
+    map: Arc<Mutex<HashMap<Key, watch::Sender<usize>>>>,
+    key: Key,
+}
+
+impl Pending {
+    pub(crate) fn begin(&self, key: &Key) -> PendingGuard {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key.clone())
+            .or_insert_with(|| watch::Sender::new(0))
+            .send_modify(|n| *n += 1);
+        PendingGuard {
+            map: self.map.clone(),
+            key: key.clone(),
+        }
+    }
+
+    /// Waits (at most `limit`) until no detached release of a name matching
+    /// `filter` is in flight.
+    pub(crate) async fn settle(&self, filter: impl Fn(&Key) -> bool, limit: Duration) {
+        let receivers: Vec<watch::Receiver<usize>> = {
+            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter()
+                .filter(|(k, _)| filter(k))
+                .map(|(_, tx)| tx.subscribe())
+                .collect()
+        };
+        if receivers.is_empty() {
+            return;
+        }
+        let all = async {
+            for mut rx in receivers {
+                // An error means the entry was removed: nothing in flight.
+                let _ = rx.wait_for(|n| *n == 0).await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, all).await;
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = map.get(&self.key) {
+            tx.send_modify(|n| *n = n.saturating_sub(1));
+            if *tx.borrow() == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tickets_are_served_in_order_and_cleaned_up() {
+        let turns = Turns::default();
+        let k = Key::new("n", "a");
+        let mut t0 = turns.ticket(&k);
+        let mut t1 = turns.ticket(&k);
+        t0.wait().await;
+        let second = tokio::spawn(async move {
+            t1.wait().await;
+        });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished());
+        drop(t0);
+        second.await.unwrap();
+        assert!(turns.map.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn settle_waits_for_pending_releases() {
+        let pending = Arc::new(Pending::default());
+        let k = Key::new("n", "a");
+        let g = pending.begin(&k);
+        let p = pending.clone();
+        let waiter = tokio::spawn(async move {
+            p.settle(|key| key.name == "a", Duration::from_secs(10))
+                .await;
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(g);
+        waiter.await.unwrap();
+        assert!(pending.map.lock().unwrap().is_empty());
+    }
+}

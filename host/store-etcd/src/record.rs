@@ -1,0 +1,203 @@
+//! The values stored at lock and waiter keys: small JSON objects, readable
+//! with `etcdctl get --prefix /lockd/`.
+
+use lockd_core::{Durability, Grant, LockError, LockInfo};
+use serde::{Deserialize, Serialize};
+
+/// Format version of both records.
+const VERSION: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum StoredDurability {
+    Persistent,
+    Ephemeral,
+}
+
+impl From<Durability> for StoredDurability {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::Persistent => StoredDurability::Persistent,
+            Durability::Ephemeral => StoredDurability::Ephemeral,
+        }
+    }
+}
+
+impl From<StoredDurability> for Durability {
+    fn from(d: StoredDurability) -> Self {
+        match d {
+            StoredDurability::Persistent => Durability::Persistent,
+            StoredDurability::Ephemeral => Durability::Ephemeral,
+        }
+    }
+}
+
+/// The value of a lock key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LockRecord {
+    pub v: u8,
+    pub owner: String,
+    /// The authority on expiry: the lock is free once the clock reaches it,
+    /// whether or not etcd's lease has removed the key yet.
+    pub expires_at_ms: u64,
+    pub durability: StoredDurability,
+    /// The fencing token. Absent on a fresh grant, where the token is the
+    /// key's `mod_revision` (the revision of the granting transaction,
+    /// unknown until it commits); a refresh writes it here, because the
+    /// refresh moves `mod_revision` but must keep the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The waiter this grant was handed to, so that waiter recognises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiter: Option<String>,
+}
+
+/// The value of a waiter key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WaiterRecord {
+    pub v: u8,
+    /// Unique among all waiters ever: `<session lease hex>-<sequence>`.
+    pub id: String,
+    pub owner: String,
+    pub ttl_ms: u64,
+    pub durability: StoredDurability,
+    /// The waiter's session lease: its key's lease, and the lease of an
+    /// ephemeral grant handed to it.
+    pub session: i64,
+}
+
+impl LockRecord {
+    pub(crate) fn fresh(
+        owner: &str,
+        expires_at_ms: u64,
+        durability: Durability,
+        waiter: Option<String>,
+    ) -> Self {
+        LockRecord {
+            v: VERSION,
+            owner: owner.to_string(),
+            expires_at_ms,
+            durability: durability.into(),
+            token: None,
+            waiter,
+        }
+    }
+}
+
+impl WaiterRecord {
+    pub(crate) fn new(
+        id: String,
+        owner: &str,
+        ttl_ms: u64,
+        durability: Durability,
+        session: i64,
+    ) -> Self {
+        WaiterRecord {
+            v: VERSION,
+            id,
+            owner: owner.to_string(),
+            ttl_ms,
+            durability: durability.into(),
+            session,
+        }
+    }
+}
+
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing plain structs of strings and integers cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(
+    key: &[u8],
+    value: &[u8],
+) -> Result<T, LockError> {
+    serde_json::from_slice(value).map_err(|e| {
+        LockError::Unavailable(format!(
+            "etcd key {:?} holds a value lockd cannot read ({e}); \
+             was it written by something other than lockd?",
+            String::from_utf8_lossy(key)
+        ))
+    })
+}
+
+/// A lock key as read: its record, its etcd metadata and its token.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    pub mod_revision: i64,
+    pub lease: i64,
+    pub rec: LockRecord,
+    pub token: u64,
+}
+
+impl Held {
+    pub(crate) fn from_kv(kv: &etcd_client::KeyValue) -> Result<Held, LockError> {
+        let rec: LockRecord = from_json(kv.key(), kv.value())?;
+        let token = rec.token.unwrap_or(kv.mod_revision() as u64);
+        Ok(Held {
+            mod_revision: kv.mod_revision(),
+            lease: kv.lease(),
+            rec,
+            token,
+        })
+    }
+
+    /// Whether the lease has not run out at `now_ms`.
+    pub(crate) fn live(&self, now_ms: u64) -> bool {
+        self.rec.expires_at_ms > now_ms
+    }
+
+    pub(crate) fn info(&self) -> LockInfo {
+        LockInfo {
+            owner: self.rec.owner.clone(),
+            fencing_token: self.token,
+            expires_at_ms: self.rec.expires_at_ms,
+            durability: self.rec.durability.into(),
+        }
+    }
+
+    pub(crate) fn grant(&self) -> Grant {
+        Grant {
+            fencing_token: self.token,
+            expires_at_ms: self.rec.expires_at_ms,
+        }
+    }
+}
+
+/// A waiter key as read.
+#[derive(Clone, Debug)]
+pub(crate) struct Queued {
+    pub key: Vec<u8>,
+    pub mod_revision: i64,
+    pub rec: WaiterRecord,
+}
+
+impl Queued {
+    pub(crate) fn from_kv(kv: &etcd_client::KeyValue) -> Result<Queued, LockError> {
+        Ok(Queued {
+            key: kv.key().to_vec(),
+            mod_revision: kv.mod_revision(),
+            rec: from_json(kv.key(), kv.value())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_stay_small() {
+        let r = LockRecord::fresh("o1", 17, Durability::Ephemeral, None);
+        let json = to_json(&r);
+        assert_eq!(
+            std::str::from_utf8(&json).unwrap(),
+            r#"{"v":1,"owner":"o1","expires_at_ms":17,"durability":"ephemeral"}"#
+        );
+        assert_eq!(from_json::<LockRecord>(b"k", &json).unwrap(), r);
+        assert!(matches!(
+            from_json::<LockRecord>(b"k", b"nope"),
+            Err(LockError::Unavailable(m)) if m.contains("\"k\"")
+        ));
+    }
+}

@@ -1,0 +1,931 @@
+//! The lock operations, as etcd transactions. See the crate docs for the
+//! design; every write here is a transaction guarded by a compare on the
+//! revision it read, so a decision made on stale data is never applied.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
+};
+use lockd_core::{
+    BackendStats, Clock, Durability, Grant, Key, ListedLock, LockError, LockInfo, LockOptions,
+};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::keys::Layout;
+use crate::local::{Pending, Ticket, Turns};
+use crate::record::{to_json, Held, LockRecord, Queued, StoredDurability, WaiterRecord};
+use crate::EtcdOptions;
+
+/// Pause after a watch fails (a leader change, a dropped connection) before
+/// reading again: error backoff, not polling.
+const WATCH_RETRY: Duration = Duration::from_millis(200);
+
+/// Everything the operations share. Spawned tasks hold it through an `Arc`.
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) layout: Layout,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) options: EtcdOptions,
+    /// The session lease: the lease of this backend's waiter keys and
+    /// ephemeral locks. Replaced if it is ever lost.
+    pub(crate) session: AtomicI64,
+    pub(crate) handle: Handle,
+    pub(crate) turns: Turns,
+    pub(crate) pending: Pending,
+    pub(crate) next_waiter: AtomicU64,
+    pub(crate) stats: StatsCache,
+}
+
+/// Counts from the previous scrape (`stats` cannot wait for etcd).
+#[derive(Default)]
+pub(crate) struct StatsCache {
+    locks: AtomicU64,
+    waiters: AtomicU64,
+    refreshing: AtomicBool,
+}
+
+/// This backend's place in a wait queue.
+#[derive(Debug)]
+struct Waiter {
+    key: Vec<u8>,
+    id: String,
+    create_revision: i64,
+}
+
+/// One consistent read of a lock and its queue.
+struct Snap {
+    revision: i64,
+    lock: Option<Held>,
+    /// The first waiter (lowest create revision).
+    head: Option<Queued>,
+    /// For a waiter: whether its own key still exists.
+    own_present: bool,
+    /// For a waiter: the waiter just ahead of it.
+    ahead: Option<Queued>,
+}
+
+enum Attempt {
+    /// Granted; `true` for a fresh grant, `false` for a holder's refresh.
+    Granted(Grant, bool),
+    Busy(LockInfo),
+}
+
+enum WaitEnd {
+    Granted(Grant),
+    /// Our waiter key vanished without a grant (its session was lost).
+    Lost,
+    TimedOut,
+    Cancelled,
+}
+
+fn unavailable(what: &str, endpoints: &[String], e: impl std::fmt::Display) -> LockError {
+    LockError::Unavailable(format!(
+        "etcd {what} failed (endpoints {}): {e}",
+        endpoints.join(",")
+    ))
+}
+
+/// The compare that holds while the lock key is as read: absent, or at the
+/// revision read.
+fn unchanged(lock_key: &[u8], current: Option<&Held>) -> Compare {
+    match current {
+        None => Compare::version(lock_key.to_vec(), CompareOp::Equal, 0),
+        Some(h) => Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, h.mod_revision),
+    }
+}
+
+fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
+    now_ms.checked_add(ttl_ms).ok_or_else(|| {
+        LockError::InvalidArgument(format!("ttl of {ttl_ms} ms overflows the deadline"))
+    })
+}
+
+/// Whether `e` says the request never reached etcd (the connection to the
+/// endpoint picked was refused), so sending it again cannot apply it twice.
+/// etcd-client balances over all endpoints and may pick a dead one.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return false;
+    };
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Runs `call` until it answers, retrying (with a short backoff) only calls
+/// that [`never_sent`], all within `limit`. The error says what went wrong.
+pub(crate) async fn call_etcd<T, F, Fut>(limit: Duration, mut call: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut last = None;
+    let attempts = async {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) if never_sent(&e) => {
+                    last = Some(e.to_string());
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(limit, attempts).await;
+    match outcome {
+        Ok(result) => result,
+        Err(_) => Err(match last {
+            Some(e) => format!("no answer within {limit:?} (last error: {e})"),
+            None => format!("no answer within {limit:?}"),
+        }),
+    }
+}
+
+/// Revokes `lease`. Cleanup: a failure only leaves it to expire.
+pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Result<(), String> {
+    call_etcd(limit, || {
+        let mut lc = client.lease_client();
+        async move { lc.revoke(lease).await }
+    })
+    .await
+    .map(drop)
+}
+
+impl Inner {
+    pub(crate) fn session(&self) -> i64 {
+        self.session.load(Ordering::Relaxed)
+    }
+
+    /// Runs an etcd call under the request timeout (see [`call_etcd`]),
+    /// mapping every failure to `unavailable`.
+    async fn rpc<T, F, Fut>(&self, what: &str, call: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        call_etcd(self.options.request_timeout, call)
+            .await
+            .map_err(|e| unavailable(what, &self.options.endpoints, e))
+    }
+
+    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {
+        self.rpc(what, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn range(
+        &self,
+        what: &str,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse, LockError> {
+        self.rpc(what, || {
+            let mut kv = self.client.kv_client();
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+
+    /// Seconds of a grant's lease: the TTL rounded up, plus the slack, so
+    /// the lease never ends before the lock's own expiry.
+    fn lease_secs(&self, ttl_ms: u64) -> i64 {
+        let slack_ms = self
+            .options
+            .lease_slack
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64;
+        let secs = ttl_ms.saturating_add(slack_ms).div_ceil(1000).max(1);
+        secs.min(i64::MAX as u64) as i64
+    }
+
+    pub(crate) async fn grant_lease(&self, secs: i64) -> Result<i64, LockError> {
+        let granted = self
+            .rpc("lease grant", || {
+                let mut lc = self.client.lease_client();
+                async move { lc.grant(secs, None).await }
+            })
+            .await?;
+        Ok(granted.id())
+    }
+
+    /// The lease a grant of `durability` goes on: its own for a persistent
+    /// lock, this backend's session for an ephemeral one.
+    async fn lease_for(&self, durability: Durability, ttl_ms: u64) -> Result<i64, LockError> {
+        match durability {
+            Durability::Persistent => self.grant_lease(self.lease_secs(ttl_ms)).await,
+            Durability::Ephemeral => Ok(self.session()),
+        }
+    }
+
+    /// Revokes a grant's own lease in the background (cleanup only: the
+    /// key is already deleted or on another lease). Never a session lease.
+    fn revoke_later(&self, durability: StoredDurability, lease: i64) {
+        if durability != StoredDurability::Persistent || lease == 0 {
+            return;
+        }
+        let client = self.client.clone();
+        let limit = self.options.request_timeout;
+        self.handle.spawn(async move {
+            let _ = revoke(&client, lease, limit).await;
+        });
+    }
+
+    /// Reads the lock key, its queue head and, for a waiter, its own key and
+    /// the waiter ahead of it, all at one revision.
+    async fn snapshot(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        let first_waiter = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut ops = vec![
+            TxnOp::get(lock_key.to_vec(), None),
+            TxnOp::get(queue.to_vec(), Some(first_waiter)),
+        ];
+        if let Some(w) = me {
+            ops.push(TxnOp::get(
+                w.key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+            let ahead = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision((w.create_revision - 1).max(1))
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(1);
+            ops.push(TxnOp::get(queue.to_vec(), Some(ahead)));
+        }
+        let resp = self.txn("read", Txn::new().and_then(ops)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let gets = gets(&resp);
+        let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
+        let lock = first(0).map(Held::from_kv).transpose()?;
+        let head = first(1).map(Queued::from_kv).transpose()?;
+        let (own_present, ahead) = match me {
+            Some(w) => {
+                let ahead = first(3)
+                    .filter(|kv| {
+                        kv.key() != w.key.as_slice() && kv.create_revision() < w.create_revision
+                    })
+                    .map(Queued::from_kv)
+                    .transpose()?;
+                (first(2).is_some(), ahead)
+            }
+            None => (false, None),
+        };
+        Ok(Snap {
+            revision,
+            lock,
+            head,
+            own_present,
+            ahead,
+        })
+    }
+
+    /// A snapshot in which the lock is not free while someone waits: if it
+    /// is, the lock is first handed to the head of the queue. Every path
+    /// (a waiter, a `wait = 0` caller, an unlock) goes through here, so
+    /// nobody can take a lock past the queue.
+    async fn settled(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        loop {
+            let snap = self.snapshot(lock_key, queue, me).await?;
+            let now = self.clock.now_ms();
+            let free = snap.lock.as_ref().is_none_or(|h| !h.live(now));
+            match &snap.head {
+                Some(head) if free => {
+                    self.hand_off(lock_key, snap.lock.as_ref(), head, now)
+                        .await?
+                }
+                _ => return Ok(snap),
+            }
+        }
+    }
+
+    /// Grants the lock to the waiter `head`, taking it out of the queue, in
+    /// one transaction that holds only if neither changed since the read.
+    async fn hand_off(
+        &self,
+        lock_key: &[u8],
+        current: Option<&Held>,
+        head: &Queued,
+        now: u64,
+    ) -> Result<(), LockError> {
+        let w = &head.rec;
+        let durability: Durability = w.durability.into();
+        let lease = match durability {
+            Durability::Persistent => self.grant_lease(self.lease_secs(w.ttl_ms)).await?,
+            // The waiter's own session: an ephemeral lock belongs to the
+            // host whose caller holds it.
+            Durability::Ephemeral => w.session,
+        };
+        let rec = LockRecord::fresh(
+            &w.owner,
+            now.saturating_add(w.ttl_ms),
+            durability,
+            Some(w.id.clone()),
+        );
+        let when = vec![
+            unchanged(lock_key, current),
+            Compare::mod_revision(head.key.clone(), CompareOp::Equal, head.mod_revision),
+        ];
+        let extra = vec![TxnOp::delete(head.key.clone(), None)];
+        match self.put_holder(lock_key, when, &rec, lease, extra).await? {
+            Some(_) => {
+                if let Some(old) = current {
+                    self.revoke_later(old.rec.durability, old.lease);
+                }
+            }
+            None => self.revoke_later(w.durability, lease),
+        }
+        Ok(())
+    }
+
+    /// Writes `rec` at the lock key if `when` holds, with `extra` ops in the
+    /// same transaction, and returns the lock as written.
+    async fn put_holder(
+        &self,
+        lock_key: &[u8],
+        when: Vec<Compare>,
+        rec: &LockRecord,
+        lease: i64,
+        extra: Vec<TxnOp>,
+    ) -> Result<Option<Held>, LockError> {
+        let mut ops = vec![TxnOp::put(
+            lock_key.to_vec(),
+            to_json(rec),
+            Some(PutOptions::new().with_lease(lease)),
+        )];
+        ops.extend(extra);
+        ops.push(TxnOp::get(lock_key.to_vec(), None));
+        let resp = self
+            .txn("grant", Txn::new().when(when).and_then(ops))
+            .await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let gets = gets(&resp);
+        let kv = gets
+            .last()
+            .and_then(|g| g.kvs().first())
+            .ok_or_else(|| LockError::Unavailable("etcd lost a lock it just wrote".into()))?;
+        Held::from_kv(kv).map(Some)
+    }
+
+    /// Moves a live holder's expiry to `expires_at_ms`, keeping its token,
+    /// owner and durability. `None` if the lock changed since it was read.
+    async fn refresh(
+        &self,
+        lock_key: &[u8],
+        h: &Held,
+        expires_at_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Option<Grant>, LockError> {
+        let mut rec = h.rec.clone();
+        rec.expires_at_ms = expires_at_ms;
+        rec.token = Some(h.token);
+        let lease = self.lease_for(rec.durability.into(), ttl_ms).await?;
+        let when = vec![unchanged(lock_key, Some(h))];
+        match self
+            .put_holder(lock_key, when, &rec, lease, Vec::new())
+            .await?
+        {
+            Some(new) => {
+                if h.lease != lease {
+                    self.revoke_later(h.rec.durability, h.lease);
+                }
+                Ok(Some(new.grant()))
+            }
+            None => {
+                self.revoke_later(rec.durability, lease);
+                Ok(None)
+            }
+        }
+    }
+
+    async fn check_quota(&self, namespace: &str, quota: u64, now: u64) -> Result<(), LockError> {
+        let resp = self
+            .range(
+                "quota count",
+                self.layout.list_prefix(namespace, ""),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let held = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| Held::from_kv(kv).ok())
+            .filter(|h| h.live(now))
+            .count() as u64;
+        if held >= quota {
+            return Err(LockError::Denied(format!(
+                "namespace {namespace:?} already holds {quota} locks, its quota"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One attempt: grant, refresh, or report the holder.
+    async fn try_acquire(
+        &self,
+        key: &Key,
+        lock_key: &[u8],
+        queue: &[u8],
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> Result<Attempt, LockError> {
+        loop {
+            let snap = self.settled(lock_key, queue, None).await?;
+            let now = self.clock.now_ms();
+            let expires_at_ms = deadline(now, ttl_ms)?;
+            match snap.lock.as_ref().filter(|h| h.live(now)) {
+                Some(h) if h.rec.owner == owner => {
+                    if let Some(g) = self.refresh(lock_key, h, expires_at_ms, ttl_ms).await? {
+                        return Ok(Attempt::Granted(g, false));
+                    }
+                }
+                Some(h) => return Ok(Attempt::Busy(h.info())),
+                None => {
+                    if let Some(quota) = options.quota {
+                        self.check_quota(&key.namespace, quota, now).await?;
+                    }
+                    let lease = self.lease_for(options.durability, ttl_ms).await?;
+                    let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
+                    let when = vec![
+                        unchanged(lock_key, snap.lock.as_ref()),
+                        // Nobody queued (settled() served any head first).
+                        Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
+                    ];
+                    match self
+                        .put_holder(lock_key, when, &rec, lease, Vec::new())
+                        .await?
+                    {
+                        Some(h) => {
+                            if let Some(old) = &snap.lock {
+                                self.revoke_later(old.rec.durability, old.lease);
+                            }
+                            return Ok(Attempt::Granted(h.grant(), true));
+                        }
+                        None => self.revoke_later(rec.durability, lease),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts a waiter key (on the session lease) at the back of the queue.
+    async fn enqueue(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> Result<Waiter, LockError> {
+        let session = self.session();
+        let id = format!(
+            "{session:x}-{}",
+            self.next_waiter.fetch_add(1, Ordering::Relaxed)
+        );
+        let wkey = self.layout.waiter_key(key, &id);
+        let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session);
+        let txn = Txn::new()
+            .when(vec![Compare::version(wkey.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![
+                TxnOp::put(
+                    wkey.clone(),
+                    to_json(&rec),
+                    Some(PutOptions::new().with_lease(session)),
+                ),
+                TxnOp::get(wkey.clone(), Some(GetOptions::new().with_keys_only())),
+            ]);
+        let resp = self.txn("enqueue", txn).await?;
+        let create_revision = gets(&resp)
+            .first()
+            .and_then(|g| g.kvs().first())
+            .map(|kv| kv.create_revision())
+            .filter(|_| resp.succeeded())
+            .ok_or_else(|| LockError::Unavailable(format!("waiter key {id} already existed")))?;
+        Ok(Waiter {
+            key: wkey,
+            id,
+            create_revision,
+        })
+    }
+
+    /// Takes `w` out of the queue. If a grant was handed to it first,
+    /// returns that grant's holder.
+    async fn leave_queue(&self, lock_key: &[u8], w: &Waiter) -> Result<Option<Held>, LockError> {
+        let txn = Txn::new()
+            .when(vec![Compare::version(w.key.clone(), CompareOp::Greater, 0)])
+            .and_then(vec![TxnOp::delete(w.key.clone(), None)])
+            .or_else(vec![TxnOp::get(lock_key.to_vec(), None)]);
+        let resp = self.txn("leave queue", txn).await?;
+        if resp.succeeded() {
+            return Ok(None);
+        }
+        let gets = gets(&resp);
+        let Some(kv) = gets.first().and_then(|g| g.kvs().first()) else {
+            return Ok(None);
+        };
+        let h = Held::from_kv(kv)?;
+        Ok((h.rec.waiter.as_deref() == Some(w.id.as_str())).then_some(h))
+    }
+
+    /// Waits for any event on `keys` from `revision` on.
+    async fn watch_any(&self, keys: &[Vec<u8>], revision: i64) -> Result<(), LockError> {
+        let options = || Some(WatchOptions::new().with_start_revision(revision));
+        let Some((first, rest)) = keys.split_first() else {
+            return Ok(());
+        };
+        let mut stream = self
+            .rpc("watch", || {
+                let mut wc = self.client.watch_client();
+                let (key, options) = (first.clone(), options());
+                async move { wc.watch(key, options).await }
+            })
+            .await?;
+        for k in rest {
+            // A request on the stream just opened: a local send, no retry.
+            let limit = self.options.request_timeout;
+            match tokio::time::timeout(limit, stream.watch(k.clone(), options())).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(unavailable("watch", &self.options.endpoints, e)),
+                Err(_) => return Err(unavailable("watch", &self.options.endpoints, "timed out")),
+            }
+        }
+        loop {
+            match stream.message().await {
+                // Cancelled (say, compacted past `revision`): read again.
+                Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(()),
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(unavailable(
+                        "watch",
+                        &self.options.endpoints,
+                        "the stream closed",
+                    ))
+                }
+                Err(e) => return Err(unavailable("watch", &self.options.endpoints, e)),
+            }
+        }
+    }
+
+    /// Waits in the queue until the lock is handed to `w`, the deadline
+    /// passes, or the caller goes away. Only the predecessor's deletion
+    /// wakes a waiter (etcd's lock recipe), and the head also watches the
+    /// lock key and sleeps until the holder's expiry.
+    async fn wait_in_queue(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        w: &Waiter,
+        wait_until: u64,
+        caller: &mut oneshot::Sender<Result<Grant, LockError>>,
+    ) -> Result<WaitEnd, LockError> {
+        loop {
+            let snap = self.settled(lock_key, queue, Some(w)).await?;
+            if let Some(h) = &snap.lock {
+                if h.rec.waiter.as_deref() == Some(w.id.as_str()) {
+                    return Ok(WaitEnd::Granted(h.grant()));
+                }
+            }
+            if !snap.own_present {
+                return Ok(WaitEnd::Lost);
+            }
+            if self.clock.now_ms() >= wait_until {
+                return Ok(match self.leave_queue(lock_key, w).await? {
+                    Some(h) => WaitEnd::Granted(h.grant()),
+                    None => WaitEnd::TimedOut,
+                });
+            }
+            let mut keys = vec![w.key.clone()];
+            let mut wake_at = wait_until;
+            match &snap.ahead {
+                Some(ahead) => keys.push(ahead.key.clone()),
+                None => {
+                    keys.push(lock_key.to_vec());
+                    if let Some(h) = &snap.lock {
+                        wake_at = wake_at.min(h.rec.expires_at_ms);
+                    }
+                }
+            }
+            tokio::select! {
+                watched = self.watch_any(&keys, snap.revision + 1) => {
+                    if watched.is_err() {
+                        tokio::time::sleep(WATCH_RETRY).await;
+                    }
+                }
+                () = self.clock.sleep_until(wake_at) => {}
+                () = caller.closed() => {
+                    return Ok(match self.leave_queue(lock_key, w).await {
+                        Ok(Some(h)) => WaitEnd::Granted(h.grant()),
+                        _ => WaitEnd::Cancelled,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The whole `lock` call, run in its own task so that it finishes (and
+    /// cleans up) even if the caller goes away. Returns the grant and
+    /// whether it is fresh (a refresh is not undone when the caller left).
+    async fn lock_flow(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        mut ticket: Ticket,
+        caller: &mut oneshot::Sender<Result<Grant, LockError>>,
+    ) -> Result<(Grant, bool), LockError> {
+        let wait_until = self.clock.now_ms().saturating_add(options.wait_ms);
+        let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
+        self.pending
+            .settle(|k| k == key, self.options.request_timeout)
+            .await;
+        ticket.wait().await;
+        if caller.is_closed() {
+            return Err(LockError::Unavailable("the caller went away".into()));
+        }
+        let mut ticket = Some(ticket);
+        loop {
+            let holder = match self
+                .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                .await?
+            {
+                Attempt::Granted(g, fresh) => return Ok((g, fresh)),
+                Attempt::Busy(info) => info,
+            };
+            if options.wait_ms == 0 || self.clock.now_ms() >= wait_until || caller.is_closed() {
+                return Err(LockError::Busy(holder));
+            }
+            let w = self.enqueue(key, owner, ttl_ms, options.durability).await?;
+            // In the queue: the next local caller may go.
+            drop(ticket.take());
+            match self
+                .wait_in_queue(&lock_key, &queue, &w, wait_until, caller)
+                .await
+            {
+                Ok(WaitEnd::Granted(g)) => return Ok((g, true)),
+                Ok(WaitEnd::Lost) => continue,
+                Ok(WaitEnd::TimedOut) => {
+                    // Out of the queue; free with nobody ahead means ours.
+                    return match self
+                        .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                        .await?
+                    {
+                        Attempt::Granted(g, fresh) => Ok((g, fresh)),
+                        Attempt::Busy(info) => Err(LockError::Busy(info)),
+                    };
+                }
+                Ok(WaitEnd::Cancelled) => {
+                    return Err(LockError::Unavailable("the caller went away".into()))
+                }
+                Err(e) => {
+                    // Best effort: leave the queue, and release a grant
+                    // handed over meanwhile. The session lease is the net.
+                    if let Ok(Some(h)) = self.leave_queue(&lock_key, &w).await {
+                        let _ = self.unlock_flow(key, owner, Some(h.token)).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The task behind `lock`: answers the caller, or undoes a fresh grant
+    /// nobody is left to receive.
+    pub(crate) async fn lock_task(
+        self: Arc<Self>,
+        key: Key,
+        owner: String,
+        ttl_ms: u64,
+        options: LockOptions,
+        ticket: Ticket,
+        mut caller: oneshot::Sender<Result<Grant, LockError>>,
+    ) {
+        let result = self
+            .lock_flow(&key, &owner, ttl_ms, options, ticket, &mut caller)
+            .await;
+        match result {
+            Ok((grant, fresh)) => {
+                if caller.send(Ok(grant)).is_err() && fresh {
+                    let _ = self
+                        .unlock_flow(&key, &owner, Some(grant.fencing_token))
+                        .await;
+                }
+            }
+            Err(e) => {
+                let _ = caller.send(Err(e));
+            }
+        }
+    }
+
+    async fn read_lock(&self, lock_key: &[u8]) -> Result<Option<Held>, LockError> {
+        let resp = self.range("get", lock_key.to_vec(), None).await?;
+        resp.kvs().first().map(Held::from_kv).transpose()
+    }
+
+    pub(crate) async fn unlock_flow(
+        &self,
+        key: &Key,
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
+        let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
+        loop {
+            let now = self.clock.now_ms();
+            let Some(h) = self.read_lock(&lock_key).await?.filter(|h| h.live(now)) else {
+                return Err(LockError::NotHeld);
+            };
+            if h.rec.owner != owner || token.is_some_and(|t| t != h.token) {
+                return Err(LockError::NotOwner);
+            }
+            let txn = Txn::new()
+                .when(vec![unchanged(&lock_key, Some(&h))])
+                .and_then(vec![
+                    TxnOp::delete(lock_key.clone(), None),
+                    TxnOp::get(
+                        queue.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_keys_only()
+                                .with_limit(1),
+                        ),
+                    ),
+                ]);
+            let resp = self.txn("unlock", txn).await?;
+            if !resp.succeeded() {
+                continue;
+            }
+            self.revoke_later(h.rec.durability, h.lease);
+            let waiters = gets(&resp).first().is_some_and(|g| !g.kvs().is_empty());
+            if waiters {
+                // Hand the lock to the head of the queue now, so the next
+                // holder is in place when unlock returns. If this fails, the
+                // head (which watches the lock key) takes it itself.
+                let _ = self.settled(&lock_key, &queue, None).await;
+            }
+            return Ok(());
+        }
+    }
+
+    pub(crate) async fn extend_flow(
+        &self,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Grant, LockError> {
+        let lock_key = self.layout.lock_key(key);
+        loop {
+            let now = self.clock.now_ms();
+            let expires_at_ms = deadline(now, ttl_ms)?;
+            let Some(h) = self.read_lock(&lock_key).await?.filter(|h| h.live(now)) else {
+                return Err(LockError::NotHeld);
+            };
+            if h.rec.owner != owner {
+                return Err(LockError::NotOwner);
+            }
+            if let Some(g) = self.refresh(&lock_key, &h, expires_at_ms, ttl_ms).await? {
+                return Ok(g);
+            }
+        }
+    }
+
+    pub(crate) async fn get_flow(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
+        let now = self.clock.now_ms();
+        Ok(self
+            .read_lock(&self.layout.lock_key(key))
+            .await?
+            .filter(|h| h.live(now))
+            .map(|h| h.info()))
+    }
+
+    pub(crate) async fn list_flow(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> Result<Vec<ListedLock>, LockError> {
+        let resp = self
+            .range(
+                "list",
+                self.layout.list_prefix(namespace, prefix),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for kv in resp.kvs() {
+            let h = Held::from_kv(kv)?;
+            if !h.live(now) {
+                continue;
+            }
+            let Some(name) = self.layout.name_of(namespace, kv.key()) else {
+                continue;
+            };
+            out.push(ListedLock {
+                name,
+                info: h.info(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The counts of the previous refresh; starts another in the background.
+    pub(crate) fn stats(self: &Arc<Self>) -> BackendStats {
+        if !self.stats.refreshing.swap(true, Ordering::AcqRel) {
+            let inner = self.clone();
+            self.handle.spawn(async move {
+                let count = |k: Vec<u8>| {
+                    TxnOp::get(k, Some(GetOptions::new().with_prefix().with_count_only()))
+                };
+                let txn = Txn::new().and_then(vec![
+                    count(inner.layout.all()),
+                    count(inner.layout.all_waiters()),
+                ]);
+                if let Ok(resp) = inner.txn("stats", txn).await {
+                    let counts: Vec<u64> = gets(&resp).iter().map(|g| g.count() as u64).collect();
+                    if let [all, waiters] = counts[..] {
+                        inner
+                            .stats
+                            .locks
+                            .store(all.saturating_sub(waiters), Ordering::Relaxed);
+                        inner.stats.waiters.store(waiters, Ordering::Relaxed);
+                    }
+                }
+                inner.stats.refreshing.store(false, Ordering::Release);
+            });
+        }
+        BackendStats {
+            locks_held: self.stats.locks.load(Ordering::Relaxed),
+            waiters: self.stats.waiters.load(Ordering::Relaxed),
+            commits: 0,
+            committed_ops: 0,
+            failed_commits: 0,
+        }
+    }
+
+    /// Keeps the session lease alive; if it was lost (etcd unreachable for
+    /// longer than its TTL), starts a new one. Waiters and ephemeral locks
+    /// of the lost session are gone with it.
+    pub(crate) async fn keep_session(self: Arc<Self>) {
+        let ttl = self.options.session_ttl_secs();
+        let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(500));
+        loop {
+            tokio::time::sleep(period).await;
+            let mut lc = self.client.lease_client();
+            let id = self.session();
+            match tokio::time::timeout(self.options.request_timeout, lc.keep_alive(id)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
+                    if let Ok(id) = self.grant_lease(ttl).await {
+                        self.session.store(id, Ordering::Relaxed);
+                    }
+                }
+                // Unreachable for now: try again next period.
+                _ => {}
+            }
+        }
+    }
+}
