@@ -39,10 +39,12 @@ fn memory_store_matches_the_model() {
         panic!("{e}");
     }
     let tally = tally.into_inner().unwrap();
-    eprintln!(
-        "memory: {cases} sequences in {:.1?}: {tally}",
+    let line = format!(
+        "model (memory): {cases} sequences in {:.1?}: {tally}",
         started.elapsed()
     );
+    eprintln!("{line}");
+    lockd_core::conformance::report(&line);
     // The generator must reach every rule, or the test proves little.
     assert!(
         tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,

@@ -207,7 +207,7 @@ fn print_report(plan: &Plan, run: &Outcomes) {
     let total = count(&|_| true);
     let unknown = count(&|o| o == "unknown");
     println!("-- figures (docs/reliability.md)");
-    println!(
+    let figures = format!(
         "| {} clients, {} hot + {} cold names | {} operations ({} unknown outcome) | {} kills | \
          {} calls judged against a held lease ({} across a kill), {} token comparisons, {} \
          timed-out waiters | {} violations | {:.1} s |",
@@ -224,6 +224,11 @@ fn print_report(plan: &Plan, run: &Outcomes) {
         r.violations.len(),
         run.elapsed.as_secs_f64()
     );
+    println!("{figures}");
+    lockd_tests::report(&format!(
+        "kill -9 under load (store {}): {figures}",
+        plan.store
+    ));
 }
 
 /// SplitMix64: small, seedable, good enough to pick operations.

@@ -152,7 +152,7 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
     assert!(after.fencing_token > e.fencing_token);
     acknowledged.push(("after".to_string(), after.fencing_token));
     assert!(stats.reopens.load(Ordering::Relaxed) >= 1);
-    eprintln!(
+    let line = format!(
         "disk full: {} grants acknowledged, {} refused, unlock {}, {} failed commits, {} reopens",
         acknowledged.len(),
         refused.len(),
@@ -164,6 +164,8 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
         stats.failed_commits.load(Ordering::Relaxed),
         stats.reopens.load(Ordering::Relaxed)
     );
+    eprintln!("{line}");
+    lockd_core::conformance::report(&line);
 
     // Restart: every acknowledged lock is back, intact (`before` too, unless
     // its unlock was acknowledged); refused grants are not.

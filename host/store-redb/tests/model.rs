@@ -78,10 +78,12 @@ fn redb_store_matches_the_model_across_restarts() {
         panic!("{e}");
     }
     let tally = tally.into_inner().unwrap();
-    eprintln!(
-        "redb: {cases} sequences in {:.1?}: {tally}",
+    let line = format!(
+        "model (redb): {cases} sequences in {:.1?}: {tally}",
         started.elapsed()
     );
+    eprintln!("{line}");
+    lockd_core::conformance::report(&line);
     // The generator must reach every rule, restarts with live locks included.
     assert!(
         tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,

@@ -227,7 +227,7 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
         probes > 0 && worst_probe < PROBE_LIMIT,
         "probe: {probes} round trips, worst {worst_probe:?}"
     );
-    eprintln!(
+    let line = format!(
         "attack {args:?}: exit {} in {:?}; bystander runs {} ({} inside), probes {} (worst {:?})",
         attacked.out.exit_code,
         attacked.took,
@@ -236,6 +236,8 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
         attacked.probes,
         attacked.worst_probe
     );
+    eprintln!("{line}");
+    lockd_tests::report(&line);
     attacked
 }
 
