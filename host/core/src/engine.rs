@@ -89,13 +89,18 @@ impl NamespaceCounts {
             .clone()
     }
 
-    fn add(&self, namespace: &str, quota: Option<u64>) -> Result<(), LockError> {
-        let counter = self.counter(namespace);
+    /// Counts one more holder in `namespace`, whatever its quota.
+    fn add(&self, namespace: &str) {
+        self.counter(namespace).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one more holder in `namespace` if `quota` allows it.
+    fn try_add(&self, namespace: &str, quota: Option<u64>) -> Result<(), LockError> {
         let Some(quota) = quota else {
-            counter.fetch_add(1, Ordering::Relaxed);
+            self.add(namespace);
             return Ok(());
         };
-        counter
+        self.counter(namespace)
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 (held < quota).then_some(held + 1)
             })
@@ -322,7 +327,7 @@ impl Engine {
             }
             let mut shard = engine.shard(&key);
             // Recovered locks count against quotas but are never refused.
-            let _ = engine.held.add(&key.namespace, None);
+            engine.held.add(&key.namespace);
             shard.deadlines.insert((record.expires_at_ms, key.clone()));
             shard.locks.insert(
                 key,
@@ -371,7 +376,7 @@ impl Engine {
         durability: Durability,
         quota: Option<u64>,
     ) -> Result<(Grant, Ticket), LockError> {
-        self.held.add(&key.namespace, quota)?;
+        self.held.try_add(&key.namespace, quota)?;
         Ok(self.install_counted(shard, key, owner, expires_at_ms, durability))
     }
 
@@ -494,7 +499,7 @@ impl Engine {
             let owner = waiter.owner;
             // The lock changes hands within its namespace: counted, but never
             // refused by a quota.
-            self.held.add(&key.namespace, None).ok();
+            self.held.add(&key.namespace);
             let (grant, ticket) =
                 self.install_counted(shard, key, owner, expires_at_ms, waiter.durability);
             if waiter.tx.send(Handoff { grant, ticket }).is_ok() {

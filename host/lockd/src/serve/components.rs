@@ -45,7 +45,8 @@ pub struct App {
     manifest: Manifest,
     components: HashMap<String, Arc<Served>>,
     limits: InstanceLimits,
-    epoch_ticker: EpochTicker,
+    /// Advances the engine's epoch for as long as the app is served.
+    _epoch_ticker: EpochTicker,
 }
 
 impl std::fmt::Debug for App {
@@ -256,12 +257,11 @@ impl App {
                 }),
             );
         }
-        let epoch_ticker = EpochTicker::start(&engine);
         Ok(App {
             manifest,
             components,
             limits,
-            epoch_ticker,
+            _epoch_ticker: EpochTicker::start(&engine),
         })
     }
 
@@ -282,7 +282,6 @@ impl App {
     pub async fn handle(&self, req: Request<Incoming>) -> Option<Response<Body>> {
         let route = self.manifest.route(req.uri().path())?;
         let served = self.components.get(&route.component)?.clone();
-        let _keep_epochs_running = &self.epoch_ticker;
         Some(match served.call(req, self.limits).await {
             Ok(response) => response,
             Err(e) => {
