@@ -44,6 +44,7 @@ macro_rules! conformance_tests {
             wait_times_out_with_busy,
             waiter_is_woken_by_expiry,
             dropped_waiter_leaves_the_queue,
+            thousands_of_waiters,
             invalid_input_changes_nothing,
             namespaces_are_isolated,
             list_filters_by_namespace_and_prefix,
@@ -370,6 +371,61 @@ pub async fn dropped_waiter_leaves_the_queue(factory: &dyn StoreFactory) {
     s.unlock(NS, "a", "o1", None).await.unwrap();
     next.await.unwrap().unwrap();
     assert_eq!(s.get(NS, "a").await.unwrap().unwrap().owner, "next");
+}
+
+/// Thousands of concurrent waiters on one lock: the first in line is served
+/// on release, the rest time out with `busy`, and none is left queued.
+pub async fn thousands_of_waiters(factory: &dyn StoreFactory) {
+    const WAITERS: usize = 2_000;
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g = s
+        .lock(NS, "hot", "holder", 60_000, persistent())
+        .await
+        .unwrap();
+    let mut tasks = Vec::with_capacity(WAITERS);
+    for i in 0..WAITERS {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.lock(
+                NS,
+                "hot",
+                &format!("w{i}"),
+                60_000,
+                opts(1_000, Durability::Ephemeral),
+            )
+            .await
+        }));
+        if i == 0 {
+            // w0 is queued first, for certain.
+            settle_tasks().await;
+        }
+    }
+    settle_tasks().await;
+    s.unlock(NS, "hot", "holder", Some(g.fencing_token))
+        .await
+        .unwrap();
+    settle_tasks().await;
+    clock.advance(1_000);
+    let mut granted = Vec::new();
+    let mut busy = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(grant) => granted.push((i, grant.fencing_token)),
+            Err(LockError::Busy(info)) => {
+                assert_eq!(info.owner, "w0");
+                busy += 1;
+            }
+            Err(e) => panic!("waiter {i}: {e:?}"),
+        }
+    }
+    assert_eq!(granted.len(), 1, "{granted:?}");
+    assert_eq!(granted[0].0, 0, "the first in line was not served first");
+    assert!(granted[0].1 > g.fencing_token);
+    assert_eq!(busy, WAITERS - 1);
+    // Nobody is left in the queue: releasing serves no one.
+    s.unlock(NS, "hot", "w0", None).await.unwrap();
+    assert_eq!(s.get(NS, "hot").await.unwrap(), None);
 }
 
 /// Every limit answers `invalid-argument`, and the store is unchanged.
