@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 bash scripts/rest-fuzz.sh

@@ -280,11 +280,11 @@ mod tests {
 
     #[test]
     fn build_runs_commands_and_reports_failure() {
-        let m = manifest(APP).unwrap();
-        m.build().unwrap();
-        let failing =
-            manifest(&APP.replace(r#"command = "true""#, r#"command = "exit 3""#)).unwrap();
-        let err = failing.build().unwrap_err().to_string();
+        let (_dir, m) = manifest_in_dir(APP);
+        m.unwrap().build().unwrap();
+        let (_dir, failing) =
+            manifest_in_dir(&APP.replace(r#"command = "true""#, r#"command = "exit 3""#));
+        let err = failing.unwrap().build().unwrap_err().to_string();
         assert!(err.contains("component jobs failed"), "{err}");
     }
 }
