@@ -59,32 +59,5 @@ pub use types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
 #[cfg(test)]
 mod memory_conformance {
     //! The memory store against the conformance suite.
-    use std::sync::Arc;
-
-    use crate::conformance::StoreFactory;
-    use crate::{
-        BoxFuture, Engine, EngineOptions, LockBackend, ManualClock, NullJournal, Recovered,
-    };
-
-    struct Memory;
-
-    impl StoreFactory for Memory {
-        fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
-            Box::pin(async move {
-                let engine: Arc<dyn LockBackend> = Engine::new(
-                    Arc::new(NullJournal),
-                    Recovered::in_memory(),
-                    Arc::new(clock),
-                    EngineOptions::default(),
-                );
-                engine
-            })
-        }
-
-        fn keeps_persistent_locks(&self) -> bool {
-            false
-        }
-    }
-
-    crate::conformance_tests!(Memory);
+    crate::conformance_tests!(crate::model::Memory);
 }

@@ -1064,3 +1064,57 @@ pub fn cases(default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Runs [`cases`]`(default_cases)` generated sequences ([`ops`]`(restarts)`)
+/// against a fresh store from `factory` each, reports the tally under
+/// `label` (stderr and [`report`](crate::conformance::report)), and asserts
+/// the generator reached every rule, since a run that never exercised a rule
+/// proves little. Returns the tally for store-specific checks.
+///
+/// # Panics
+/// At the first sequence where the store and the model disagree, with the
+/// shrunk sequence.
+pub fn check_against_model<F: StoreFactory>(
+    label: &str,
+    default_cases: u32,
+    restarts: bool,
+    factory: impl Fn() -> F,
+) -> Tally {
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+    // Current-thread: no store task can hold a handle across a restart.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    let cases = cases(default_cases);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let tally = std::sync::Mutex::new(Tally::default());
+    let started = std::time::Instant::now();
+    let result = runner.run(&ops(restarts), |ops: Vec<Op>| {
+        let seen = runtime
+            .block_on(run(&factory(), &ops))
+            .map_err(TestCaseError::fail)?;
+        tally.lock().unwrap_or_else(|e| e.into_inner()).add(&seen);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
+    let line = format!(
+        "model ({label}): {cases} sequences in {:.1?}: {tally}",
+        started.elapsed()
+    );
+    eprintln!("{line}");
+    crate::conformance::report(&line);
+    assert!(
+        tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,
+        "{tally}"
+    );
+    assert!(tally.unlocked > 0 && tally.extended > 0, "{tally}");
+    assert!(
+        tally.not_owner > 0 && tally.not_held > 0 && tally.invalid > 0,
+        "{tally}"
+    );
+    tally
+}

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lockd_core::conformance::StoreFactory;
-use lockd_core::model::{self, Memory, Op, Tally};
+use lockd_core::model::{self, Memory, Op};
 use lockd_core::{
     BackendStats, BoxFuture, Engine, EngineOptions, Grant, Key, ListedLock, LockBackend, LockError,
     LockInfo, LockOptions, ManualClock, NullJournal, Recovered,
@@ -21,40 +21,7 @@ const CASES: u32 = 8_000;
 
 #[test]
 fn memory_store_matches_the_model() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let cases = model::cases(CASES);
-    let mut runner = TestRunner::new(Config::with_cases(cases));
-    let tally = Mutex::new(Tally::default());
-    let started = std::time::Instant::now();
-    let result = runner.run(&model::ops(false), |ops: Vec<Op>| {
-        let seen = runtime
-            .block_on(model::run(&Memory, &ops))
-            .map_err(TestCaseError::fail)?;
-        tally.lock().unwrap().add(&seen);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    let tally = tally.into_inner().unwrap();
-    let line = format!(
-        "model (memory): {cases} sequences in {:.1?}: {tally}",
-        started.elapsed()
-    );
-    eprintln!("{line}");
-    lockd_core::conformance::report(&line);
-    // The generator must reach every rule, or the test proves little.
-    assert!(
-        tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,
-        "{tally}"
-    );
-    assert!(tally.unlocked > 0 && tally.extended > 0, "{tally}");
-    assert!(
-        tally.not_owner > 0 && tally.not_held > 0 && tally.invalid > 0,
-        "{tally}"
-    );
+    model::check_against_model("memory", CASES, false, || Memory);
 }
 
 /// A hand-written sequence through every rule, so a broken generator or

@@ -10,10 +10,10 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use lockd_core::conformance::StoreFactory;
-use lockd_core::model::{self, Op, Tally};
+use lockd_core::model::{self, Op};
 use lockd_core::{BoxFuture, EngineOptions, LockBackend, ManualClock};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
@@ -59,41 +59,8 @@ impl StoreFactory for Redb {
 
 #[test]
 fn redb_store_matches_the_model_across_restarts() {
-    // Current-thread: no store task can hold a handle across a restart.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let cases = model::cases(CASES);
-    let mut runner = TestRunner::new(Config::with_cases(cases));
-    let tally = Mutex::new(Tally::default());
-    let started = std::time::Instant::now();
-    let result = runner.run(&model::ops(true), |ops: Vec<Op>| {
-        let seen = runtime
-            .block_on(model::run(&Redb::new(), &ops))
-            .map_err(TestCaseError::fail)?;
-        tally.lock().unwrap().add(&seen);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    let tally = tally.into_inner().unwrap();
-    let line = format!(
-        "model (redb): {cases} sequences in {:.1?}: {tally}",
-        started.elapsed()
-    );
-    eprintln!("{line}");
-    lockd_core::conformance::report(&line);
-    // The generator must reach every rule, restarts with live locks included.
-    assert!(
-        tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,
-        "{tally}"
-    );
-    assert!(tally.unlocked > 0 && tally.extended > 0, "{tally}");
-    assert!(
-        tally.not_owner > 0 && tally.not_held > 0 && tally.invalid > 0,
-        "{tally}"
-    );
+    let tally = model::check_against_model("redb", CASES, true, Redb::new);
+    // Restarts with live locks are what this store adds to the model run.
     assert!(tally.restarts > 0 && tally.survived_restart > 0, "{tally}");
 }
 
