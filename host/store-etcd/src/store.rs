@@ -330,8 +330,9 @@ impl Inner {
             let free = snap.lock.as_ref().is_none_or(|h| !h.live(now));
             match &snap.head {
                 Some(head) if free => {
+                    // Either way, read again: handed off, or raced.
                     self.hand_off(lock_key, snap.lock.as_ref(), head, now)
-                        .await?
+                        .await?;
                 }
                 _ => return Ok(snap),
             }
@@ -340,13 +341,15 @@ impl Inner {
 
     /// Grants the lock to the waiter `head`, taking it out of the queue, in
     /// one transaction that holds only if neither changed since the read.
+    /// Returns whether it held; `current` (expired, or being unlocked) is
+    /// replaced then.
     async fn hand_off(
         &self,
         lock_key: &[u8],
         current: Option<&Held>,
         head: &Queued,
         now: u64,
-    ) -> Result<(), LockError> {
+    ) -> Result<bool, LockError> {
         let w = &head.rec;
         let durability: Durability = w.durability.into();
         let lease = match durability {
@@ -371,10 +374,13 @@ impl Inner {
                 if let Some(old) = current {
                     self.revoke_later(old.rec.durability, old.lease);
                 }
+                Ok(true)
             }
-            None => self.revoke_later(w.durability, lease),
+            None => {
+                self.revoke_later(w.durability, lease);
+                Ok(false)
+            }
         }
-        Ok(())
     }
 
     /// Writes `rec` at the lock key if `when` holds, with `extra` ops in the
@@ -773,40 +779,39 @@ impl Inner {
         let lock_key = self.layout.lock_key(key);
         let queue = self.layout.queue_prefix(key);
         loop {
+            let snap = self.snapshot(&lock_key, &queue, None).await?;
             let now = self.clock.now_ms();
-            let Some(h) = self.read_lock(&lock_key).await?.filter(|h| h.live(now)) else {
+            let Some(h) = snap.lock.as_ref().filter(|h| h.live(now)) else {
                 return Err(LockError::NotHeld);
             };
             if h.rec.owner != owner || token.is_some_and(|t| t != h.token) {
                 return Err(LockError::NotOwner);
             }
-            let txn = Txn::new()
-                .when(vec![unchanged(&lock_key, Some(&h))])
-                .and_then(vec![
-                    TxnOp::delete(lock_key.clone(), None),
-                    TxnOp::get(
-                        queue.clone(),
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_keys_only()
-                                .with_limit(1),
-                        ),
-                    ),
-                ]);
-            let resp = self.txn("unlock", txn).await?;
-            if !resp.succeeded() {
-                continue;
+            let released = match &snap.head {
+                // Release and hand-off are one transaction, so no caller on
+                // any host sees the lock free while someone waits (as in
+                // the engine), and the next holder is in place when unlock
+                // returns.
+                Some(head) => self.hand_off(&lock_key, Some(h), head, now).await?,
+                None => {
+                    // The queue must still be empty: a waiter that joined
+                    // since the read makes this a hand-off instead.
+                    let txn = Txn::new()
+                        .when(vec![
+                            unchanged(&lock_key, Some(h)),
+                            Compare::version(queue.clone(), CompareOp::Equal, 0).with_prefix(),
+                        ])
+                        .and_then(vec![TxnOp::delete(lock_key.clone(), None)]);
+                    let deleted = self.txn("unlock", txn).await?.succeeded();
+                    if deleted {
+                        self.revoke_later(h.rec.durability, h.lease);
+                    }
+                    deleted
+                }
+            };
+            if released {
+                return Ok(());
             }
-            self.revoke_later(h.rec.durability, h.lease);
-            let waiters = gets(&resp).first().is_some_and(|g| !g.kvs().is_empty());
-            if waiters {
-                // Hand the lock to the head of the queue now, so the next
-                // holder is in place when unlock returns. If this fails, the
-                // head (which watches the lock key) takes it itself.
-                let _ = self.settled(&lock_key, &queue, None).await;
-            }
-            return Ok(());
         }
     }
 

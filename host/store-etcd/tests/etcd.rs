@@ -229,6 +229,67 @@ async fn nobody_takes_a_free_lock_past_a_queued_waiter() {
     assert_eq!(s.get(NS, "x").await.unwrap(), None);
 }
 
+/// Regression (found by the history checker in `host/lockd/tests/scale_out.rs`):
+/// unlock deleted the lock and then handed it to the queue's head in a
+/// second transaction, so for a few milliseconds any host's `get` answered
+/// `not_found` while a waiter queued. Release and hand-off must be one
+/// revision: at no revision in between is the lock key absent.
+#[tokio::test]
+async fn an_unlock_hands_off_without_a_free_moment() {
+    let etcd = EtcdCluster::start().unwrap();
+    let s = host(&etcd).await;
+    let mut client = raw(&etcd).await;
+    let held = s
+        .lock(NS, "x", "holder", 60_000, opts(0, Durability::Persistent))
+        .await
+        .unwrap();
+    // A waiter of a host that never claims by itself, so only the unlock
+    // can hand the lock over.
+    let lease = client.lease_grant(60, None).await.unwrap().id();
+    let waiter = format!(
+        r#"{{"v":1,"id":"slow-1","owner":"slow","ttl_ms":30000,"durability":"persistent","session":{lease}}}"#
+    );
+    client
+        .put(
+            "/lockd/.queue/test/x/slow-1",
+            waiter,
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+    let before = client.get("/lockd/test/x", None).await.unwrap();
+    let from = before.header().unwrap().revision();
+
+    s.unlock(NS, "x", "holder", Some(held.fencing_token))
+        .await
+        .unwrap();
+    let info = s.get(NS, "x").await.unwrap().expect("handed to the waiter");
+    assert_eq!(info.owner, "slow");
+    assert!(info.fencing_token > held.fencing_token);
+    let to = client
+        .get("/lockd/test/x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    for revision in from..=to {
+        let at = client
+            .get(
+                "/lockd/test/x",
+                Some(GetOptions::new().with_revision(revision)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            at.kvs().len(),
+            1,
+            "the lock was free at revision {revision}"
+        );
+    }
+    assert_eq!(queue_len(&mut client).await, 0);
+}
+
 #[tokio::test]
 async fn tokens_rise_across_an_etcd_restart() {
     let mut etcd = EtcdCluster::start().unwrap();
