@@ -128,6 +128,9 @@ impl EtcdOptions {
 
     /// Options from a comma-separated endpoint list, as in
     /// `--store etcd:http://a:2379,http://b:2379` (the part after `etcd:`).
+    /// Every endpoint must be `http://HOST:PORT`: the client is built
+    /// without TLS, so an `https://` endpoint could never connect, and a
+    /// bare `HOST:PORT` is refused rather than guessed at.
     pub fn from_endpoint_list(list: &str) -> Result<Self, LockError> {
         let endpoints: Vec<&str> = list
             .split(',')
@@ -140,11 +143,45 @@ impl EtcdOptions {
                     .into(),
             ));
         }
+        for endpoint in &endpoints {
+            check_endpoint(endpoint).map_err(|why| {
+                LockError::InvalidArgument(format!(
+                    "etcd endpoint {endpoint:?} {why}; expected http://HOST:PORT, \
+                     as in etcd:http://127.0.0.1:2379"
+                ))
+            })?;
+        }
         Ok(EtcdOptions::new(endpoints))
     }
 
     pub(crate) fn session_ttl_secs(&self) -> i64 {
         (self.session_ttl.as_secs().max(2)).min(i64::MAX as u64) as i64
+    }
+}
+
+/// Why `endpoint` is not `http://HOST:PORT`, if it is not.
+fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
+    let Some(authority) = endpoint.strip_prefix("http://") else {
+        return Err(if endpoint.starts_with("https://") {
+            "uses https, which this build does not support"
+        } else {
+            "is not an http:// URL"
+        });
+    };
+    // A trailing `/` is harmless; any other path is a mistake.
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.contains(['/', '?', '#', '@']) || authority.contains(char::is_whitespace) {
+        return Err("has a path, query, user or spaces after the host");
+    }
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return Err("has no port");
+    };
+    if host.is_empty() || host == "[]" {
+        return Err("has no host");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err("has no valid port"),
     }
 }
 
@@ -374,5 +411,45 @@ impl LockBackend for EtcdBackend {
     /// hosts. etcd's commits are not counted (0).
     fn stats(&self) -> BackendStats {
         self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(list: &str) -> String {
+        match EtcdOptions::from_endpoint_list(list) {
+            Err(LockError::InvalidArgument(m)) => m,
+            other => panic!("{list:?} was accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn endpoint_lists_parse_with_defaults() {
+        let o =
+            EtcdOptions::from_endpoint_list("http://127.0.0.1:2379, http://[::1]:2380/,").unwrap();
+        assert_eq!(o.endpoints, ["http://127.0.0.1:2379", "http://[::1]:2380/"]);
+        assert_eq!(o, EtcdOptions::new(o.endpoints.clone()));
+        assert_eq!(o.prefix, "/lockd");
+    }
+
+    #[test]
+    fn bad_endpoints_say_what_is_wrong() {
+        assert!(refusal("").contains("at least one endpoint"));
+        assert!(refusal(" , ").contains("at least one endpoint"));
+        assert!(refusal("https://e:2379").contains("https"));
+        assert!(refusal("127.0.0.1:2379").contains("not an http:// URL"));
+        assert!(refusal("http://e").contains("no port"));
+        assert!(refusal("http://:2379").contains("no host"));
+        assert!(refusal("http://e:0").contains("no valid port"));
+        assert!(refusal("http://e:99999").contains("no valid port"));
+        assert!(refusal("http://e:2379/v3").contains("path"));
+        // The good endpoint does not excuse the bad one, which is named.
+        let m = refusal("http://a:2379,ftp://b:2379");
+        assert!(
+            m.contains("\"ftp://b:2379\"") && m.contains("http://HOST:PORT"),
+            "{m}"
+        );
     }
 }

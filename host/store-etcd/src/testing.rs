@@ -94,22 +94,42 @@ fn free_ports(n: usize) -> io::Result<Vec<u16>> {
         .collect()
 }
 
-fn healthy(port: u16) -> bool {
-    let Ok(mut stream) =
+/// One HTTP/1.0 request to a member's client port; the whole answer, or
+/// `None` if it could not be had within a few seconds.
+fn http_exchange(port: u16, request: &str) -> Option<String> {
+    let mut stream =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
-    else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body.contains("\"health\":\"true\"")
+            .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    Some(answer)
+}
+
+fn healthy(port: u16) -> bool {
+    http_exchange(port, "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_some_and(|body| body.contains("\"health\":\"true\""))
+}
+
+/// `(this member's id, the leader it knows of)` from etcd's JSON gateway
+/// (`/v3/maintenance/status`); ids are decimal strings there. The leader is
+/// `"0"` while the member knows of none.
+fn member_status(port: u16) -> Option<(String, String)> {
+    let body = "{}";
+    let answer = http_exchange(
+        port,
+        &format!(
+            "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )?;
+    let (_, json) = answer.split_once("\r\n\r\n")?;
+    let status: serde_json::Value = serde_json::from_str(json).ok()?;
+    let member = status["header"]["member_id"].as_str()?.to_string();
+    let leader = status["leader"].as_str()?.to_string();
+    Some((member, leader))
 }
 
 impl EtcdCluster {
@@ -256,6 +276,47 @@ impl EtcdCluster {
     /// The directory holding the members' data and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The index of the member that is the Raft leader, as a running member
+    /// reports it, or `None` if no running member names a running leader
+    /// (during an election).
+    pub fn leader(&self) -> Option<usize> {
+        let running = || {
+            self.members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.process.is_some())
+        };
+        let statuses: Vec<(usize, String, String)> = running()
+            .filter_map(|(i, m)| {
+                member_status(m.client_port).map(|(member, leader)| (i, member, leader))
+            })
+            .collect();
+        statuses.iter().find_map(|(_, _, leader)| {
+            statuses
+                .iter()
+                .find(|(_, member, _)| member == leader)
+                .map(|(i, _, _)| *i)
+        })
+    }
+
+    /// Waits up to `limit` until a running member is the leader, and returns
+    /// it.
+    pub fn wait_for_leader(&self, limit: Duration) -> io::Result<usize> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.leader() {
+                return Ok(i);
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no etcd leader within {limit:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILLs member `i` (a crash); its data stays for
