@@ -2,7 +2,14 @@
 //! spin.toml, so the manifest stays valid for Spin.
 //!
 //! ```toml
-//! store = "redb:.lockd/locks.redb"      # or "memory"
+//! store = "redb:.lockd/locks.redb"      # or "memory", or "etcd:http://HOST:PORT[,...]"
+//!
+//! [etcd]                                 # all optional; other stores ignore it
+//! prefix = "/lockd"                      # every key lockd writes; hosts sharing locks agree
+//! dial_timeout_ms = 5000                 # connecting to an endpoint
+//! request_timeout_ms = 5000              # one etcd request; then `unavailable`
+//! lease_slack_ms = 5000                  # added to a TTL to size its etcd lease
+//! session_ttl_ms = 10000                 # waiters and ephemeral locks outlive a dead host this long
 //!
 //! [limits]                               # all optional; defaults shown
 //! max_ttl_ms = 86400000
@@ -23,9 +30,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use lockd_core::{Limits, Quotas};
 use serde::Deserialize;
+
+use crate::store::StoreSpec;
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -33,6 +44,10 @@ use serde::Deserialize;
 pub struct LockdConfig {
     /// Store spec, as `--store` takes it; the flag wins when both are given.
     pub store: Option<String>,
+    /// Settings of an etcd store, whether its endpoints came from `store` or
+    /// from `--store`.
+    #[serde(default)]
+    pub etcd: EtcdConfig,
     /// Limits on callers and on component instances.
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -42,6 +57,72 @@ pub struct LockdConfig {
     /// Settings per spin.toml component id.
     #[serde(default)]
     pub components: HashMap<String, ComponentConfig>,
+}
+
+/// `[etcd]`: how an etcd store uses the cluster. Unset fields keep the
+/// defaults of [`lockd_etcd::EtcdOptions::new`].
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// Every key lockd writes starts with this; all hosts that share locks
+    /// must use the same prefix.
+    pub prefix: Option<String>,
+    /// How long to wait for a connection to an endpoint.
+    pub dial_timeout_ms: Option<u64>,
+    /// How long one etcd request may take before the call answers
+    /// `unavailable`.
+    pub request_timeout_ms: Option<u64>,
+    /// Added to a grant's TTL to size its etcd lease; must exceed the clock
+    /// skew between hosts and etcd.
+    pub lease_slack_ms: Option<u64>,
+    /// TTL of each host's session lease (whole seconds, at least 2 s): how
+    /// long a dead host's waiters and ephemeral locks stay in etcd.
+    pub session_ttl_ms: Option<u64>,
+}
+
+/// The shortest session lease etcd-backed lockd accepts: a keep-alive must
+/// fit comfortably inside it.
+const MIN_SESSION_TTL_MS: u64 = 2_000;
+
+impl EtcdConfig {
+    /// `store` with these settings applied if it is an etcd store. Other
+    /// stores ignore them, so one lockd.toml also serves a `--store memory`
+    /// run on a laptop.
+    pub fn apply(&self, store: StoreSpec) -> anyhow::Result<StoreSpec> {
+        let StoreSpec::Etcd(mut options) = store else {
+            return Ok(store);
+        };
+        if let Some(prefix) = &self.prefix {
+            // Layout ignores a trailing `/`; an empty or relative prefix
+            // would put lockd's keys beside anything else in the cluster.
+            if !prefix.starts_with('/') || prefix.trim_end_matches('/').is_empty() {
+                anyhow::bail!("[etcd] prefix {prefix:?} must start with / and not be just /");
+            }
+            options.prefix = prefix.clone();
+        }
+        let positive = |field: &str, value: Option<u64>| -> anyhow::Result<Option<Duration>> {
+            match value {
+                Some(0) => anyhow::bail!("[etcd] {field} must be at least 1"),
+                other => Ok(other.map(Duration::from_millis)),
+            }
+        };
+        if let Some(d) = positive("dial_timeout_ms", self.dial_timeout_ms)? {
+            options.dial_timeout = d;
+        }
+        if let Some(d) = positive("request_timeout_ms", self.request_timeout_ms)? {
+            options.request_timeout = d;
+        }
+        if let Some(ms) = self.lease_slack_ms {
+            options.lease_slack = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.session_ttl_ms {
+            if ms < MIN_SESSION_TTL_MS {
+                anyhow::bail!("[etcd] session_ttl_ms must be at least {MIN_SESSION_TTL_MS}");
+            }
+            options.session_ttl = Duration::from_millis(ms);
+        }
+        Ok(StoreSpec::Etcd(options))
+    }
 }
 
 /// `[limits]`
@@ -160,5 +241,71 @@ mod tests {
         assert_eq!(config.namespace_of("b"), "shared");
         assert_eq!(config.namespace_of("c"), "c");
         assert!(toml::from_str::<LockdConfig>("[limits]\nmax_ttl = 5").is_err());
+    }
+
+    fn etcd_spec() -> StoreSpec {
+        "etcd:http://127.0.0.1:2379".parse().unwrap()
+    }
+
+    #[test]
+    fn etcd_table_sets_the_etcd_options() {
+        let config: LockdConfig = toml::from_str(
+            r#"
+            store = "etcd:http://10.0.0.1:2379,http://10.0.0.2:2379"
+            [etcd]
+            prefix = "/apps/locks"
+            dial_timeout_ms = 1500
+            request_timeout_ms = 2500
+            lease_slack_ms = 0
+            session_ttl_ms = 4000
+            "#,
+        )
+        .unwrap();
+        let spec: StoreSpec = config.store.as_deref().unwrap().parse().unwrap();
+        let StoreSpec::Etcd(options) = config.etcd.apply(spec).unwrap() else {
+            panic!("not an etcd store");
+        };
+        assert_eq!(
+            options.endpoints,
+            ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        assert_eq!(options.prefix, "/apps/locks");
+        assert_eq!(options.dial_timeout, Duration::from_millis(1500));
+        assert_eq!(options.request_timeout, Duration::from_millis(2500));
+        assert_eq!(options.lease_slack, Duration::ZERO);
+        assert_eq!(options.session_ttl, Duration::from_secs(4));
+
+        // Without the table, the spec's defaults stand.
+        assert_eq!(
+            EtcdConfig::default().apply(etcd_spec()).unwrap(),
+            etcd_spec()
+        );
+        assert_eq!(
+            EtcdConfig::default().apply(StoreSpec::Memory).unwrap(),
+            StoreSpec::Memory
+        );
+    }
+
+    #[test]
+    fn etcd_table_refuses_typos_and_bad_values() {
+        let typo = toml::from_str::<LockdConfig>("[etcd]\nlease_slack = 5").unwrap_err();
+        assert!(typo.to_string().contains("lease_slack"), "{typo}");
+        let table = |text: &str| toml::from_str::<LockdConfig>(text).unwrap().etcd;
+        let refusal =
+            |text: &str, store: StoreSpec| table(text).apply(store).unwrap_err().to_string();
+        assert!(refusal("[etcd]\nprefix = \"lockd\"", etcd_spec()).contains("start with /"));
+        assert!(refusal("[etcd]\nprefix = \"/\"", etcd_spec()).contains("start with /"));
+        assert!(refusal("[etcd]\ndial_timeout_ms = 0", etcd_spec()).contains("dial_timeout_ms"));
+        assert!(
+            refusal("[etcd]\nrequest_timeout_ms = 0", etcd_spec()).contains("request_timeout_ms")
+        );
+        assert!(refusal("[etcd]\nsession_ttl_ms = 1999", etcd_spec()).contains("at least 2000"));
+        // Other stores ignore the table, bad values included.
+        assert_eq!(
+            table("[etcd]\nprefix = \"x\"")
+                .apply(StoreSpec::Memory)
+                .unwrap(),
+            StoreSpec::Memory
+        );
     }
 }

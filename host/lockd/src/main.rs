@@ -30,7 +30,7 @@ enum Command {
     Run {
         /// The component (.wasm).
         component: PathBuf,
-        /// Where locks live: redb:PATH or memory.
+        /// Where locks live: redb:PATH, memory or etcd:http://HOST:PORT[,...].
         #[arg(long, default_value = DEFAULT_STORE, env = "LOCKD_STORE")]
         store: StoreSpec,
         /// The namespace the component's locks live in.
@@ -80,8 +80,8 @@ enum Command {
 /// Options `serve` and `up` share.
 #[derive(Args)]
 struct ServeArgs {
-    /// Where locks live: redb:PATH or memory [default: `store` in lockd.toml,
-    /// else redb:.lockd/locks.redb].
+    /// Where locks live: redb:PATH, memory or etcd:http://HOST:PORT[,...]
+    /// [default: `store` in lockd.toml, else redb:.lockd/locks.redb].
     #[arg(long, env = "LOCKD_STORE")]
     store: Option<StoreSpec>,
     /// lockd's configuration [default: ./lockd.toml if it exists].
@@ -164,7 +164,7 @@ async fn run_command(
     args: Vec<String>,
 ) -> i32 {
     let outcome = async {
-        let service = store.open_service()?;
+        let service = store.open_service().await?;
         let engine = run::engine()?;
         let loaded = run::load(&engine, &component)?;
         let argv0 = component

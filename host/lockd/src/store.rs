@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use lockd_core::{Engine, Limits, LockBackend, LockService};
+use lockd_core::{Engine, Limits, LockBackend, LockError, LockService, SystemClock};
+use lockd_etcd::{EtcdBackend, EtcdOptions};
 
 /// Where lock state lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,10 +15,18 @@ pub enum StoreSpec {
     Redb(PathBuf),
     /// Memory only: nothing survives a restart.
     Memory,
+    /// An etcd cluster shared by many lockd hosts (`etcd:URL[,URL...]`).
+    /// The spec gives the endpoints; the other options keep their defaults
+    /// unless `[etcd]` in lockd.toml sets them.
+    Etcd(EtcdOptions),
 }
 
 /// The default store: `.lockd/locks.redb` under the working directory.
 pub const DEFAULT_STORE: &str = "redb:.lockd/locks.redb";
+
+/// What every refusal lists: the forms a spec may take.
+const EXPECTED: &str = "redb:PATH (for example redb:.lockd/locks.redb), memory, \
+                        or etcd:http://HOST:PORT[,http://HOST:PORT...]";
 
 impl FromStr for StoreSpec {
     type Err = String;
@@ -26,26 +35,37 @@ impl FromStr for StoreSpec {
         match s.split_once(':') {
             _ if s == "memory" => Ok(StoreSpec::Memory),
             Some(("redb", path)) if !path.is_empty() => Ok(StoreSpec::Redb(PathBuf::from(path))),
-            _ => Err(format!(
-                "unknown store {s:?}: expected redb:PATH (for example {DEFAULT_STORE}) or memory"
-            )),
+            Some(("etcd", list)) => match EtcdOptions::from_endpoint_list(list) {
+                Ok(options) => Ok(StoreSpec::Etcd(options)),
+                Err(LockError::InvalidArgument(why)) => Err(format!("bad store {s:?}: {why}")),
+                Err(other) => Err(format!("bad store {s:?}: {other}")),
+            },
+            _ => Err(format!("unknown store {s:?}: expected {EXPECTED}")),
         }
     }
 }
 
 impl StoreSpec {
-    /// Opens the store. Must run inside a tokio runtime.
-    pub fn open(&self) -> anyhow::Result<Arc<dyn LockBackend>> {
+    /// Opens the store. Must run inside a tokio runtime, which an etcd
+    /// store's background work (session keep-alive, watches) then runs on.
+    pub async fn open(&self) -> anyhow::Result<Arc<dyn LockBackend>> {
         Ok(match self {
             StoreSpec::Memory => Engine::memory(),
             StoreSpec::Redb(path) => lockd_redb::open(path)
                 .with_context(|| format!("opening store {}", path.display()))?,
+            StoreSpec::Etcd(options) => Arc::new(
+                EtcdBackend::connect(options.clone(), Arc::new(SystemClock))
+                    .await
+                    .with_context(|| {
+                        format!("opening store etcd:{}", options.endpoints.join(","))
+                    })?,
+            ),
         })
     }
 
     /// Opens the store behind a service with default limits.
-    pub fn open_service(&self) -> anyhow::Result<LockService> {
-        Ok(LockService::new(self.open()?, Limits::default()))
+    pub async fn open_service(&self) -> anyhow::Result<LockService> {
+        Ok(LockService::new(self.open().await?, Limits::default()))
     }
 }
 
@@ -61,9 +81,41 @@ mod tests {
             Ok(StoreSpec::Redb(PathBuf::from("/tmp/x.redb")))
         );
         assert!("redb:".parse::<StoreSpec>().is_err());
-        assert!("etcd:http://x"
+        let unknown = "postgres://x".parse::<StoreSpec>().unwrap_err();
+        for form in ["redb:PATH", "memory", "etcd:http://HOST:PORT"] {
+            assert!(unknown.contains(form), "{unknown}");
+        }
+    }
+
+    #[test]
+    fn parses_etcd_specs() {
+        let one = "etcd:http://127.0.0.1:2379".parse::<StoreSpec>().unwrap();
+        assert_eq!(
+            one,
+            StoreSpec::Etcd(EtcdOptions::new(["http://127.0.0.1:2379"]))
+        );
+        let StoreSpec::Etcd(three) = "etcd:http://a:1,http://b:2,http://c:3"
             .parse::<StoreSpec>()
-            .unwrap_err()
-            .contains("redb:PATH"));
+            .unwrap()
+        else {
+            panic!("not an etcd spec");
+        };
+        assert_eq!(three.endpoints, ["http://a:1", "http://b:2", "http://c:3"]);
+        assert_eq!(three.prefix, "/lockd");
+    }
+
+    #[test]
+    fn bad_etcd_specs_say_why() {
+        let empty = "etcd:".parse::<StoreSpec>().unwrap_err();
+        assert!(empty.contains("at least one endpoint"), "{empty}");
+        let commas = "etcd:,,".parse::<StoreSpec>().unwrap_err();
+        assert!(commas.contains("at least one endpoint"), "{commas}");
+        let tls = "etcd:https://e:2379".parse::<StoreSpec>().unwrap_err();
+        assert!(
+            tls.contains("https") && tls.contains("\"etcd:https://e:2379\""),
+            "{tls}"
+        );
+        let bare = "etcd:127.0.0.1:2379".parse::<StoreSpec>().unwrap_err();
+        assert!(bare.contains("not an http:// URL"), "{bare}");
     }
 }

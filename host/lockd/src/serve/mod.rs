@@ -59,9 +59,10 @@ pub struct ServeOptions {
     pub auth_token: Option<String>,
 }
 
-/// Opens the store with the configured limits and quotas.
-pub fn open_service(store: &StoreSpec, config: &LockdConfig) -> anyhow::Result<LockService> {
-    Ok(LockService::new(store.open()?, config.lock_limits()).with_quotas(config.quotas()))
+/// Opens the store with the configured `[etcd]` settings, limits and quotas.
+pub async fn open_service(store: &StoreSpec, config: &LockdConfig) -> anyhow::Result<LockService> {
+    let store = config.etcd.apply(store.clone())?;
+    Ok(LockService::new(store.open().await?, config.lock_limits()).with_quotas(config.quotas()))
 }
 
 /// A bound, ready server: the socket is listening and every component is
@@ -83,7 +84,7 @@ impl std::fmt::Debug for Server {
 
 /// Opens the store, loads the manifest's components and binds the socket.
 pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
-    let service = open_service(&options.store, &options.config)?;
+    let service = open_service(&options.store, &options.config).await?;
     let api = Arc::new(Api::new(service.clone(), options.auth_token.clone()));
     let app = match &options.manifest {
         Some(path) => {
