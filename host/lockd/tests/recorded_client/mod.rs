@@ -1,0 +1,268 @@
+//! A load client whose every call is recorded for the history checker
+//! (`lockd_tests::history`): random lock / lock-with-wait / relock /
+//! extend / unlock-with-token / get calls over REST, on hot and cold names,
+//! all persistent. Shared by `crash_under_load.rs` (one server, killed and
+//! restarted) and `scale_out.rs` (several servers on one etcd).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use lockd_tests::history::{OpKind, Outcome, Recorder};
+use serde_json::{json, Value};
+
+/// SplitMix64: small, seedable, good enough to pick operations.
+#[derive(Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator that replays for the same seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// The next raw value.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    /// True with probability `percent`%.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Where the server is, and which incarnation it is.
+#[derive(Debug, Default)]
+pub struct Target {
+    /// The server's port on 127.0.0.1.
+    pub port: AtomicU16,
+    /// Bumped on every restart, so clients drop pooled connections.
+    pub incarnation: AtomicU64,
+}
+
+impl Target {
+    /// A server that stays on `port`.
+    pub fn fixed(port: u16) -> Arc<Self> {
+        Arc::new(Target {
+            port: AtomicU16::new(port),
+            incarnation: AtomicU64::new(0),
+        })
+    }
+}
+
+/// One call a client makes.
+#[derive(Clone, Copy, Debug)]
+pub enum Call {
+    /// `lock`, persistent.
+    Lock { ttl_ms: u64, wait_ms: u64 },
+    /// `extend`.
+    Extend { ttl_ms: u64 },
+    /// `unlock` with this token.
+    Unlock { token: u64 },
+    /// `get`.
+    Get,
+}
+
+/// One client: a thread's identity, its random choices and its counters.
+pub struct Client {
+    /// Its number in the history.
+    pub id: u32,
+    /// The owner it locks as.
+    pub owner: String,
+    pub rng: Rng,
+    pub recorder: Arc<Recorder>,
+    pub target: Arc<Target>,
+    /// Calls refused at connect (never sent, not recorded).
+    pub not_sent: Arc<AtomicU64>,
+    /// Answers `503 unavailable` (recorded as unknown outcomes).
+    pub unavailable: Arc<AtomicU64>,
+    /// Answers the contract does not allow.
+    pub unexpected: Arc<Mutex<Vec<String>>>,
+    /// Keep-alive connections to the current incarnation.
+    pub agent: Option<ureq::Agent>,
+    pub incarnation: u64,
+}
+
+impl Client {
+    /// Random calls on `names` (the first `hot` of them get 75% of the
+    /// calls) until `stop`.
+    pub fn run(mut self, names: &[String], hot: usize, stop: &AtomicBool) {
+        // name -> token this client believes it holds.
+        let mut held: HashMap<String, u64> = HashMap::new();
+        while !stop.load(Ordering::Relaxed) {
+            let name = if self.rng.chance(75) {
+                &names[self.rng.range(0, hot as u64 - 1) as usize]
+            } else {
+                &names[self.rng.range(hot as u64, names.len() as u64 - 1) as usize]
+            };
+            let ttl_ms = self.rng.range(200, 2_000);
+            let call = match held.get(name) {
+                Some(&token) => match self.rng.next() % 100 {
+                    0..=34 => Call::Unlock { token },
+                    35..=64 => Call::Extend { ttl_ms },
+                    65..=79 => Call::Lock { ttl_ms, wait_ms: 0 },
+                    _ => Call::Get,
+                },
+                None => match self.rng.next() % 100 {
+                    0..=29 => Call::Lock { ttl_ms, wait_ms: 0 },
+                    30..=59 => Call::Lock {
+                        ttl_ms,
+                        wait_ms: self.rng.range(50, 400),
+                    },
+                    _ => Call::Get,
+                },
+            };
+            match self.call(name, call) {
+                Some(Outcome::Ok { token, .. }) => {
+                    held.insert(name.clone(), token);
+                }
+                Some(
+                    Outcome::Unlocked | Outcome::NotHeld | Outcome::NotOwner | Outcome::Busy { .. },
+                ) => {
+                    if !matches!(call, Call::Get) {
+                        held.remove(name);
+                    }
+                }
+                Some(Outcome::Unknown) | None => {
+                    // Retry after a short back-off; the token, if any, is kept
+                    // so a later unlock can clean up.
+                    thread::sleep(Duration::from_millis(self.rng.range(10, 40)));
+                }
+                Some(_) => {}
+            }
+            thread::sleep(Duration::from_millis(self.rng.range(0, 4)));
+        }
+    }
+
+    /// Makes one call and records it. `None` when it certainly never
+    /// reached a server (connection refused): nothing is recorded.
+    pub fn call(&mut self, name: &str, call: Call) -> Option<Outcome> {
+        let incarnation = self.target.incarnation.load(Ordering::SeqCst);
+        if self.agent.is_none() || incarnation != self.incarnation {
+            self.agent = Some(
+                ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_connect(Some(Duration::from_millis(500)))
+                    .max_idle_connections_per_host(1)
+                    .build()
+                    .into(),
+            );
+            self.incarnation = incarnation;
+        }
+        let port = self.target.port.load(Ordering::SeqCst);
+        let (path, body, kind, wait_ms) = match call {
+            Call::Lock { ttl_ms, wait_ms } => (
+                "lock",
+                json!({"name": name, "owner": self.owner, "ttl_ms": ttl_ms, "wait_ms": wait_ms,
+                       "durability": "persistent"}),
+                OpKind::Lock { ttl_ms, wait_ms },
+                wait_ms,
+            ),
+            Call::Extend { ttl_ms } => (
+                "extend",
+                json!({"name": name, "owner": self.owner, "ttl_ms": ttl_ms}),
+                OpKind::Extend { ttl_ms },
+                0,
+            ),
+            Call::Unlock { token } => (
+                "unlock",
+                json!({"name": name, "owner": self.owner, "fencing_token": token}),
+                OpKind::Unlock { token: Some(token) },
+                0,
+            ),
+            Call::Get => ("get", json!({"name": name}), OpKind::Get, 0),
+        };
+        let owner = if matches!(call, Call::Get) {
+            ""
+        } else {
+            self.owner.as_str()
+        };
+        let url = format!("http://127.0.0.1:{port}/v1/locks/{path}");
+        let agent = self.agent.as_ref().unwrap();
+        let invoke = self.recorder.invoke();
+        let result = agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(Duration::from_millis(wait_ms + 3_000)))
+            .build()
+            .send_json(&body)
+            .and_then(|mut r| {
+                let code = r.status().as_u16();
+                let text = r.body_mut().read_to_string()?;
+                Ok((code, text))
+            });
+        let outcome = match result {
+            Ok((code, text)) => match parse(code, &text) {
+                Ok(Outcome::Unknown) => {
+                    self.unavailable.fetch_add(1, Ordering::Relaxed);
+                    Outcome::Unknown
+                }
+                Ok(outcome) => outcome,
+                Err(()) => {
+                    self.unexpected
+                        .lock()
+                        .unwrap()
+                        .push(format!("{path} {body} -> {code} {text}"));
+                    Outcome::Unknown
+                }
+            },
+            Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                self.not_sent.fetch_add(1, Ordering::Relaxed);
+                self.agent = None;
+                thread::sleep(Duration::from_millis(self.rng.range(10, 30)));
+                return None;
+            }
+            Err(_) => {
+                // Reset, timeout, broken keep-alive: it may have been sent.
+                self.agent = None;
+                Outcome::Unknown
+            }
+        };
+        self.recorder
+            .complete(self.id, kind, name, owner, invoke, outcome.clone());
+        Some(outcome)
+    }
+}
+
+/// Maps an answer to an outcome; `Err` for anything the contract does not
+/// allow here.
+pub fn parse(code: u16, text: &str) -> Result<Outcome, ()> {
+    let v: Value = serde_json::from_str(text).map_err(|_| ())?;
+    let status = v["status"].as_str().ok_or(())?;
+    let token = || v["fencing_token"].as_u64().ok_or(());
+    let expires = || v["expires_at_ms"].as_u64().ok_or(());
+    let owner = || v["owner"].as_str().map(str::to_string).ok_or(());
+    Ok(match (code, status) {
+        (200, "acquired" | "extended") => Outcome::Ok {
+            token: token()?,
+            expires_at_ms: expires()?,
+        },
+        (200, "unlocked") => Outcome::Unlocked,
+        (200, "found") => Outcome::Found {
+            owner: owner()?,
+            token: token()?,
+            expires_at_ms: expires()?,
+        },
+        (404, "not_found") => Outcome::NotFound,
+        (409, "busy") => Outcome::Busy {
+            owner: owner()?,
+            token: token()?,
+            expires_at_ms: expires()?,
+        },
+        (409, "not_owner") => Outcome::NotOwner,
+        (409, "not_held") => Outcome::NotHeld,
+        // The store could not complete it: unknown outcome, retry.
+        (503, "unavailable") => Outcome::Unknown,
+        _ => return Err(()),
+    })
+}
