@@ -4,7 +4,7 @@
 mod common;
 mod http_guests;
 #[allow(unused_imports)]
-use http_guests::{edge_guard_p3, edge_jobs, http_hostile, js_edge};
+use http_guests::{edge_bench, edge_guard_p3, edge_jobs, http_hostile, js_edge};
 mod hostile;
 #[allow(unused_imports)]
 use hostile::rust_hostile;
@@ -177,6 +177,39 @@ async fn rust_guard_trap() {
         .await
         .unwrap();
     assert!(g.fencing_token > token);
+}
+
+/// The B1 benchmark guest: it runs its pairs through the capability (the
+/// tokens it was given rose by one grant per pair), prints the figures the
+/// benchmark parses, and leaves nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_pairs() {
+    let service = LockService::new(lockd_core::Engine::memory(), Limits::default());
+    let before = service
+        .lock("bench", "probe", "p", 1_000, LockOptions::default())
+        .await
+        .unwrap()
+        .fencing_token;
+    let outcome = run_guest(lockd_tests::BENCH_PAIRS, &service, "bench", &["500", "timed"]).await;
+    assert_eq!(outcome.exit_code, 0, "{}", text(&outcome.stderr));
+    let line = text(&outcome.stdout);
+    let field = |key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("pairs"), 500);
+    assert!(field("elapsed_ns") > 0);
+    assert!(field("p50_ns") <= field("p99_ns") && field("p99_ns") <= field("max_ns"));
+    assert_eq!(service.list("bench", "p/").await.unwrap(), vec![]);
+    let after = service
+        .lock("bench", "probe2", "p", 1_000, LockOptions::default())
+        .await
+        .unwrap()
+        .fencing_token;
+    assert!(after > before + 500, "{before} -> {after}");
 }
 
 /// The holder guest, in process: its persistent locks stay held after its

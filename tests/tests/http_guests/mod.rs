@@ -190,6 +190,37 @@ pub(crate) async fn edge_jobs() {
 
 /// A WASIp3 component (spin-sdk 7) using a guard: served next to p2, one
 /// winner among simultaneous calls, and the guard released when dropped.
+/// The B3 benchmark function: each mode answers 200 with its token (0
+/// without a lock); the lock modes leave nothing held, and a name held by
+/// someone else makes them answer 409 while `nolock` does not care.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn edge_bench() {
+    let wasm = wasm(lockd_tests::EDGE_BENCH);
+    let app = serve(&[("/bench/...", "edge-bench", wasm)], "").await;
+    let mut last = 0;
+    for mode in ["ephemeral", "persistent"] {
+        let (status, body) = request(app.addr, "GET", format!("/bench/{mode}/1")).await;
+        assert_eq!(status, 200, "{body}");
+        let token = json(&body)["fencing_token"].as_u64().unwrap();
+        assert!(token > last, "{mode}: {body}");
+        last = token;
+    }
+    let (status, body) = request(app.addr, "GET", "/bench/nolock/1").await;
+    assert_eq!((status, json(&body)["fencing_token"].as_u64()), (200, Some(0)));
+    assert!(app.service.list("edge-bench", "").await.unwrap().is_empty());
+
+    app.service
+        .lock("edge-bench", "req/2", "someone", 10_000, Default::default())
+        .await
+        .unwrap();
+    let (status, body) = request(app.addr, "GET", "/bench/ephemeral/2").await;
+    assert_eq!((status, json(&body)["holder"].as_str()), (409, Some("someone")));
+    let (status, _) = request(app.addr, "GET", "/bench/nolock/2").await;
+    assert_eq!(status, 200);
+    let (status, _) = request(app.addr, "GET", "/bench/other/2").await;
+    assert_eq!(status, 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_guard_p3() {
     let app = serve(
