@@ -1,0 +1,115 @@
+//! B2, durable capability: 1, 8 and 64 concurrent callers of the lock API
+//! (`LockService`, what the wasm glue and the REST API call) doing persistent
+//! acquire + release pairs on the embedded redb store, against Redis with
+//! `appendfsync always` and a single-node etcd at the same concurrency.
+
+use std::fmt::Write as _;
+
+use lockd_core::{Durability, Limits, LockOptions, LockService};
+
+use crate::drive::Pair;
+use crate::peers::RedisMode;
+use crate::stats::{count, percentiles, ratio, Table};
+use crate::{check_errors, Ctx, Peer};
+
+/// One caller of the lock API: a fresh name per pair, released by token.
+pub struct ServicePair {
+    pub service: LockService,
+    pub durability: Durability,
+    owner: String,
+    prefix: String,
+}
+
+impl ServicePair {
+    pub fn new(service: &LockService, durability: Durability, caller: usize) -> Self {
+        ServicePair {
+            service: service.clone(),
+            durability,
+            owner: format!("owner-{caller}"),
+            prefix: format!("c{caller}/"),
+        }
+    }
+}
+
+impl Pair for ServicePair {
+    async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
+        let name = format!("{}{i}", self.prefix);
+        let options = LockOptions {
+            durability: self.durability,
+            ..LockOptions::default()
+        };
+        let grant = self
+            .service
+            .lock("bench", &name, &self.owner, 30_000, options)
+            .await?;
+        self.service
+            .unlock("bench", &name, &self.owner, Some(grant.fencing_token))
+            .await?;
+        Ok(())
+    }
+}
+
+pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
+    let mut table = Table::new([
+        "callers",
+        "system",
+        "pairs/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "lockd ÷ this",
+    ]);
+    let mut summary = String::new();
+    for &callers in &ctx.plan.levels {
+        eprintln!("B2: {callers} callers");
+        let path = ctx.scratch.path().join(format!("b2-{callers}.redb"));
+        let mut lockd = {
+            let _rt = ctx.rt.enter();
+            let service = LockService::new(lockd_redb::open(&path)?, Limits::default());
+            ctx.run(
+                (0..callers)
+                    .map(|c| ServicePair::new(&service, Durability::Persistent, c))
+                    .collect(),
+            )
+        };
+        check_errors("lockd redb", &lockd)?;
+        let mut rows = vec![("lockd, redb store (fsync per commit)".to_string(), lockd.clone())];
+        for peer in [Peer::Redis(RedisMode::Always), Peer::Etcd] {
+            rows.push((peer.label().to_string(), ctx.peer(peer, callers)?));
+        }
+        for (label, mut m) in rows.clone() {
+            let [p50, p99, p999] = percentiles(&mut m);
+            table.row(vec![
+                callers.to_string(),
+                label,
+                count(m.rate()),
+                p50,
+                p99,
+                p999,
+                ratio(lockd.rate(), m.rate()),
+            ]);
+        }
+        let _ = writeln!(
+            summary,
+            "- {callers} callers: lockd {} pairs/s = {} Redis always, {} etcd.",
+            count(lockd.rate()),
+            ratio(lockd.rate(), rows[1].1.rate()),
+            ratio(lockd.rate(), rows[2].1.rate()),
+        );
+        if callers == 1 {
+            let p50 = lockd.latencies.quantile(0.5);
+            let _ = writeln!(
+                summary,
+                "- 1 caller: pair p50 {} = {} one fdatasync p50 ({}); a pair is two durable commits.",
+                crate::stats::latency(p50),
+                ratio(p50.as_secs_f64(), ctx.regime.p50.as_secs_f64()),
+                crate::stats::latency(ctx.regime.p50),
+            );
+        }
+    }
+    let mut out = String::from("## B2 durable capability\n\n");
+    out += &table.render();
+    out.push('\n');
+    out += &summary;
+    Ok(out)
+}

@@ -1,0 +1,303 @@
+//! lockd's benchmark suite (the performance issue): the lock capability, the
+//! embedded store, edge functions and the REST API, measured against Redis
+//! and etcd started by the suite itself in the same run, so that every ratio
+//! compares figures taken on the same machine at the same time.
+//!
+//! ```text
+//! cargo run --release -p lockd-bench -- [--smoke] [--only b1,b2,...] [--out FILE]
+//! ```
+//!
+//! Prints the machine, the fsync regime and one markdown table per workload
+//! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale, B6 etcd
+//! mode). `--smoke` runs everything with tiny counts in seconds, to keep the
+//! suite from rotting (CI); its figures mean nothing. `docs/benchmarks.md`
+//! holds the figures of full runs.
+
+mod b1_host_call;
+mod b2_durable;
+mod b3_edge;
+mod b4_rest;
+mod b5_scale;
+mod b6_etcd;
+mod drive;
+mod fsync;
+mod peers;
+mod rest;
+mod stats;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use crate::drive::{closed_loop, Pair, Window};
+use crate::peers::{EtcdRawPair, Redis, RedisMode, RedisPair};
+use crate::stats::Measured;
+
+#[derive(Debug, Parser)]
+#[command(about = "lockd's benchmark suite")]
+struct Args {
+    /// Tiny counts and windows: checks that every workload runs, in seconds.
+    #[arg(long)]
+    smoke: bool,
+    /// Workloads to run, such as `b1,b3` (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also write the report (markdown) to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Internal: B5's child process (`fill PATH N` or `recover PATH`).
+    #[arg(long, num_args = 1.., hide = true)]
+    b5_child: Vec<String>,
+}
+
+/// Sizes of a run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub smoke: bool,
+    /// Closed-loop warmup and measuring window.
+    pub window: Window,
+    /// Pairs per B1 pass.
+    pub b1_pairs: u32,
+    /// Concurrency levels of B2.
+    pub levels: Vec<usize>,
+    /// B3: the offered rates tried, in requests per second, and how long each.
+    pub b3_rates: Vec<u32>,
+    pub b3_step: Duration,
+    /// B4 connections.
+    pub b4_connections: usize,
+    /// B5 held locks.
+    pub b5_locks: u64,
+}
+
+impl Plan {
+    fn new(smoke: bool) -> Plan {
+        if smoke {
+            Plan {
+                smoke,
+                window: Window {
+                    warmup: Duration::from_millis(50),
+                    measure: Duration::from_millis(250),
+                },
+                b1_pairs: 2_000,
+                levels: vec![1, 8],
+                b3_rates: vec![100, 200],
+                b3_step: Duration::from_millis(400),
+                b4_connections: 8,
+                b5_locks: 2_000,
+            }
+        } else {
+            Plan {
+                smoke,
+                window: Window {
+                    warmup: Duration::from_secs(1),
+                    measure: Duration::from_secs(5),
+                },
+                b1_pairs: 2_000_000,
+                levels: vec![1, 8, 64],
+                b3_rates: vec![
+                    2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000, 16_000, 18_000, 20_000,
+                    22_000, 25_000, 28_000,
+                ],
+                b3_step: Duration::from_secs(3),
+                b4_connections: 64,
+                b5_locks: 1_000_000,
+            }
+        }
+    }
+}
+
+/// What the workloads share: the plan, the runtime the callers run on, a
+/// scratch directory on the disk under test, the peers (started on first
+/// use) and the peer figures measured so far (a peer is measured once per
+/// concurrency level and quoted by every workload that compares with it).
+#[derive(Debug)]
+pub struct Ctx {
+    pub plan: Plan,
+    pub rt: tokio::runtime::Runtime,
+    pub scratch: tempfile::TempDir,
+    pub regime: fsync::Regime,
+    redis: RefCell<HashMap<&'static str, Redis>>,
+    etcd: RefCell<Option<lockd_etcd::testing::EtcdCluster>>,
+    peer_figures: RefCell<HashMap<(String, usize), Measured>>,
+}
+
+impl Ctx {
+    pub fn window(&self) -> Window {
+        self.plan.window
+    }
+
+    /// Runs `callers` closed-loop on the callers' runtime.
+    pub fn run<P: Pair>(&self, callers: Vec<P>) -> Measured {
+        self.rt.block_on(closed_loop(callers, self.window()))
+    }
+
+    /// Client URLs of the single-node etcd, started on first use.
+    pub fn etcd_endpoints(&self) -> anyhow::Result<Vec<String>> {
+        let mut etcd = self.etcd.borrow_mut();
+        if etcd.is_none() {
+            *etcd = Some(lockd_etcd::testing::EtcdCluster::start().context("starting etcd")?);
+        }
+        Ok(etcd.as_ref().unwrap().endpoints())
+    }
+
+    fn redis_url(&self, mode: RedisMode) -> anyhow::Result<String> {
+        let mut servers = self.redis.borrow_mut();
+        if let Some(r) = servers.get(mode.label()) {
+            return Ok(r.url.clone());
+        }
+        let r = Redis::start(mode)?;
+        let url = r.url.clone();
+        servers.insert(mode.label(), r);
+        Ok(url)
+    }
+
+    /// A peer's pairs at `clients` concurrent callers (measured once).
+    pub fn peer(&self, peer: Peer, clients: usize) -> anyhow::Result<Measured> {
+        let key = (peer.label().to_string(), clients);
+        if let Some(m) = self.peer_figures.borrow().get(&key) {
+            return Ok(m.clone());
+        }
+        let measured = match peer {
+            Peer::Redis(mode) => {
+                let url = self.redis_url(mode)?;
+                let callers = self.rt.block_on(async {
+                    let mut callers = Vec::new();
+                    for c in 0..clients {
+                        callers.push(RedisPair::connect(&url, c).await?);
+                    }
+                    anyhow::Ok(callers)
+                })?;
+                self.run(callers)
+            }
+            Peer::Etcd => {
+                let endpoints = self.etcd_endpoints()?;
+                let client = self
+                    .rt
+                    .block_on(etcd_client::Client::connect(endpoints, None))?;
+                self.run((0..clients).map(|c| EtcdRawPair::new(client.clone(), c)).collect())
+            }
+        };
+        check_errors(peer.label(), &measured)?;
+        self.peer_figures.borrow_mut().insert(key, measured.clone());
+        Ok(measured)
+    }
+}
+
+/// The peers.
+#[derive(Clone, Copy, Debug)]
+pub enum Peer {
+    Redis(RedisMode),
+    Etcd,
+}
+
+impl Peer {
+    pub fn label(self) -> &'static str {
+        match self {
+            Peer::Redis(mode) => mode.label(),
+            Peer::Etcd => "etcd single node",
+        }
+    }
+}
+
+/// A benchmark whose pairs fail measures nothing: stop with the error.
+pub fn check_errors(what: &str, m: &Measured) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        m.errors == 0 && m.ops > 0,
+        "{what}: {} pairs failed, {} succeeded",
+        m.errors,
+        m.ops
+    );
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0.0, |kb| kb as f64 / (1 << 20) as f64);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cores} cores ({cpu}), {mem_gib:.0} GiB RAM, Linux {}",
+        kernel.trim()
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if !args.b5_child.is_empty() {
+        return b5_scale::child_main(&args.b5_child);
+    }
+    let plan = Plan::new(args.smoke);
+    let wanted = |w: &str| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(w));
+
+    // Scratch data (stores, peers' data) on the disk the store would use.
+    let scratch = tempfile::Builder::new().prefix("lockd-bench-").tempdir()?;
+    let regime = fsync::probe(scratch.path(), if plan.smoke { 50 } else { 2_000 })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let ctx = Ctx {
+        plan,
+        rt,
+        scratch,
+        regime,
+        redis: RefCell::default(),
+        etcd: RefCell::default(),
+        peer_figures: RefCell::default(),
+    };
+
+    let mut report = String::new();
+    let mut emit = |section: String| {
+        println!("{section}");
+        report += &section;
+        report.push('\n');
+    };
+    emit(format!(
+        "# lockd benchmarks{}\n\n- machine: {}\n- fsync regime: {}\n- scratch: {}\n",
+        if ctx.plan.smoke { " (smoke run: figures mean nothing)" } else { "" },
+        machine(),
+        ctx.regime.describe(),
+        ctx.scratch.path().display(),
+    ));
+    if wanted("b1") {
+        emit(b1_host_call::run(&ctx)?);
+    }
+    if wanted("b2") {
+        emit(b2_durable::run(&ctx)?);
+    }
+    if wanted("b3") {
+        emit(b3_edge::run(&ctx)?);
+    }
+    if wanted("b4") {
+        emit(b4_rest::run(&ctx)?);
+    }
+    if wanted("b5") {
+        emit(b5_scale::run(&ctx)?);
+    }
+    if wanted("b6") {
+        emit(b6_etcd::run(&ctx)?);
+    }
+    if let Some(out) = &args.out {
+        std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! The suite's smoke mode (CI): every workload runs with tiny counts against
+//! real peers and prints its table. Figures are not checked: the benchmark is
+//! not a timed test. What is checked is that each table is there and that
+//! no workload failed (a failed pair stops the suite with an error).
+
+use std::process::Command;
+
+#[test]
+fn smoke_run_prints_every_table() {
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockd-bench"))
+        .args(["--smoke", "--out"])
+        .arg(out_file.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "suite failed:\n{stdout}\n{stderr}");
+    let report = std::fs::read_to_string(out_file.path()).unwrap();
+    assert!(report.contains("fsync regime: "), "{report}");
+    for section in [
+        "## B1 host call",
+        "## B2 durable capability",
+        "## B3 edge",
+        "## B4 REST",
+        "## B5 scale",
+        "## B6 etcd mode",
+    ] {
+        assert!(report.contains(section), "no {section:?} in:\n{report}");
+    }
+    // Every peer took part.
+    for peer in ["Redis appendfsync always", "Redis no persistence", "etcd single node"] {
+        assert!(report.contains(peer), "no {peer:?} in:\n{report}");
+    }
+}
