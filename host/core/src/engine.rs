@@ -69,29 +69,32 @@ pub struct Engine {
 /// Live holders per namespace. A quota check and the increment it guards are
 /// one atomic step, so concurrent grants can never overshoot a quota.
 #[derive(Default)]
-struct NamespaceCounts(std::sync::RwLock<HashMap<String, Arc<AtomicU64>, FxBuild>>);
+struct NamespaceCounts(std::sync::RwLock<HashMap<String, AtomicU64, FxBuild>>);
 
 impl NamespaceCounts {
-    fn counter(&self, namespace: &str) -> Arc<AtomicU64> {
+    /// Runs `f` on the counter of `namespace`, created at zero if new. The
+    /// common case takes only the read lock and allocates nothing: this is
+    /// on every grant and release.
+    fn with_counter<R>(&self, namespace: &str, f: impl FnOnce(&AtomicU64) -> R) -> R {
         if let Some(c) = self
             .0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(namespace)
         {
-            return c.clone();
+            return f(c);
         }
-        self.0
+        f(self
+            .0
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(namespace.to_string())
-            .or_default()
-            .clone()
+            .or_default())
     }
 
     /// Counts one more holder in `namespace`, whatever its quota.
     fn add(&self, namespace: &str) {
-        self.counter(namespace).fetch_add(1, Ordering::Relaxed);
+        self.with_counter(namespace, |c| c.fetch_add(1, Ordering::Relaxed));
     }
 
     /// Counts one more holder in `namespace` if `quota` allows it.
@@ -100,22 +103,24 @@ impl NamespaceCounts {
             self.add(namespace);
             return Ok(());
         };
-        self.counter(namespace)
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+        self.with_counter(namespace, |c| {
+            c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 (held < quota).then_some(held + 1)
             })
-            .map(drop)
-            .map_err(|_| {
-                LockError::Denied(format!(
-                    "namespace {namespace:?} already holds {quota} locks, its quota"
-                ))
-            })
+        })
+        .map(drop)
+        .map_err(|_| {
+            LockError::Denied(format!(
+                "namespace {namespace:?} already holds {quota} locks, its quota"
+            ))
+        })
     }
 
     fn remove(&self, namespace: &str) {
-        let counter = self.counter(namespace);
-        let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-            held.checked_sub(1)
+        self.with_counter(namespace, |c| {
+            let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_sub(1)
+            });
         });
     }
 
@@ -733,12 +738,12 @@ impl Engine {
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
             for (key, entry) in &shard.locks {
-                if key.namespace != namespace || !key.name.starts_with(prefix) {
+                if *key.namespace != *namespace || !key.name.starts_with(prefix) {
                     continue;
                 }
                 if let Some(h) = entry.holder.as_ref().filter(|h| h.expires_at_ms > now) {
                     out.push(ListedLock {
-                        name: key.name.clone(),
+                        name: key.name.to_string(),
                         info: h.info(),
                     });
                 }

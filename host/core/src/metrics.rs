@@ -61,6 +61,18 @@ const BUCKETS_S: [f64; 16] = [
     5.0, 30.0, 300.0,
 ];
 
+/// [`BUCKETS_S`] in nanoseconds: observing is on every operation, so it
+/// compares integers.
+const BUCKETS_NS: [u64; BUCKETS_S.len()] = {
+    let mut ns = [0u64; BUCKETS_S.len()];
+    let mut i = 0;
+    while i < ns.len() {
+        ns[i] = (BUCKETS_S[i] * 1e9) as u64;
+        i += 1;
+    }
+    ns
+};
+
 #[derive(Default)]
 struct Histogram {
     buckets: [AtomicU64; BUCKETS_S.len()],
@@ -70,15 +82,12 @@ struct Histogram {
 
 impl Histogram {
     fn observe(&self, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        if let Some(i) = BUCKETS_S.iter().position(|b| secs <= *b) {
+        let ns = elapsed.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if let Some(i) = BUCKETS_NS.iter().position(|b| ns <= *b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(
-            elapsed.as_nanos().min(u128::from(u64::MAX)) as u64,
-            Ordering::Relaxed,
-        );
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 }
 

@@ -1,9 +1,9 @@
 //! The one dispatch layer in front of a backend: every surface (wasm, REST,
 //! CLI) calls this, so limits, quotas and metrics are handled once.
 
+use quanta::Instant;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::backend::LockBackend;
 use crate::error::LockError;

@@ -1,20 +1,25 @@
 //! The values that cross every surface: keys, grants and lock state.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Names one lock: a namespace chosen by the host and a name chosen by the
 /// caller. Two namespaces never share a lock.
+///
+/// The parts are shared strings: the memory engine keeps a key in its map,
+/// in its deadline index and in journal operations, and cloning a key must
+/// not allocate on the hot path (benchmark B1, docs/benchmarks.md).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     /// Assigned by the host (per component) or named by a REST caller.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The lock name, unique within the namespace.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl Key {
     /// A key from its two parts.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
         Key {
             namespace: namespace.into(),
             name: name.into(),

@@ -388,7 +388,7 @@ impl LockBackend for EtcdBackend {
             self.inner
                 .pending
                 .settle(
-                    |k| k.namespace == namespace && k.name.starts_with(prefix),
+                    |k| *k.namespace == *namespace && k.name.starts_with(prefix),
                     self.inner.options.request_timeout,
                 )
                 .await;

@@ -176,7 +176,7 @@ mod tests {
         let g = pending.begin(&k);
         let p = pending.clone();
         let waiter = tokio::spawn(async move {
-            p.settle(|key| key.name == "a", Duration::from_secs(10))
+            p.settle(|key| &*key.name == "a", Duration::from_secs(10))
                 .await;
         });
         tokio::task::yield_now().await;
