@@ -103,7 +103,13 @@ impl LockView for CommandState {
 /// with the engine.
 pub fn engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
-    config.wasm_component_model(true).epoch_interruption(true);
+    // Commands are wasi:cli 0.2 components; without the component-model
+    // concurrency machinery (needed only by WASIp3), every host call skips
+    // the creation and deletion of a host task (see docs/benchmarks.md, B1).
+    config
+        .wasm_component_model(true)
+        .concurrency_support(false)
+        .epoch_interruption(true);
     let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the wasm engine")?;
