@@ -53,7 +53,7 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
             }
         }
         if db.is_none() {
-            match Database::create(path) {
+            match crate::create_database(path) {
                 Ok(reopened) => {
                     stats.reopens.fetch_add(1, Ordering::Relaxed);
                     db = Some(reopened);
