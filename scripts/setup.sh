@@ -8,6 +8,8 @@
 #     loopback ports), protobuf-compiler and libprotobuf-dev (etcd-client's
 #     build script compiles etcd's protos; Debian's protoc finds the
 #     well-known types in /usr/include by itself, so no PROTOC_INCLUDE)
+#   - redis-server (a peer of the benchmark suite, lockd-bench, whose smoke
+#     run is part of the tests; it starts its own redis-server)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
 #
 # componentize-py and componentize-js are installed by the guests' own
@@ -22,7 +24,7 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
 fi
 
 apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
-    etcd-server protobuf-compiler libprotobuf-dev)
+    etcd-server protobuf-compiler libprotobuf-dev redis-server)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -31,6 +33,15 @@ if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Debian's redis-server enables a system redis on port 6379; the benchmark
+# starts its own on a free port and never uses it. Stop it where systemd runs,
+# so that it does not compete for the CPU during the tests.
+if dpkg -s redis-server >/dev/null 2>&1 && [ -d /run/systemd/system ] \
+    && systemctl is-enabled --quiet redis-server 2>/dev/null; then
+    log "systemctl disable --now redis-server (the benchmark starts its own)"
+    systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 
 # Debian's etcd-server enables a system etcd on port 2379. lockd's tests never

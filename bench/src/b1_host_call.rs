@@ -30,11 +30,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     eprintln!("B1: {pairs} pairs per pass");
     let mutex = mutex_pairs(pairs);
     // One core: a current-thread runtime on a thread of its own.
-    let guest = std::thread::spawn(move || -> anyhow::Result<Side> {
+    let (guest, api) = std::thread::spawn(move || -> anyhow::Result<(Side, Side)> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(guest_pairs(pairs))
+        Ok((
+            rt.block_on(guest_pairs(pairs))?,
+            rt.block_on(api_pairs(pairs))?,
+        ))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("B1 guest thread panicked"))??;
@@ -42,6 +45,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let mut table = Table::new(["one core", "pairs/s", "p50", "p99", "p99.9", "ns per pair"]);
     for (label, side) in [
         ("wasm guest → lockd capability (memory store)", &guest),
+        ("the same pairs on the lock API, no wasm", &api),
         ("in-process `Mutex<HashMap>`", &mutex),
     ] {
         table.row(vec![
@@ -108,6 +112,47 @@ fn parse_fields(line: &str) -> HashMap<String, u64> {
             Some((k.to_string(), v.parse().ok()?))
         })
         .collect()
+}
+
+/// The pairs of the guest made directly on `LockService`: what the
+/// capability costs on top of the lock core.
+async fn api_pairs(pairs: u32) -> anyhow::Result<Side> {
+    let service = LockService::new(Engine::memory(), Limits::default());
+    let options = lockd_core::LockOptions {
+        durability: lockd_core::Durability::Ephemeral,
+        ..Default::default()
+    };
+    let mut name = String::with_capacity(16);
+    let mut lat = Latencies::with_capacity(pairs as usize);
+    let mut untimed = Duration::ZERO;
+    for timed in [false, true] {
+        let start = Instant::now();
+        let mut last = start;
+        for i in 0..pairs {
+            name.clear();
+            let _ = write!(name, "p/{i}");
+            let grant = service
+                .lock("bench", &name, "bench", 60_000, options)
+                .await?;
+            service
+                .unlock("bench", &name, "bench", Some(grant.fencing_token))
+                .await?;
+            if timed {
+                let now = Instant::now();
+                lat.record(now - last);
+                last = now;
+            }
+        }
+        if !timed {
+            untimed = start.elapsed();
+        }
+    }
+    Ok(Side {
+        pairs_per_s: pairs as f64 / untimed.as_secs_f64(),
+        p50: lat.quantile(0.5),
+        p99: lat.quantile(0.99),
+        p999: lat.quantile(0.999),
+    })
 }
 
 /// The reference: the same pairs (fresh name, owner check on release) on a

@@ -73,7 +73,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             )
         };
         check_errors("lockd redb", &lockd)?;
-        let mut rows = vec![("lockd, redb store (fsync per commit)".to_string(), lockd.clone())];
+        let mut rows = vec![(
+            "lockd, redb store (fsync per commit)".to_string(),
+            lockd.clone(),
+        )];
         for peer in [Peer::Redis(RedisMode::Always), Peer::Etcd] {
             rows.push((peer.label().to_string(), ctx.peer(peer, callers)?));
         }

@@ -40,7 +40,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         ("lockd REST, persistent (redb, fsync)", durable.clone()),
         ("lockd REST, ephemeral", ephemeral.clone()),
         (Peer::Redis(RedisMode::Always).label(), always.clone()),
-        (Peer::Redis(RedisMode::NoPersistence).label(), volatile.clone()),
+        (
+            Peer::Redis(RedisMode::NoPersistence).label(),
+            volatile.clone(),
+        ),
         (Peer::Etcd.label(), etcd.clone()),
     ] {
         let [p50, p99, p999] = percentiles(&mut m);

@@ -28,7 +28,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let fill = child(&["fill", path, &n.to_string()])?;
     let recover = child(&["recover", path])?;
     if recover.get("locks") != Some(&n) {
-        bail!("recovery found {:?} locks, {n} were held", recover.get("locks"));
+        bail!(
+            "recovery found {:?} locks, {n} were held",
+            recover.get("locks")
+        );
     }
     let size = std::fs::metadata(path)?.len();
 
@@ -101,7 +104,13 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
                                     return anyhow::Ok(());
                                 }
                                 service
-                                    .lock("scale", &format!("lock/{i}"), &owner, 3_600_000, LockOptions::default())
+                                    .lock(
+                                        "scale",
+                                        &format!("lock/{i}"),
+                                        &owner,
+                                        3_600_000,
+                                        LockOptions::default(),
+                                    )
                                     .await?;
                             }
                         })
@@ -110,10 +119,10 @@ pub fn child_main(args: &[String]) -> anyhow::Result<()> {
                 for t in tasks {
                     t.await??;
                 }
+                // With every lock still held.
+                print_memory(started.elapsed());
                 anyhow::Ok(())
             })?;
-            let elapsed = started.elapsed();
-            print_memory(elapsed);
         }
         [cmd, path] if cmd == "recover" => {
             let started = Instant::now();

@@ -43,7 +43,11 @@ impl Regime {
 /// Appends 4 KiB and fdatasyncs, `rounds` times, in a file under `dir`.
 pub fn probe(dir: &Path, rounds: usize) -> std::io::Result<Regime> {
     let path = dir.join("fsync-probe");
-    let mut file = OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)?;
     let block = [0x5au8; 4096];
     let mut lat = Latencies::with_capacity(rounds);
     let start = Instant::now();

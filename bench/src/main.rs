@@ -37,6 +37,11 @@ use crate::drive::{closed_loop, Pair, Window};
 use crate::peers::{EtcdRawPair, Redis, RedisMode, RedisPair};
 use crate::stats::Measured;
 
+// The allocator of the `lockd` binary, so that in-process figures are the
+// binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(about = "lockd's benchmark suite")]
 struct Args {
@@ -99,8 +104,8 @@ impl Plan {
                 b1_pairs: 2_000_000,
                 levels: vec![1, 8, 64],
                 b3_rates: vec![
-                    2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000, 16_000, 18_000, 20_000,
-                    22_000, 25_000, 28_000,
+                    1_000, 2_000, 4_000, 6_000, 8_000, 10_000, 12_000, 14_000, 16_000, 18_000,
+                    20_000, 22_000, 25_000, 28_000,
                 ],
                 b3_step: Duration::from_secs(3),
                 b4_connections: 64,
@@ -178,7 +183,11 @@ impl Ctx {
                 let client = self
                     .rt
                     .block_on(etcd_client::Client::connect(endpoints, None))?;
-                self.run((0..clients).map(|c| EtcdRawPair::new(client.clone(), c)).collect())
+                self.run(
+                    (0..clients)
+                        .map(|c| EtcdRawPair::new(client.clone(), c))
+                        .collect(),
+                )
             }
         };
         check_errors(peer.label(), &measured)?;
@@ -246,7 +255,8 @@ fn main() -> anyhow::Result<()> {
         return b5_scale::child_main(&args.b5_child);
     }
     let plan = Plan::new(args.smoke);
-    let wanted = |w: &str| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(w));
+    let wanted =
+        |w: &str| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(w));
 
     // Scratch data (stores, peers' data) on the disk the store would use.
     let scratch = tempfile::Builder::new().prefix("lockd-bench-").tempdir()?;
@@ -273,7 +283,11 @@ fn main() -> anyhow::Result<()> {
     };
     emit(format!(
         "# lockd benchmarks{}\n\n- machine: {}\n- fsync regime: {}\n- scratch: {}\n",
-        if ctx.plan.smoke { " (smoke run: figures mean nothing)" } else { "" },
+        if ctx.plan.smoke {
+            " (smoke run: figures mean nothing)"
+        } else {
+            ""
+        },
         machine(),
         ctx.regime.describe(),
         ctx.scratch.path().display(),

@@ -40,14 +40,23 @@ pub struct Redis {
 
 impl Redis {
     pub fn start(mode: RedisMode) -> anyhow::Result<Redis> {
-        let dir = tempfile::Builder::new().prefix("lockd-bench-redis-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("lockd-bench-redis-")
+            .tempdir()?;
         let port = free_port()?;
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", ""])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         match mode {
             RedisMode::Always => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
             RedisMode::NoPersistence => cmd.args(["--appendonly", "no"]),
@@ -169,7 +178,11 @@ impl Pair for EtcdRawPair {
             bail!("{key} was taken");
         }
         let release = Txn::new()
-            .when([Compare::value(key.as_str(), CompareOp::Equal, self.owner.as_str())])
+            .when([Compare::value(
+                key.as_str(),
+                CompareOp::Equal,
+                self.owner.as_str(),
+            )])
             .and_then([TxnOp::delete(key.as_str(), None)]);
         if !self.client.txn(release).await?.succeeded() {
             bail!("{key} was not ours at release");

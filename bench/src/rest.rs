@@ -158,7 +158,10 @@ impl Pair for RestPair {
             .send("POST", "/v1/locks/unlock", Some(unlock.to_string()))
             .await?;
         if status != 200 {
-            bail!("unlock answered {status}: {}", String::from_utf8_lossy(&body));
+            bail!(
+                "unlock answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
         }
         Ok(())
     }

@@ -19,7 +19,8 @@ impl Latencies {
     }
 
     pub fn record(&mut self, latency: Duration) {
-        self.samples.push(latency.as_nanos().min(u64::MAX as u128) as u64);
+        self.samples
+            .push(latency.as_nanos().min(u64::MAX as u128) as u64);
         self.sorted = false;
     }
 
