@@ -29,7 +29,11 @@ fn smoke_run_prints_every_table() {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
     // Every peer took part.
-    for peer in ["Redis appendfsync always", "Redis no persistence", "etcd single node"] {
+    for peer in [
+        "Redis appendfsync always",
+        "Redis no persistence",
+        "etcd single node",
+    ] {
         assert!(report.contains(peer), "no {peer:?} in:\n{report}");
     }
 }

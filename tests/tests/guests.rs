@@ -190,7 +190,13 @@ async fn bench_pairs() {
         .await
         .unwrap()
         .fencing_token;
-    let outcome = run_guest(lockd_tests::BENCH_PAIRS, &service, "bench", &["500", "timed"]).await;
+    let outcome = run_guest(
+        lockd_tests::BENCH_PAIRS,
+        &service,
+        "bench",
+        &["500", "timed"],
+    )
+    .await;
     assert_eq!(outcome.exit_code, 0, "{}", text(&outcome.stderr));
     let line = text(&outcome.stdout);
     let field = |key: &str| -> u64 {

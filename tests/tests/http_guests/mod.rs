@@ -206,7 +206,10 @@ pub(crate) async fn edge_bench() {
         last = token;
     }
     let (status, body) = request(app.addr, "GET", "/bench/nolock/1").await;
-    assert_eq!((status, json(&body)["fencing_token"].as_u64()), (200, Some(0)));
+    assert_eq!(
+        (status, json(&body)["fencing_token"].as_u64()),
+        (200, Some(0))
+    );
     assert!(app.service.list("edge-bench", "").await.unwrap().is_empty());
 
     app.service
@@ -214,7 +217,10 @@ pub(crate) async fn edge_bench() {
         .await
         .unwrap();
     let (status, body) = request(app.addr, "GET", "/bench/ephemeral/2").await;
-    assert_eq!((status, json(&body)["holder"].as_str()), (409, Some("someone")));
+    assert_eq!(
+        (status, json(&body)["holder"].as_str()),
+        (409, Some("someone"))
+    );
     let (status, _) = request(app.addr, "GET", "/bench/nolock/2").await;
     assert_eq!(status, 200);
     let (status, _) = request(app.addr, "GET", "/bench/other/2").await;
