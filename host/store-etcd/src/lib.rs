@@ -23,16 +23,30 @@
 //!   [`Clock`], is the authority: a lock whose expiry passed is free even if
 //!   its key is still in etcd. A grant over such a key replaces it in a
 //!   transaction that compares the key's `mod_revision`.
-//! - **Leases** remove what nobody cleans up. A persistent grant gets its own
-//!   lease of `ceil((ttl + lease_slack) / 1 s)` seconds, so etcd deletes the
-//!   key of a lock whose host died, a little after the lock expired. The slack
-//!   keeps the lease from ending before the expiry when clocks differ; under a
-//!   [`lockd_core::ManualClock`] (tests), a generous slack keeps leases from
-//!   running out in real time while the test clock stands still.
+//! - **Leases** remove what nobody cleans up. A persistent grant goes on a
+//!   lease that ends no sooner than `ceil((ttl + lease_slack) / 1 s)` seconds
+//!   after it, so etcd deletes the key of a lock whose host died, a little
+//!   after the lock expired. Grants share leases: a host grants a lease a
+//!   quarter (at least 5 s) longer than needed and puts every grant it fits
+//!   on it while it does, so a grant costs no lease round trip and a release
+//!   no revoke; a dead host's key may stay that much longer (it is free all
+//!   the same). The slack keeps the lease from ending before the expiry when
+//!   clocks differ; under a [`lockd_core::ManualClock`] (tests), a generous
+//!   slack keeps leases from running out in real time while the test clock
+//!   stands still.
 //! - **Transactions.** Every write is one etcd transaction guarded by a
 //!   compare on what was read (the lock key's `mod_revision`, or its absence;
 //!   the head waiter's `mod_revision`), so a decision made on stale data is
 //!   never applied: an unlock or extend never touches a newer grant.
+//! - **One round trip in the common case.** A `lock` first tries the
+//!   transaction "write the grant if the key is absent and nobody is queued"
+//!   without reading; only if that fails does it read and decide. A host
+//!   remembers the grants it wrote (owner, token, `mod_revision`, expiry), so
+//!   their owner's `unlock` is one transaction "delete if the key is still at
+//!   that `mod_revision` and nobody is queued": an unchanged revision means
+//!   the key holds exactly that grant. Anything else (a refresh or a new
+//!   grant by another host, a waiter) fails the compare and takes the
+//!   general path.
 //! - **Fencing tokens** are etcd revisions. A fresh grant's token is the
 //!   `mod_revision` of the transaction that wrote it (etcd revisions rise
 //!   strictly, across leader changes and restarts of etcd or lockd). A
@@ -265,6 +279,8 @@ impl EtcdBackend {
             pending: Default::default(),
             next_waiter: AtomicU64::new(0),
             stats: StatsCache::default(),
+            leases: Default::default(),
+            recent: Default::default(),
         });
         let session = inner
             .grant_lease(inner.options.session_ttl_secs())

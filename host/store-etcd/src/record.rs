@@ -125,7 +125,6 @@ pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
     pub mod_revision: i64,
-    pub lease: i64,
     pub rec: LockRecord,
     pub token: u64,
 }
@@ -136,7 +135,6 @@ impl Held {
         let token = rec.token.unwrap_or(kv.mod_revision() as u64);
         Ok(Held {
             mod_revision: kv.mod_revision(),
-            lease: kv.lease(),
             rec,
             token,
         })

@@ -2,10 +2,11 @@
 //! design; every write here is a transaction guarded by a compare on the
 //! revision it read, so a decision made on stale data is never applied.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, GetResponse, PutOptions, SortOrder, SortTarget, Txn,
@@ -19,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::keys::Layout;
 use crate::local::{Pending, Ticket, Turns};
-use crate::record::{to_json, Held, LockRecord, Queued, StoredDurability, WaiterRecord};
+use crate::record::{to_json, Held, LockRecord, Queued, WaiterRecord};
 use crate::EtcdOptions;
 
 /// Pause after a watch fails (a leader change, a dropped connection) before
@@ -40,7 +41,39 @@ pub(crate) struct Inner {
     pub(crate) pending: Pending,
     pub(crate) next_waiter: AtomicU64,
     pub(crate) stats: StatsCache,
+    /// Leases shared by this backend's persistent grants.
+    pub(crate) leases: std::sync::Mutex<Vec<SharedLease>>,
+    /// Grants this backend made and may release in one round trip.
+    pub(crate) recent: std::sync::Mutex<HashMap<Vec<u8>, RecentGrant>>,
 }
+
+/// A lease that persistent grants share. A grant's lease only removes what
+/// nobody cleans up (the record's expiry decides whether a lock is held),
+/// so one lease can carry every grant whose expiry plus slack falls before
+/// the lease ends, instead of a lease granted (one more round trip) and
+/// revoked per grant.
+#[derive(Debug)]
+pub(crate) struct SharedLease {
+    id: i64,
+    /// No later than etcd's end of the lease: counted from before the
+    /// grant request left.
+    ends: Instant,
+}
+
+/// A grant this backend wrote, as written: while the lock key's
+/// `mod_revision` is still `mod_revision`, the key holds exactly this
+/// holder, so its owner's unlock can be one conditional delete.
+#[derive(Debug)]
+pub(crate) struct RecentGrant {
+    owner: String,
+    token: u64,
+    mod_revision: i64,
+    expires_at_ms: u64,
+}
+
+/// At most this many remembered grants; past it, expired ones are dropped,
+/// and if that is not enough, all (they are only a shortcut).
+const MAX_RECENT: usize = 65_536;
 
 /// Counts from the previous scrape (`stats` cannot wait for etcd).
 #[derive(Default)]
@@ -237,26 +270,105 @@ impl Inner {
         Ok(granted.id())
     }
 
-    /// The lease a grant of `durability` goes on: its own for a persistent
-    /// lock, this backend's session for an ephemeral one.
+    /// The lease a grant of `durability` goes on: a shared one for a
+    /// persistent lock, this backend's session for an ephemeral one.
     async fn lease_for(&self, durability: Durability, ttl_ms: u64) -> Result<i64, LockError> {
         match durability {
-            Durability::Persistent => self.grant_lease(self.lease_secs(ttl_ms)).await,
+            Durability::Persistent => self.persistent_lease(ttl_ms).await,
             Durability::Ephemeral => Ok(self.session()),
         }
     }
 
-    /// Revokes a grant's own lease in the background (cleanup only: the
-    /// key is already deleted or on another lease). Never a session lease.
-    fn revoke_later(&self, durability: StoredDurability, lease: i64) {
-        if durability != StoredDurability::Persistent || lease == 0 {
-            return;
+    /// A lease that ends no sooner than `ttl_ms` plus the slack from now,
+    /// and not much later: reused if one is cached, granted otherwise. A
+    /// lease is granted a quarter (at least 5 s) longer than needed, and
+    /// serves every grant it fits for that long; so a dead host's key
+    /// stays in etcd at most that much past its lease of old, and a busy
+    /// host grants a lease every few seconds instead of one per lock.
+    async fn persistent_lease(&self, ttl_ms: u64) -> Result<i64, LockError> {
+        let need = self.lease_secs(ttl_ms);
+        let spare = (need / 4).max(5);
+        let fits = |ends: Instant, now: Instant| {
+            let left = ends.saturating_duration_since(now);
+            left >= Duration::from_secs(need as u64)
+                && left <= Duration::from_secs((need + spare) as u64)
+        };
+        {
+            let now = Instant::now();
+            let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+            leases.retain(|l| l.ends > now);
+            if let Some(l) = leases.iter().find(|l| fits(l.ends, now)) {
+                return Ok(l.id);
+            }
         }
-        let client = self.client.clone();
-        let limit = self.options.request_timeout;
-        self.handle.spawn(async move {
-            let _ = revoke(&client, lease, limit).await;
-        });
+        let sent = Instant::now();
+        let secs = need.saturating_add(spare);
+        let id = self.grant_lease(secs).await?;
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(SharedLease {
+                id,
+                ends: sent + Duration::from_secs(secs as u64),
+            });
+        Ok(id)
+    }
+
+    /// Remembers a grant this backend just wrote (see [`RecentGrant`]).
+    fn remember(&self, lock_key: &[u8], h: &Held) {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() >= MAX_RECENT {
+            let now = self.clock.now_ms();
+            recent.retain(|_, g| g.expires_at_ms > now);
+            if recent.len() >= MAX_RECENT {
+                recent.clear();
+            }
+        }
+        recent.insert(
+            lock_key.to_vec(),
+            RecentGrant {
+                owner: h.rec.owner.clone(),
+                token: h.token,
+                mod_revision: h.mod_revision,
+                expires_at_ms: h.rec.expires_at_ms,
+            },
+        );
+    }
+
+    /// The unlock of a grant this backend wrote and nobody changed since,
+    /// by its owner, with nobody queued: one transaction that deletes the
+    /// key only if it is still at the revision written, so it cannot
+    /// touch anything else. `false` means: take the general path.
+    async fn unlock_recent(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<bool, LockError> {
+        let now = self.clock.now_ms();
+        let mod_revision = {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            match recent.get(lock_key) {
+                Some(g)
+                    if g.owner == owner
+                        && token.is_none_or(|t| t == g.token)
+                        && g.expires_at_ms > now =>
+                {
+                    let m = g.mod_revision;
+                    recent.remove(lock_key);
+                    m
+                }
+                _ => return Ok(false),
+            }
+        };
+        let txn = Txn::new()
+            .when(vec![
+                Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, mod_revision),
+                Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
+            ])
+            .and_then(vec![TxnOp::delete(lock_key.to_vec(), None)]);
+        Ok(self.txn("unlock", txn).await?.succeeded())
     }
 
     /// Reads the lock key, its queue head and, for a waiter, its own key and
@@ -353,7 +465,7 @@ impl Inner {
         let w = &head.rec;
         let durability: Durability = w.durability.into();
         let lease = match durability {
-            Durability::Persistent => self.grant_lease(self.lease_secs(w.ttl_ms)).await?,
+            Durability::Persistent => self.persistent_lease(w.ttl_ms).await?,
             // The waiter's own session: an ephemeral lock belongs to the
             // host whose caller holds it.
             Durability::Ephemeral => w.session,
@@ -369,18 +481,10 @@ impl Inner {
             Compare::mod_revision(head.key.clone(), CompareOp::Equal, head.mod_revision),
         ];
         let extra = vec![TxnOp::delete(head.key.clone(), None)];
-        match self.put_holder(lock_key, when, &rec, lease, extra).await? {
-            Some(_) => {
-                if let Some(old) = current {
-                    self.revoke_later(old.rec.durability, old.lease);
-                }
-                Ok(true)
-            }
-            None => {
-                self.revoke_later(w.durability, lease);
-                Ok(false)
-            }
-        }
+        Ok(self
+            .put_holder(lock_key, when, &rec, lease, extra)
+            .await?
+            .is_some())
     }
 
     /// Writes `rec` at the lock key if `when` holds, with `extra` ops in the
@@ -428,21 +532,13 @@ impl Inner {
         rec.token = Some(h.token);
         let lease = self.lease_for(rec.durability.into(), ttl_ms).await?;
         let when = vec![unchanged(lock_key, Some(h))];
-        match self
+        Ok(self
             .put_holder(lock_key, when, &rec, lease, Vec::new())
             .await?
-        {
-            Some(new) => {
-                if h.lease != lease {
-                    self.revoke_later(h.rec.durability, h.lease);
-                }
-                Ok(Some(new.grant()))
-            }
-            None => {
-                self.revoke_later(rec.durability, lease);
-                Ok(None)
-            }
-        }
+            .map(|new| {
+                self.remember(lock_key, &new);
+                new.grant()
+            }))
     }
 
     async fn check_quota(&self, namespace: &str, quota: u64, now: u64) -> Result<(), LockError> {
@@ -477,6 +573,25 @@ impl Inner {
         ttl_ms: u64,
         options: LockOptions,
     ) -> Result<Attempt, LockError> {
+        // The common case first: nobody holds the lock and nobody waits.
+        // One transaction that writes the grant only if so; otherwise read
+        // and decide below. (A quota needs a count first.)
+        if options.quota.is_none() {
+            let expires_at_ms = deadline(self.clock.now_ms(), ttl_ms)?;
+            let lease = self.lease_for(options.durability, ttl_ms).await?;
+            let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
+            let when = vec![
+                Compare::version(lock_key.to_vec(), CompareOp::Equal, 0),
+                Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
+            ];
+            if let Some(h) = self
+                .put_holder(lock_key, when, &rec, lease, Vec::new())
+                .await?
+            {
+                self.remember(lock_key, &h);
+                return Ok(Attempt::Granted(h.grant(), true));
+            }
+        }
         loop {
             let snap = self.settled(lock_key, queue, None).await?;
             let now = self.clock.now_ms();
@@ -499,17 +614,12 @@ impl Inner {
                         // Nobody queued (settled() served any head first).
                         Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
                     ];
-                    match self
+                    if let Some(h) = self
                         .put_holder(lock_key, when, &rec, lease, Vec::new())
                         .await?
                     {
-                        Some(h) => {
-                            if let Some(old) = &snap.lock {
-                                self.revoke_later(old.rec.durability, old.lease);
-                            }
-                            return Ok(Attempt::Granted(h.grant(), true));
-                        }
-                        None => self.revoke_later(rec.durability, lease),
+                        self.remember(lock_key, &h);
+                        return Ok(Attempt::Granted(h.grant(), true));
                     }
                 }
             }
@@ -778,6 +888,9 @@ impl Inner {
     ) -> Result<(), LockError> {
         let lock_key = self.layout.lock_key(key);
         let queue = self.layout.queue_prefix(key);
+        if self.unlock_recent(&lock_key, &queue, owner, token).await? {
+            return Ok(());
+        }
         loop {
             let snap = self.snapshot(&lock_key, &queue, None).await?;
             let now = self.clock.now_ms();
@@ -803,9 +916,7 @@ impl Inner {
                         ])
                         .and_then(vec![TxnOp::delete(lock_key.clone(), None)]);
                     let deleted = self.txn("unlock", txn).await?.succeeded();
-                    if deleted {
-                        self.revoke_later(h.rec.durability, h.lease);
-                    }
+                    if deleted {}
                     deleted
                 }
             };

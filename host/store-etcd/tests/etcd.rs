@@ -426,3 +426,63 @@ async fn three_members_survive_losing_the_leader() {
     assert!(g2.fencing_token > g1.fencing_token);
     assert_eq!(s.get(NS, "l").await.unwrap().unwrap().owner, "o2");
 }
+
+/// A host releases a grant it made itself in one transaction that holds
+/// only while the key is exactly as that host wrote it. Whatever another
+/// host changed since (a refresh, a release and a newer grant, a grant
+/// after the expiry) sends the unlock down the general path, which answers
+/// as it always does and never touches the newer grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_step_unlock_never_releases_what_another_host_changed() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let connect = || {
+        let mut o = options(&etcd);
+        // The test clock stands still while etcd's leases run in real time.
+        o.lease_slack = Duration::from_secs(600);
+        EtcdBackend::connect(o, Arc::new(clock.clone()))
+    };
+    let a = LockService::new(Arc::new(connect().await.unwrap()), Limits::default());
+    let b = LockService::new(Arc::new(connect().await.unwrap()), Limits::default());
+    let persistent = opts(0, Durability::Persistent);
+
+    // Refreshed on B: on A, the token alone does not make another owner the
+    // holder, and the owner's own unlock still works.
+    let g = a.lock(NS, "x", "alice", 10_000, persistent).await.unwrap();
+    b.extend(NS, "x", "alice", 20_000).await.unwrap();
+    let stolen = a.unlock(NS, "x", "mallory", Some(g.fencing_token)).await;
+    assert_eq!(stolen, Err(LockError::NotOwner));
+    a.unlock(NS, "x", "alice", Some(g.fencing_token))
+        .await
+        .unwrap();
+    assert_eq!(b.get(NS, "x").await.unwrap(), None);
+
+    // Released through B and granted to bob before alice's lease would have
+    // ended: alice's unlock on A must leave bob's grant alone.
+    let g = a.lock(NS, "y", "alice", 10_000, persistent).await.unwrap();
+    b.unlock(NS, "y", "alice", None).await.unwrap();
+    let bob = b.lock(NS, "y", "bob", 10_000, persistent).await.unwrap();
+    let late = a.unlock(NS, "y", "alice", Some(g.fencing_token)).await;
+    assert_eq!(late, Err(LockError::NotOwner));
+    assert_eq!(
+        b.get(NS, "y")
+            .await
+            .unwrap()
+            .map(|i| (i.owner, i.fencing_token)),
+        Some(("bob".to_string(), bob.fencing_token))
+    );
+
+    // Expired and granted to bob on B: the same.
+    let g = a.lock(NS, "z", "alice", 1_000, persistent).await.unwrap();
+    clock.advance(1_001);
+    let bob = b.lock(NS, "z", "bob", 10_000, persistent).await.unwrap();
+    let late = a.unlock(NS, "z", "alice", Some(g.fencing_token)).await;
+    assert_eq!(late, Err(LockError::NotOwner));
+    assert_eq!(
+        a.get(NS, "z")
+            .await
+            .unwrap()
+            .map(|i| (i.owner, i.fencing_token)),
+        Some(("bob".to_string(), bob.fencing_token))
+    );
+}
