@@ -915,9 +915,7 @@ impl Inner {
                             Compare::version(queue.clone(), CompareOp::Equal, 0).with_prefix(),
                         ])
                         .and_then(vec![TxnOp::delete(lock_key.clone(), None)]);
-                    let deleted = self.txn("unlock", txn).await?.succeeded();
-                    if deleted {}
-                    deleted
+                    self.txn("unlock", txn).await?.succeeded()
                 }
             };
             if released {
