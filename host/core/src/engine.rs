@@ -153,11 +153,52 @@ struct Shard {
 struct Entry {
     holder: Option<Holder>,
     /// First in, first served.
-    waiters: VecDeque<Waiter>,
+    waiters: Queue,
+}
+
+/// A wait queue that costs one pointer while empty, as nearly every lock's
+/// is: an `Entry` per held lock is most of the engine's memory (benchmark
+/// B5, docs/benchmarks.md).
+#[derive(Default)]
+struct Queue(Option<Box<VecDeque<Waiter>>>);
+
+impl Queue {
+    fn push_back(&mut self, waiter: Waiter) {
+        self.0
+            .get_or_insert_with(Default::default)
+            .push_back(waiter);
+    }
+
+    fn pop_front(&mut self) -> Option<Waiter> {
+        let queue = self.0.as_mut()?;
+        let first = queue.pop_front();
+        if queue.is_empty() {
+            self.0 = None;
+        }
+        first
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&Waiter) -> bool) {
+        if let Some(queue) = self.0.as_mut() {
+            queue.retain(keep);
+            if queue.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |q| q.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
 struct Holder {
-    owner: String,
+    /// Boxed rather than a `String`: one word less per held lock.
+    owner: Box<str>,
     token: u64,
     expires_at_ms: u64,
     durability: Durability,
@@ -166,7 +207,7 @@ struct Holder {
 impl Holder {
     fn info(&self) -> LockInfo {
         LockInfo {
-            owner: self.owner.clone(),
+            owner: self.owner.to_string(),
             fencing_token: self.token,
             expires_at_ms: self.expires_at_ms,
             durability: self.durability,
@@ -338,12 +379,12 @@ impl Engine {
                 key,
                 Entry {
                     holder: Some(Holder {
-                        owner: record.owner,
+                        owner: record.owner.into_boxed_str(),
                         token: record.token,
                         expires_at_ms: record.expires_at_ms,
                         durability: Durability::Persistent,
                     }),
-                    waiters: VecDeque::new(),
+                    waiters: Queue::default(),
                 },
             );
         }
@@ -410,7 +451,7 @@ impl Engine {
             MapEntry::Vacant(e) => e.insert(Entry::default()),
         };
         entry.holder = Some(Holder {
-            owner,
+            owner: owner.into_boxed_str(),
             token,
             expires_at_ms,
             durability,
@@ -440,7 +481,7 @@ impl Engine {
             JournalOp::Put(
                 key.clone(),
                 Record {
-                    owner: holder.owner.clone(),
+                    owner: holder.owner.to_string(),
                     token: grant.fencing_token,
                     expires_at_ms,
                 },
@@ -615,7 +656,7 @@ impl Engine {
             )?;
             return Ok(Attempt::Granted(grant, ticket));
         };
-        if holder.owner == owner {
+        if *holder.owner == *owner {
             // Same token, refreshed expiry, and the durability the lock
             // already has.
             let (grant, ticket) =
@@ -694,7 +735,7 @@ impl Engine {
             let Some(holder) = shard.locks.get(key).and_then(|e| e.holder.as_ref()) else {
                 return Err(LockError::NotHeld);
             };
-            if holder.owner != owner || token.is_some_and(|t| t != holder.token) {
+            if *holder.owner != *owner || token.is_some_and(|t| t != holder.token) {
                 return Err(LockError::NotOwner);
             }
             self.remove_holder(shard, key, now)
@@ -712,7 +753,7 @@ impl Engine {
             let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
                 return Err(LockError::NotHeld);
             };
-            if holder.owner != owner {
+            if *holder.owner != *owner {
                 return Err(LockError::NotOwner);
             }
             self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms)
@@ -762,7 +803,7 @@ impl Engine {
             .locks
             .get(key)
             .and_then(|e| e.holder.as_ref())
-            .is_some_and(|h| h.owner == owner && h.token == token);
+            .is_some_and(|h| *h.owner == *owner && h.token == token);
         if holds {
             drop(self.remove_holder(shard, key, now));
         }
