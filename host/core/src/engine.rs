@@ -159,6 +159,8 @@ struct Entry {
 /// A wait queue that costs one pointer while empty, as nearly every lock's
 /// is: an `Entry` per held lock is most of the engine's memory (benchmark
 /// B5, docs/benchmarks.md).
+// A boxed collection on purpose: the box is the one-pointer empty case.
+#[allow(clippy::box_collection)]
 #[derive(Default)]
 struct Queue(Option<Box<VecDeque<Waiter>>>);
 
