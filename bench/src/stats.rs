@@ -114,10 +114,8 @@ pub fn latency(d: Duration) -> String {
     if ns < 1e3 {
         format!("{ns:.0} ns")
     } else if ns < 1e6 {
-        format!("{:.3} µs", ns / 1e3)
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
+        let us = format!("{:.3}", ns / 1e3);
+        format!("{} µs", us.trim_end_matches('0').trim_end_matches('.'))
     } else {
         format!("{:.2} ms", ns / 1e6)
     }
