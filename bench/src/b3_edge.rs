@@ -164,7 +164,12 @@ async fn open_loop(
                 tokio::time::sleep_until(due.into()).await;
                 match conn.send("GET", &format!("{path_prefix}{k}"), None).await {
                     Ok((200, _)) => lat.record(due.elapsed()),
-                    _ => errors += 1,
+                    other => {
+                        if errors == 0 && c == 0 {
+                            eprintln!("  first failure: {other:?}");
+                        }
+                        errors += 1;
+                    }
                 }
                 k += CONNECTIONS as u64;
             }
