@@ -9,7 +9,7 @@ use lockd_core::{Durability, Limits, LockOptions, LockService};
 
 use crate::drive::Pair;
 use crate::peers::RedisMode;
-use crate::stats::{count, percentiles, ratio, Table};
+use crate::stats::{count, percentiles, ratio, Measured, Table};
 use crate::{check_errors, Ctx, Peer};
 
 /// One caller of the lock API: a fresh name per pair, released by token.
@@ -49,6 +49,20 @@ impl Pair for ServicePair {
     }
 }
 
+/// Persistent pairs of `callers` callers on a fresh redb store named `name`.
+pub fn redb_pairs(ctx: &Ctx, name: &str, callers: usize) -> anyhow::Result<Measured> {
+    let path = ctx.scratch.path().join(format!("{name}.redb"));
+    let _rt = ctx.rt.enter();
+    let service = LockService::new(lockd_redb::open(&path)?, Limits::default());
+    let measured = ctx.run(
+        (0..callers)
+            .map(|c| ServicePair::new(&service, Durability::Persistent, c))
+            .collect(),
+    );
+    check_errors("lockd redb", &measured)?;
+    Ok(measured)
+}
+
 pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let mut table = Table::new([
         "callers",
@@ -62,17 +76,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let mut summary = String::new();
     for &callers in &ctx.plan.levels {
         eprintln!("B2: {callers} callers");
-        let path = ctx.scratch.path().join(format!("b2-{callers}.redb"));
-        let mut lockd = {
-            let _rt = ctx.rt.enter();
-            let service = LockService::new(lockd_redb::open(&path)?, Limits::default());
-            ctx.run(
-                (0..callers)
-                    .map(|c| ServicePair::new(&service, Durability::Persistent, c))
-                    .collect(),
-            )
-        };
-        check_errors("lockd redb", &lockd)?;
+        let mut lockd = redb_pairs(ctx, &format!("b2-{callers}"), callers)?;
         let mut rows = vec![(
             "lockd, redb store (fsync per commit)".to_string(),
             lockd.clone(),

@@ -45,17 +45,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         };
         check_errors("lockd on etcd", &etcd_store)?;
         let mut raw = ctx.peer(Peer::Etcd, callers)?;
-        let mut embedded = {
-            let _rt = ctx.rt.enter();
-            let path = ctx.scratch.path().join(format!("b6-{callers}.redb"));
-            let service = LockService::new(lockd_redb::open(&path)?, Limits::default());
-            ctx.run(
-                (0..callers)
-                    .map(|c| ServicePair::new(&service, Durability::Persistent, c))
-                    .collect(),
-            )
-        };
-        check_errors("lockd redb", &embedded)?;
+        let mut embedded = crate::b2_durable::redb_pairs(ctx, &format!("b6-{callers}"), callers)?;
         let raw_p50 = raw.latencies.quantile(0.5).as_secs_f64();
         for (label, m) in [
             ("lockd, etcd store", &mut etcd_store),

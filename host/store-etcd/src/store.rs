@@ -578,18 +578,20 @@ impl Inner {
         // and decide below. (A quota needs a count first.)
         if options.quota.is_none() {
             let expires_at_ms = deadline(self.clock.now_ms(), ttl_ms)?;
-            let lease = self.lease_for(options.durability, ttl_ms).await?;
-            let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
-            let when = vec![
-                Compare::version(lock_key.to_vec(), CompareOp::Equal, 0),
-                Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
-            ];
-            if let Some(h) = self
-                .put_holder(lock_key, when, &rec, lease, Vec::new())
+            let absent = unchanged(lock_key, None);
+            if let Some(g) = self
+                .grant_fresh(
+                    lock_key,
+                    queue,
+                    absent,
+                    owner,
+                    ttl_ms,
+                    expires_at_ms,
+                    options,
+                )
                 .await?
             {
-                self.remember(lock_key, &h);
-                return Ok(Attempt::Granted(h.grant(), true));
+                return Ok(Attempt::Granted(g, true));
             }
         }
         loop {
@@ -607,23 +609,53 @@ impl Inner {
                     if let Some(quota) = options.quota {
                         self.check_quota(&key.namespace, quota, now).await?;
                     }
-                    let lease = self.lease_for(options.durability, ttl_ms).await?;
-                    let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
-                    let when = vec![
-                        unchanged(lock_key, snap.lock.as_ref()),
-                        // Nobody queued (settled() served any head first).
-                        Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
-                    ];
-                    if let Some(h) = self
-                        .put_holder(lock_key, when, &rec, lease, Vec::new())
+                    // Nobody queued: settled() served any head first.
+                    let as_read = unchanged(lock_key, snap.lock.as_ref());
+                    if let Some(g) = self
+                        .grant_fresh(
+                            lock_key,
+                            queue,
+                            as_read,
+                            owner,
+                            ttl_ms,
+                            expires_at_ms,
+                            options,
+                        )
                         .await?
                     {
-                        self.remember(lock_key, &h);
-                        return Ok(Attempt::Granted(h.grant(), true));
+                        return Ok(Attempt::Granted(g, true));
                     }
                 }
             }
         }
+    }
+
+    /// Writes a fresh grant to `owner` if the lock key passes `key_as_seen`
+    /// and nobody is queued, and remembers it. `None` if either changed.
+    #[allow(clippy::too_many_arguments)]
+    async fn grant_fresh(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        key_as_seen: Compare,
+        owner: &str,
+        ttl_ms: u64,
+        expires_at_ms: u64,
+        options: LockOptions,
+    ) -> Result<Option<Grant>, LockError> {
+        let lease = self.lease_for(options.durability, ttl_ms).await?;
+        let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
+        let when = vec![
+            key_as_seen,
+            Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
+        ];
+        let written = self
+            .put_holder(lock_key, when, &rec, lease, Vec::new())
+            .await?;
+        Ok(written.map(|h| {
+            self.remember(lock_key, &h);
+            h.grant()
+        }))
     }
 
     /// Puts a waiter key (on the session lease) at the back of the queue.
