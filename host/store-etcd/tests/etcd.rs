@@ -62,6 +62,24 @@ async fn until_queued(client: &mut Client, n: usize) {
     }
 }
 
+/// Queues a waiter for `test/x` (owner `slow`) as a host would, on a lease
+/// of its own, for a host that never claims by itself. Returns the lease.
+async fn queue_slow_waiter(client: &mut Client, durability: &str) -> i64 {
+    let lease = client.lease_grant(60, None).await.unwrap().id();
+    let waiter = format!(
+        r#"{{"v":1,"id":"slow-1","owner":"slow","ttl_ms":30000,"durability":"{durability}","session":{lease}}}"#
+    );
+    client
+        .put(
+            "/lockd/.queue/test/x/slow-1",
+            waiter,
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+    lease
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_shared_by_hosts_and_queues_fifo_across_them() {
     let etcd = EtcdCluster::start().unwrap();
@@ -202,18 +220,7 @@ async fn nobody_takes_a_free_lock_past_a_queued_waiter() {
     let etcd = EtcdCluster::start().unwrap();
     let s = host(&etcd).await;
     let mut client = raw(&etcd).await;
-    let lease = client.lease_grant(60, None).await.unwrap().id();
-    let waiter = format!(
-        r#"{{"v":1,"id":"slow-1","owner":"slow","ttl_ms":30000,"durability":"ephemeral","session":{lease}}}"#
-    );
-    client
-        .put(
-            "/lockd/.queue/test/x/slow-1",
-            waiter,
-            Some(PutOptions::new().with_lease(lease)),
-        )
-        .await
-        .unwrap();
+    let lease = queue_slow_waiter(&mut client, "ephemeral").await;
     match s
         .lock(NS, "x", "barger", 1_000, opts(0, Durability::Persistent))
         .await
@@ -245,18 +252,7 @@ async fn an_unlock_hands_off_without_a_free_moment() {
         .unwrap();
     // A waiter of a host that never claims by itself, so only the unlock
     // can hand the lock over.
-    let lease = client.lease_grant(60, None).await.unwrap().id();
-    let waiter = format!(
-        r#"{{"v":1,"id":"slow-1","owner":"slow","ttl_ms":30000,"durability":"persistent","session":{lease}}}"#
-    );
-    client
-        .put(
-            "/lockd/.queue/test/x/slow-1",
-            waiter,
-            Some(PutOptions::new().with_lease(lease)),
-        )
-        .await
-        .unwrap();
+    queue_slow_waiter(&mut client, "persistent").await;
     let before = client.get("/lockd/test/x", None).await.unwrap();
     let from = before.header().unwrap().revision();
 
