@@ -51,16 +51,21 @@
 //!   `mod_revision` of the transaction that wrote it (etcd revisions rise
 //!   strictly, across leader changes and restarts of etcd or lockd). A
 //!   refresh (idempotent re-lock, extend) writes the same record with the
-//!   token stored in it, since the refresh moves `mod_revision`.
+//!   token stored in it, since the refresh moves `mod_revision`. A refresh
+//!   whose answer arrives after the expiry it checked may have landed after
+//!   it, so it is taken back (see `Inner::refresh`).
+//! - **Dead members** leave the client's rotation at their first refused
+//!   request and come back once they accept connections (`endpoints.rs`).
 //! - **Waiting.** A caller that must wait puts a waiter key under the lock's
 //!   queue prefix, on this backend's *session lease*; etcd's `create_revision`
 //!   orders the queue. A waiter watches only the waiter just ahead of it (and
 //!   its own key); the head also watches the lock key and sleeps until the
 //!   holder's expiry. No polling. Whoever finds the lock free while someone
-//!   waits (the unlocker, the head itself, a `wait = 0` caller) first hands it
-//!   to the head, in one transaction that writes the lock (marked with the
-//!   waiter's id) and deletes the waiter key. So the queue is FIFO across all
-//!   hosts, and nobody barges past it. A waiter that times out or whose caller
+//!   waits (the unlocker, the head itself, a `wait = 0` caller, `get`,
+//!   `extend`) first hands it to the head, in one transaction that writes
+//!   the lock (marked with the waiter's id) and deletes the waiter key. So
+//!   the queue is FIFO across all hosts, nobody barges past it, and no read
+//!   shows a free moment nobody could use. A waiter that times out or whose caller
 //!   goes away deletes its key (if a grant reached it first, that grant is
 //!   kept on timeout and released when nobody is left to receive it).
 //! - **Ordering within one process.** `lock` calls on one name make their
@@ -78,6 +83,7 @@
 //! See `docs/design.md` ("The etcd store") for what is and is not guaranteed.
 #![deny(missing_docs)]
 
+mod endpoints;
 mod keys;
 mod local;
 mod record;
@@ -224,6 +230,8 @@ async fn wait_for_retired(limit: Duration) {
 pub struct EtcdBackend {
     inner: Arc<Inner>,
     keepalive: tokio::task::JoinHandle<()>,
+    /// Keeps members that refuse connections out of the client's rotation.
+    rotation: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -268,6 +276,7 @@ impl EtcdBackend {
             Ok(Err(e)) => return Err(unreachable(&e)),
             Err(_) => return Err(unreachable(&"timed out")),
         };
+        let options_endpoints = options.endpoints.clone();
         let inner = Arc::new(Inner {
             client,
             layout: Layout::new(&options.prefix),
@@ -281,6 +290,9 @@ impl EtcdBackend {
             stats: StatsCache::default(),
             leases: Default::default(),
             recent: Default::default(),
+            rotation: endpoints::Rotation::new(&options_endpoints),
+            refused: Default::default(),
+            refused_total: AtomicU64::new(0),
         });
         let session = inner
             .grant_lease(inner.options.session_ttl_secs())
@@ -295,12 +307,31 @@ impl EtcdBackend {
             .session
             .store(session, std::sync::atomic::Ordering::Relaxed);
         let keepalive = inner.handle.spawn(inner.clone().keep_session());
-        Ok(EtcdBackend { inner, keepalive })
+        let rotation = inner.handle.spawn(inner.clone().keep_endpoints());
+        Ok(EtcdBackend {
+            inner,
+            keepalive,
+            rotation,
+        })
     }
 
     /// The options in force.
     pub fn options(&self) -> &EtcdOptions {
         &self.inner.options
+    }
+
+    /// The endpoints requests go to now: the configured ones less those
+    /// taken out of rotation because they refused connections (they are
+    /// probed every second and put back once they accept).
+    pub fn endpoints_in_use(&self) -> Vec<String> {
+        self.inner.rotation.in_use()
+    }
+
+    /// How many requests an endpoint refused (each was sent again).
+    pub fn refused_requests(&self) -> u64 {
+        self.inner
+            .refused_total
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current session lease id (for diagnostics).
@@ -312,6 +343,7 @@ impl EtcdBackend {
 impl Drop for EtcdBackend {
     fn drop(&mut self) {
         self.keepalive.abort();
+        self.rotation.abort();
         let (done, rx) = watch::channel(false);
         RETIRING.lock().unwrap_or_else(|e| e.into_inner()).push(rx);
         let client = self.inner.client.clone();

@@ -16,8 +16,9 @@ use lockd_core::{
     BackendStats, Clock, Durability, Grant, Key, ListedLock, LockError, LockInfo, LockOptions,
 };
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
+use crate::endpoints::Rotation;
 use crate::keys::Layout;
 use crate::local::{Pending, Ticket, Turns};
 use crate::record::{to_json, Held, LockRecord, Queued, WaiterRecord};
@@ -45,6 +46,12 @@ pub(crate) struct Inner {
     pub(crate) leases: std::sync::Mutex<Vec<SharedLease>>,
     /// Grants this backend made and may release in one round trip.
     pub(crate) recent: std::sync::Mutex<HashMap<Vec<u8>, RecentGrant>>,
+    /// The endpoints in the client's rotation (see `endpoints.rs`).
+    pub(crate) rotation: Rotation,
+    /// Woken when a request was refused by the endpoint it was sent to.
+    pub(crate) refused: Notify,
+    /// How many requests were refused so far (diagnostics).
+    pub(crate) refused_total: AtomicU64,
 }
 
 /// A lease that persistent grants share. A grant's lease only removes what
@@ -101,6 +108,15 @@ struct Snap {
     own_present: bool,
     /// For a waiter: the waiter just ahead of it.
     ahead: Option<Queued>,
+}
+
+/// How a [`Inner::refresh`] ended.
+enum Refresh {
+    Done(Grant),
+    /// The lock changed since it was read: read again.
+    Changed,
+    /// The write may have landed after the old expiry, and was taken back.
+    Lapsed,
 }
 
 enum Attempt {
@@ -166,9 +182,39 @@ fn never_sent(e: &etcd_client::Error) -> bool {
     false
 }
 
-/// Runs `call` until it answers, retrying (with a short backoff) only calls
-/// that [`never_sent`], all within `limit`. The error says what went wrong.
-pub(crate) async fn call_etcd<T, F, Fut>(limit: Duration, mut call: F) -> Result<T, String>
+/// Whether `e` is a failure of the connection or of the cluster's
+/// availability (a broken stream, no leader), as opposed to an answer.
+fn transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            // Cancelled, Unknown (tonic's transport errors), Unavailable.
+            matches!(i32::from(status.code()), 1 | 2 | 14)
+        }
+        _ => false,
+    }
+}
+
+/// Which failed calls [`call_etcd`] sends again.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Resend {
+    /// Only those that [`never_sent`]: a write that reached a member may
+    /// have been applied, so sending it again could apply it twice.
+    IfNeverSent,
+    /// Also those that failed [`transient`]ly: a read has no effect, so a
+    /// read cut off by a member's death is simply read elsewhere.
+    Reads,
+}
+
+/// Runs `call` until it answers, sending it again (with a short backoff)
+/// as `resend` allows, all within `limit`, and calling `on_refused` for
+/// each call an endpoint refused. The error says what went wrong.
+pub(crate) async fn call_etcd<T, F, Fut>(
+    limit: Duration,
+    resend: Resend,
+    on_refused: impl Fn(),
+    mut call: F,
+) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -179,7 +225,10 @@ where
         loop {
             match call().await {
                 Ok(v) => return Ok(v),
-                Err(e) if never_sent(&e) => {
+                Err(e) if never_sent(&e) || (resend == Resend::Reads && transient(&e)) => {
+                    if never_sent(&e) {
+                        on_refused();
+                    }
                     last = Some(e.to_string());
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
@@ -200,10 +249,15 @@ where
 
 /// Revokes `lease`. Cleanup: a failure only leaves it to expire.
 pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Result<(), String> {
-    call_etcd(limit, || {
-        let mut lc = client.lease_client();
-        async move { lc.revoke(lease).await }
-    })
+    call_etcd(
+        limit,
+        Resend::IfNeverSent,
+        || {},
+        || {
+            let mut lc = client.lease_client();
+            async move { lc.revoke(lease).await }
+        },
+    )
     .await
     .map(drop)
 }
@@ -220,13 +274,43 @@ impl Inner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        call_etcd(self.options.request_timeout, call)
-            .await
-            .map_err(|e| unavailable(what, &self.options.endpoints, e))
+        self.rpc_with(what, Resend::IfNeverSent, call).await
+    }
+
+    async fn rpc_with<T, F, Fut>(&self, what: &str, resend: Resend, call: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        call_etcd(
+            self.options.request_timeout,
+            resend,
+            || {
+                self.refused_total.fetch_add(1, Ordering::Relaxed);
+                self.refused.notify_one();
+            },
+            call,
+        )
+        .await
+        .map_err(|e| unavailable(what, &self.options.endpoints, e))
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {
-        self.rpc(what, || {
+        self.txn_with(what, Resend::IfNeverSent, txn).await
+    }
+
+    /// A transaction of reads only, sent again after any transient failure.
+    async fn read_txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {
+        self.txn_with(what, Resend::Reads, txn).await
+    }
+
+    async fn txn_with(
+        &self,
+        what: &str,
+        resend: Resend,
+        txn: Txn,
+    ) -> Result<TxnResponse, LockError> {
+        self.rpc_with(what, resend, || {
             let mut kv = self.client.kv_client();
             let txn = txn.clone();
             async move { kv.txn(txn).await }
@@ -240,7 +324,7 @@ impl Inner {
         key: Vec<u8>,
         options: Option<GetOptions>,
     ) -> Result<GetResponse, LockError> {
-        self.rpc(what, || {
+        self.rpc_with(what, Resend::Reads, || {
             let mut kv = self.client.kv_client();
             let (key, options) = (key.clone(), options.clone());
             async move { kv.get(key, options).await }
@@ -399,7 +483,7 @@ impl Inner {
                 .with_limit(1);
             ops.push(TxnOp::get(queue.to_vec(), Some(ahead)));
         }
-        let resp = self.txn("read", Txn::new().and_then(ops)).await?;
+        let resp = self.read_txn("read", Txn::new().and_then(ops)).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let gets = gets(&resp);
         let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
@@ -519,26 +603,45 @@ impl Inner {
     }
 
     /// Moves a live holder's expiry to `expires_at_ms`, keeping its token,
-    /// owner and durability. `None` if the lock changed since it was read.
+    /// owner and durability.
+    ///
+    /// The holder was live when read, but etcd cannot compare times, so the
+    /// write may land after the old expiry: the lock would have been free
+    /// for a moment (a `get` may have said so) and then held again under the
+    /// same token. Such a refresh is taken back (the lock is released, to
+    /// the queue's head if any) and reported as [`Refresh::Lapsed`], exactly
+    /// as if it had come after the expiry.
     async fn refresh(
         &self,
         lock_key: &[u8],
+        queue: &[u8],
         h: &Held,
         expires_at_ms: u64,
         ttl_ms: u64,
-    ) -> Result<Option<Grant>, LockError> {
+    ) -> Result<Refresh, LockError> {
         let mut rec = h.rec.clone();
         rec.expires_at_ms = expires_at_ms;
         rec.token = Some(h.token);
         let lease = self.lease_for(rec.durability.into(), ttl_ms).await?;
         let when = vec![unchanged(lock_key, Some(h))];
-        Ok(self
+        let Some(new) = self
             .put_holder(lock_key, when, &rec, lease, Vec::new())
             .await?
-            .map(|new| {
-                self.remember(lock_key, &new);
-                new.grant()
-            }))
+        else {
+            return Ok(Refresh::Changed);
+        };
+        if self.clock.now_ms() >= h.rec.expires_at_ms {
+            self.release(lock_key, queue, &h.rec.owner, Some(h.token))
+                .await
+                .or_else(|e| match e {
+                    // Changed again meanwhile: not ours to release.
+                    LockError::NotHeld | LockError::NotOwner => Ok(()),
+                    e => Err(e),
+                })?;
+            return Ok(Refresh::Lapsed);
+        }
+        self.remember(lock_key, &new);
+        Ok(Refresh::Done(new.grant()))
     }
 
     async fn check_quota(&self, namespace: &str, quota: u64, now: u64) -> Result<(), LockError> {
@@ -600,7 +703,12 @@ impl Inner {
             let expires_at_ms = deadline(now, ttl_ms)?;
             match snap.lock.as_ref().filter(|h| h.live(now)) {
                 Some(h) if h.rec.owner == owner => {
-                    if let Some(g) = self.refresh(lock_key, h, expires_at_ms, ttl_ms).await? {
+                    // Lapsed: read again, and grant afresh (a new token) if
+                    // nobody queued.
+                    if let Refresh::Done(g) = self
+                        .refresh(lock_key, queue, h, expires_at_ms, ttl_ms)
+                        .await?
+                    {
                         return Ok(Attempt::Granted(g, false));
                     }
                 }
@@ -794,20 +902,30 @@ impl Inner {
                     }
                 }
             }
-            tokio::select! {
-                watched = self.watch_any(&keys, snap.revision + 1) => {
-                    if watched.is_err() {
-                        tokio::time::sleep(WATCH_RETRY).await;
-                    }
-                }
-                () = self.clock.sleep_until(wake_at) => {}
-                () = caller.closed() => {
-                    return Ok(match self.leave_queue(lock_key, w).await {
-                        Ok(Some(h)) => WaitEnd::Granted(h.grant()),
-                        _ => WaitEnd::Cancelled,
-                    });
+            let watch_failed = tokio::select! {
+                watched = self.watch_any(&keys, snap.revision + 1) => watched.is_err(),
+                () = self.clock.sleep_until(wake_at) => false,
+                () = caller.closed() => return Ok(self.cancel_wait(lock_key, w).await),
+            };
+            if watch_failed {
+                // Say, a watch sent to a member that just died. Try again
+                // soon, but never past the holder's expiry or the deadline:
+                // the head must take over an expired lock at once.
+                tokio::select! {
+                    () = tokio::time::sleep(WATCH_RETRY) => {}
+                    () = self.clock.sleep_until(wake_at) => {}
+                    () = caller.closed() => return Ok(self.cancel_wait(lock_key, w).await),
                 }
             }
+        }
+    }
+
+    /// The caller of a waiting `lock` went away: leaves the queue, keeping a
+    /// grant that reached the waiter first (released by the caller's task).
+    async fn cancel_wait(&self, lock_key: &[u8], w: &Waiter) -> WaitEnd {
+        match self.leave_queue(lock_key, w).await {
+            Ok(Some(h)) => WaitEnd::Granted(h.grant()),
+            _ => WaitEnd::Cancelled,
         }
     }
 
@@ -907,11 +1025,6 @@ impl Inner {
         }
     }
 
-    async fn read_lock(&self, lock_key: &[u8]) -> Result<Option<Held>, LockError> {
-        let resp = self.range("get", lock_key.to_vec(), None).await?;
-        resp.kvs().first().map(Held::from_kv).transpose()
-    }
-
     pub(crate) async fn unlock_flow(
         &self,
         key: &Key,
@@ -923,8 +1036,21 @@ impl Inner {
         if self.unlock_recent(&lock_key, &queue, owner, token).await? {
             return Ok(());
         }
+        self.release(&lock_key, &queue, owner, token).await
+    }
+
+    /// Releases `owner`'s live lock (with `token`, if given), handing it to
+    /// the queue's head if anyone waits. A lock found expired with someone
+    /// waiting is handed over first, so the answer is then `NotOwner`.
+    async fn release(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
         loop {
-            let snap = self.snapshot(&lock_key, &queue, None).await?;
+            let snap = self.settled(lock_key, queue, None).await?;
             let now = self.clock.now_ms();
             let Some(h) = snap.lock.as_ref().filter(|h| h.live(now)) else {
                 return Err(LockError::NotHeld);
@@ -937,16 +1063,16 @@ impl Inner {
                 // any host sees the lock free while someone waits (as in
                 // the engine), and the next holder is in place when unlock
                 // returns.
-                Some(head) => self.hand_off(&lock_key, Some(h), head, now).await?,
+                Some(head) => self.hand_off(lock_key, Some(h), head, now).await?,
                 None => {
                     // The queue must still be empty: a waiter that joined
                     // since the read makes this a hand-off instead.
                     let txn = Txn::new()
                         .when(vec![
-                            unchanged(&lock_key, Some(h)),
-                            Compare::version(queue.clone(), CompareOp::Equal, 0).with_prefix(),
+                            unchanged(lock_key, Some(h)),
+                            Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix(),
                         ])
-                        .and_then(vec![TxnOp::delete(lock_key.clone(), None)]);
+                        .and_then(vec![TxnOp::delete(lock_key.to_vec(), None)]);
                     self.txn("unlock", txn).await?.succeeded()
                 }
             };
@@ -963,30 +1089,46 @@ impl Inner {
         ttl_ms: u64,
     ) -> Result<Grant, LockError> {
         let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
         loop {
+            // Settled: a lock that expired while someone waits is that
+            // waiter's (`NotOwner`), not free (`NotHeld`).
+            let snap = self.settled(&lock_key, &queue, None).await?;
             let now = self.clock.now_ms();
             let expires_at_ms = deadline(now, ttl_ms)?;
-            let Some(h) = self.read_lock(&lock_key).await?.filter(|h| h.live(now)) else {
+            let Some(h) = snap.lock.filter(|h| h.live(now)) else {
                 return Err(LockError::NotHeld);
             };
             if h.rec.owner != owner {
                 return Err(LockError::NotOwner);
             }
-            if let Some(g) = self.refresh(&lock_key, &h, expires_at_ms, ttl_ms).await? {
-                return Ok(g);
+            match self
+                .refresh(&lock_key, &queue, &h, expires_at_ms, ttl_ms)
+                .await?
+            {
+                Refresh::Done(g) => return Ok(g),
+                Refresh::Changed => {}
+                Refresh::Lapsed => return Err(LockError::NotHeld),
             }
         }
     }
 
+    /// The live holder. A lock found expired while someone waits is first
+    /// handed to the head of the queue (as every other path does), so `get`
+    /// never reports a lock free that a waiter is about to take: between
+    /// the expiry and the head's own hand-off, that would show a free
+    /// moment no caller could use.
     pub(crate) async fn get_flow(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
+        let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
+        let snap = self.settled(&lock_key, &queue, None).await?;
         let now = self.clock.now_ms();
-        Ok(self
-            .read_lock(&self.layout.lock_key(key))
-            .await?
-            .filter(|h| h.live(now))
-            .map(|h| h.info()))
+        Ok(snap.lock.filter(|h| h.live(now)).map(|h| h.info()))
     }
 
+    /// Live locks under a name prefix, from one read. Unlike `get`, it does
+    /// not hand over expired locks that have waiters: such a lock is left
+    /// out until its head claims it, a round trip after the expiry.
     pub(crate) async fn list_flow(
         &self,
         namespace: &str,

@@ -236,6 +236,29 @@ async fn nobody_takes_a_free_lock_past_a_queued_waiter() {
     assert_eq!(s.get(NS, "x").await.unwrap(), None);
 }
 
+/// Regression (found by the history checker in `host/lockd/tests/scale_out.rs`
+/// after an etcd leader kill, when a waiter's retry delayed its own claim by
+/// 145 ms): `get` answered `not_found` for a lock that had expired while a
+/// waiter queued. Like every other path, it hands the lock over first.
+#[tokio::test]
+async fn get_hands_an_expired_lock_to_the_waiter_first() {
+    let etcd = EtcdCluster::start().unwrap();
+    let s = host(&etcd).await;
+    let mut client = raw(&etcd).await;
+    let held = s
+        .lock(NS, "x", "holder", 300, opts(0, Durability::Persistent))
+        .await
+        .unwrap();
+    // A waiter of a host that never claims by itself.
+    queue_slow_waiter(&mut client, "persistent").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let info = s.get(NS, "x").await.unwrap().expect("handed to the waiter");
+    assert_eq!(info.owner, "slow");
+    assert!(info.fencing_token > held.fencing_token);
+    assert_eq!(queue_len(&mut client).await, 0);
+}
+
 /// Regression (found by the history checker in `host/lockd/tests/scale_out.rs`):
 /// unlock deleted the lock and then handed it to the queue's head in a
 /// second transaction, so for a few milliseconds any host's `get` answered
@@ -284,6 +307,62 @@ async fn an_unlock_hands_off_without_a_free_moment() {
         );
     }
     assert_eq!(queue_len(&mut client).await, 0);
+}
+
+/// tonic keeps a member that refuses connections in the client's rotation,
+/// so after a member died every call had a chance to be sent there, refused
+/// and retried with a pause. The backend takes it out at the first refusal
+/// and puts it back once it accepts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_leaves_the_rotation_and_comes_back() {
+    let mut etcd = EtcdCluster::start_members(3).unwrap();
+    let backend = Arc::new(
+        EtcdBackend::connect(options(&etcd), Arc::new(SystemClock))
+            .await
+            .unwrap(),
+    );
+    let s = LockService::new(backend.clone(), Limits::default());
+    assert_eq!(backend.endpoints_in_use(), etcd.endpoints());
+    let leader = etcd.wait_for_leader(Duration::from_secs(5)).unwrap();
+    let dead = (leader + 1) % 3;
+    etcd.kill_member(dead);
+
+    // The quorum stands, so every call succeeds; the first one sent to the
+    // dead member is refused, retried, and takes it out of rotation.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut calls = 0;
+    while backend.endpoints_in_use().contains(&etcd.endpoint(dead)) {
+        assert!(
+            Instant::now() < until,
+            "still in rotation after {calls} calls and {} refusals",
+            backend.refused_requests()
+        );
+        s.get(NS, &format!("probe-{calls}")).await.unwrap();
+        calls += 1;
+    }
+    assert_eq!(backend.endpoints_in_use().len(), 2);
+    // Out of rotation, it refuses nothing more.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = backend.refused_requests();
+    for i in 0..100 {
+        let name = format!("after-{i}");
+        let g = s
+            .lock(NS, &name, "o", 60_000, opts(0, Durability::Persistent))
+            .await
+            .unwrap();
+        s.unlock(NS, &name, "o", Some(g.fencing_token))
+            .await
+            .unwrap();
+    }
+    assert_eq!(backend.refused_requests(), refused);
+
+    etcd.restart_member(dead).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while backend.endpoints_in_use().len() < 3 {
+        assert!(Instant::now() < until, "never put back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.get(NS, "x").await.unwrap();
 }
 
 #[tokio::test]
