@@ -3,6 +3,8 @@
 //! host in its own working directory, driven over REST.
 //!
 //! - a holder on host A makes host B answer `busy` with A's owner and token;
+//! - the same through the example app's edge function, served by both hosts
+//!   (`lockd up`): a job running on A makes the job on B answer `busy`;
 //! - an unlock on A wakes B's waiter at once, with a higher token;
 //! - A SIGKILLed while holding a persistent lock: B gets it at the lock's
 //!   expiry (not before, and not at the end of its etcd lease);
@@ -17,6 +19,8 @@
 mod lockd_server;
 mod recorded_client;
 
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -50,7 +54,14 @@ struct ScaleOut {
 }
 
 impl ScaleOut {
+    /// `hosts` times `lockd serve`: the REST API only.
     fn start(hosts: usize) -> ScaleOut {
+        ScaleOut::start_with(hosts, None)
+    }
+
+    /// `hosts` times `lockd up` in a directory holding `manifest` as its
+    /// `spin.toml`: the app's edge functions next to the REST API.
+    fn start_with(hosts: usize, manifest: Option<&str>) -> ScaleOut {
         let etcd = EtcdCluster::start_members(3).expect("etcd did not start");
         let store = format!("etcd:{}", etcd.endpoints().join(","));
         let mut dirs = Vec::new();
@@ -58,7 +69,13 @@ impl ScaleOut {
             .map(|_| {
                 let dir = tempfile::tempdir().unwrap();
                 std::fs::write(dir.path().join("lockd.toml"), LOCKD_TOML).unwrap();
-                let server = Server::start_in(Some(dir.path()), &["--store", &store], &[]);
+                let server = match manifest {
+                    None => Server::start_in(Some(dir.path()), &["--store", &store], &[]),
+                    Some(manifest) => {
+                        std::fs::write(dir.path().join("spin.toml"), manifest).unwrap();
+                        Server::up_in(dir.path(), &["--store", &store])
+                    }
+                };
                 dirs.push(dir);
                 server
             })
@@ -132,6 +149,92 @@ fn a_holder_on_one_host_makes_the_other_answer_busy() {
     assert_eq!((r.code, r.status()), (200, "unlocked"), "{}", r.body);
     let bob = lock(b, "shared", "bob", 60_000);
     assert!(bob.token > alice.token, "{bob:?} after {alice:?}");
+}
+
+/// The example app's job runner (`guest/edge-jobs`, a Spin HTTP component
+/// that holds `job/{id}` for about 200 ms while it works), served by both
+/// hosts from one build.
+fn edge_jobs_manifest() -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new("bash")
+        .arg(repo.join("guest/build-all.sh"))
+        .arg("edge-jobs")
+        .status()
+        .unwrap();
+    assert!(status.success(), "building edge-jobs: {status}");
+    let wasm = repo
+        .join("target/guests/edge-jobs.wasm")
+        .canonicalize()
+        .unwrap();
+    format!(
+        "spin_manifest_version = 2\n\
+         [application]\nname = \"scale-out\"\n\
+         [[trigger.http]]\nroute = \"/jobs/...\"\ncomponent = \"edge-jobs\"\n\
+         [component.edge-jobs]\nsource = '{}'\n",
+        wasm.display()
+    )
+}
+
+#[test]
+fn an_edge_function_on_one_host_makes_the_other_answer_busy() {
+    let cluster = ScaleOut::start_with(2, Some(&edge_jobs_manifest()));
+    let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
+    // A round is lost (and retried under a new id) only if A's 200 ms job
+    // ends before B's call gets to etcd.
+    let mut busy_rounds = 0;
+    for round in 0..5 {
+        let path = format!("/jobs/round-{round}");
+        let (a_reply, seen_on_b, b_reply) = thread::scope(|s| {
+            let job = s.spawn(|| a.post(&path, ""));
+            // B's own instance of the function reads the lock A's instance
+            // took: the grant lives in etcd.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let seen = loop {
+                let r = b.get(&path);
+                assert_eq!(r.code, 200, "GET on B: {}", r.body);
+                if r.json["status"] == "held" {
+                    break r;
+                }
+                assert!(Instant::now() < deadline, "B never saw A's job: {}", r.body);
+                thread::sleep(Duration::from_millis(5));
+            };
+            let b_reply = b.post(&path, "");
+            (job.join().unwrap(), seen, b_reply)
+        });
+        assert_eq!(
+            (a_reply.code, a_reply.json["status"].as_str()),
+            (200, Some("done")),
+            "{}",
+            a_reply.body
+        );
+        let a_token = a_reply.json["fencing_token"].as_u64().unwrap();
+        assert_eq!(
+            seen_on_b.json["fencing_token"], a_token,
+            "{}",
+            seen_on_b.body
+        );
+        let a_owner = seen_on_b.json["owner"].as_str().unwrap();
+        assert!(a_owner.starts_with("edge-"), "{}", seen_on_b.body);
+
+        if b_reply.code == 409 {
+            assert_eq!(b_reply.json["status"], "busy", "{}", b_reply.body);
+            assert_eq!(b_reply.json["holder"], a_owner, "{}", b_reply.body);
+            busy_rounds += 1;
+            // A's job is over, so B's now runs, with a later token.
+            let again = b.post(&path, "");
+            assert_eq!(again.code, 200, "{}", again.body);
+            let b_token = again.json["fencing_token"].as_u64().unwrap();
+            assert!(b_token > a_token, "B's token {b_token} after A's {a_token}");
+            break;
+        }
+        // B came after A's unlock: its job ran, after A's.
+        assert_eq!(b_reply.code, 200, "{}", b_reply.body);
+        let b_token = b_reply.json["fencing_token"].as_u64().unwrap();
+        assert!(b_token > a_token, "B's token {b_token} after A's {a_token}");
+        println!("round {round}: A's job ended before B's call; again");
+    }
+    assert_eq!(busy_rounds, 1, "B never called while A's job ran");
+    assert_eq!(a.get("/jobs/round-0").json["status"], "free");
 }
 
 #[test]
@@ -224,14 +327,34 @@ struct LoadRun {
     history: History,
     /// Recorder-clock times of the leader's SIGKILL (started, done).
     kill_ms: (u64, u64),
-    /// From the kill until the cluster named a new leader.
-    new_leader_after: Duration,
+    /// From the kill until the cluster named a leader (a new one if the
+    /// leader was killed).
+    leader_after: Duration,
     unavailable: u64,
     unexpected: Vec<String>,
 }
 
+/// Which etcd member the load runs lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// The leader: calls stall for an election.
+    Leader,
+    /// A follower: the leader and quorum stay, but each host's client loses
+    /// one of its three endpoints.
+    Follower,
+}
+
 #[test]
 fn leader_loss_under_load_keeps_the_contract() {
+    member_loss_under_load(Victim::Leader);
+}
+
+#[test]
+fn follower_loss_under_load_keeps_the_contract() {
+    member_loss_under_load(Victim::Follower);
+}
+
+fn member_loss_under_load(victim: Victim) {
     const CLIENTS_PER_HOST: u32 = 4;
     const HOT: usize = 3;
     const COLD: usize = 6;
@@ -241,8 +364,9 @@ fn leader_loss_under_load_keeps_the_contract() {
 
     let mut cluster = ScaleOut::start(2);
     let started = Instant::now();
-    let run = load_with_leader_kill(
+    let run = load_with_member_kill(
         &mut cluster,
+        victim,
         CLIENTS_PER_HOST,
         HOT,
         COLD,
@@ -279,7 +403,11 @@ fn leader_loss_under_load_keeps_the_contract() {
         .zip(unknown.iter().map(|o| o.complete_ms).max());
     let gap_ms = first_answer_after.map(|t| t.saturating_sub(kill_started));
 
-    println!("== etcd leader SIGKILLed under load, seed {seed}");
+    let what = match victim {
+        Victim::Leader => "leader",
+        Victim::Follower => "follower",
+    };
+    println!("== etcd {what} SIGKILLed under load, seed {seed}");
     print!("{}", run.history.summary());
     println!("coverage: {}", report.coverage);
     println!(
@@ -291,10 +419,10 @@ fn leader_loss_under_load_keeps_the_contract() {
         println!("  {u}");
     }
     println!(
-        "leader kill at +{} ms; new leader named {:?} after the kill; first definite answer \
+        "{what} kill at +{} ms; leader named {:?} after the kill; first definite answer \
          {gap_ms:?} ms after the kill; unknown outcomes between {:?} (relative to the kill)",
         kill_started.saturating_sub(ops.iter().map(|o| o.invoke_ms).min().unwrap_or(0)),
-        run.new_leader_after,
+        run.leader_after,
         unknown_span.map(|(lo, hi)| (
             lo as i64 - kill_started as i64,
             hi as i64 - kill_started as i64
@@ -306,21 +434,21 @@ fn leader_loss_under_load_keeps_the_contract() {
     }
     let figures = format!(
         "| 2 hosts x {CLIENTS_PER_HOST} clients, {HOT} hot + {COLD} cold names | {} operations \
-         ({} after the kill, {succeeded_after} of them answered) | {} unavailable | election gap \
-         {} ms (new leader seen after {} ms) | {} calls judged, {} token comparisons | {} \
+         ({} after the kill, {succeeded_after} of them answered) | {} unavailable | gap \
+         {} ms (leader seen after {} ms) | {} calls judged, {} token comparisons | {} \
          violations | {:.1} s |",
         ops.len(),
         after.len(),
         run.unavailable,
         gap_ms.map_or("?".to_string(), |g| g.to_string()),
-        run.new_leader_after.as_millis(),
+        run.leader_after.as_millis(),
         report.coverage.calls_judged,
         report.coverage.token_comparisons,
         report.violations.len(),
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_tests::report(&format!("etcd leader kill under load: {figures}"));
+    lockd_tests::report(&format!("etcd {what} kill under load: {figures}"));
 
     if !report.violations.is_empty() {
         let mut sorted = ops.clone();
@@ -329,7 +457,12 @@ fn leader_loss_under_load_keeps_the_contract() {
             .iter()
             .map(|o| format!("{} {o}\n", o.name))
             .collect::<String>()
-            + &format!("leader kill [{kill_started}..{kill_done}]\n");
+            + &format!("{what} kill [{kill_started}..{kill_done}]\n")
+            + &report
+                .violations
+                .iter()
+                .map(|v| format!("violation: {v}\n"))
+                .collect::<String>();
         let path = std::env::temp_dir().join(format!("lockd-scale-out-{seed}.history"));
         std::fs::write(&path, text).unwrap();
         panic!(
@@ -346,7 +479,7 @@ fn leader_loss_under_load_keeps_the_contract() {
     // Service went on after the kill, on both hosts.
     assert!(
         succeeded_after >= 100,
-        "only {succeeded_after} calls answered after the leader was killed"
+        "only {succeeded_after} calls answered after the {what} was killed"
     );
     for host in 0..cluster.hosts.len() as u32 {
         let answered_on_host = after
@@ -373,10 +506,12 @@ fn leader_loss_under_load_keeps_the_contract() {
 }
 
 /// Runs `clients_per_host` recorded clients against each host, SIGKILLs
-/// the etcd leader after `before_kill`, and stops the clients
+/// the etcd member `victim` after `before_kill`, and stops the clients
 /// `after_kill` later.
-fn load_with_leader_kill(
+#[allow(clippy::too_many_arguments)]
+fn load_with_member_kill(
     cluster: &mut ScaleOut,
+    victim: Victim,
     clients_per_host: u32,
     hot: usize,
     cold: usize,
@@ -434,20 +569,28 @@ fn load_with_leader_kill(
         .etcd
         .wait_for_leader(Duration::from_secs(5))
         .expect("no etcd leader before the kill");
+    let member = match victim {
+        Victim::Leader => leader,
+        Victim::Follower => (leader + 1) % 3,
+    };
     // Not recorded as a `Kill`: the lockd processes that received the calls
     // live on, and a proposal the old leader replicated may still commit
     // after its caller was told `unavailable`. Unknown outcomes therefore
     // stay open-ended, which only weakens the checks.
     let kill_started = recorder.clock().floor_ms();
     let killed = Instant::now();
-    cluster.etcd.kill_member(leader);
+    cluster.etcd.kill_member(member);
     let kill_done = recorder.clock().ceil_ms();
     let new_leader = cluster
         .etcd
         .wait_for_leader(Duration::from_secs(15))
-        .expect("no new etcd leader after the kill");
-    let new_leader_after = killed.elapsed();
-    assert_ne!(new_leader, leader);
+        .expect("no etcd leader after the kill");
+    let leader_after = killed.elapsed();
+    match victim {
+        Victim::Leader => assert_ne!(new_leader, leader),
+        // Only the loss of its leader makes a cluster elect one.
+        Victim::Follower => assert_eq!(new_leader, leader),
+    }
     let rest = after_kill.saturating_sub(killed.elapsed());
     thread::sleep(rest);
     drop(clients);
@@ -462,7 +605,7 @@ fn load_with_leader_kill(
     LoadRun {
         history,
         kill_ms: (kill_started, kill_done),
-        new_leader_after,
+        leader_after,
         unavailable: unavailable.load(Ordering::SeqCst),
         unexpected,
     }
