@@ -2,12 +2,15 @@
 //! etcd, lease expiry inside etcd, sessions, and etcd failures. These run on
 //! real time (`SystemClock`) where etcd's leases must act.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions, PutOptions};
 use lockd_core::{
-    Durability, Limits, LockError, LockOptions, LockService, ManualClock, SystemClock,
+    Clock, Durability, Limits, LockError, LockOptions, LockService, ManualClock, SystemClock,
 };
 use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
@@ -363,6 +366,89 @@ async fn a_dead_member_leaves_the_rotation_and_comes_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     s.get(NS, "x").await.unwrap();
+}
+
+/// A clock that moves `step` ms each time it is read, so that time passes
+/// between an operation's check and its commit, as over a slow network.
+#[derive(Debug)]
+struct TickingClock {
+    now: AtomicU64,
+    step: u64,
+}
+
+impl Clock for TickingClock {
+    fn now_ms(&self) -> u64 {
+        self.now.fetch_add(self.step, Ordering::SeqCst) + self.step
+    }
+
+    fn sleep_until(&self, _deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// An extend reads the holder as live, but etcd cannot compare times, so
+/// its write may commit after the expiry it checked, when others had
+/// rightly seen the lock free. Such a refresh is taken back and answers
+/// `not_held`. With a clock that moves at every read, some TTL between one
+/// and a dozen reads ends exactly between the extend's check and its
+/// commit.
+#[tokio::test]
+async fn an_extend_that_lands_after_the_expiry_is_taken_back() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock = Arc::new(TickingClock {
+        now: AtomicU64::new(1_700_000_000_000),
+        step: 10,
+    });
+    let mut o = options(&etcd);
+    // The test clock runs at its own pace while etcd's leases run in real
+    // time.
+    o.lease_slack = Duration::from_secs(600);
+    let s = LockService::new(
+        Arc::new(EtcdBackend::connect(o, clock).await.unwrap()),
+        Limits::default(),
+    );
+    let mut client = raw(&etcd).await;
+    let (mut in_time, mut expired, mut taken_back) = (0, 0, 0);
+    for reads in 1..=12 {
+        let name = format!("t{reads}");
+        let key = format!("/lockd/test/{name}");
+        let g = s
+            .lock(NS, &name, "o", reads * 10, opts(0, Durability::Persistent))
+            .await
+            .unwrap();
+        match s.extend(NS, &name, "o", 600_000).await {
+            Ok(e) => {
+                assert_eq!(e.fencing_token, g.fencing_token);
+                in_time += 1;
+                continue;
+            }
+            Err(LockError::NotHeld) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.get(NS, &name).await.unwrap(), None);
+        // The grant's key is still there (expired; its lease has minutes
+        // left) unless the extend wrote over it and took that back.
+        let end = client.get(key.as_str(), None).await.unwrap();
+        match end.kvs().first() {
+            None => taken_back += 1,
+            Some(kv) => {
+                assert_eq!(
+                    kv.mod_revision(),
+                    g.fencing_token as i64,
+                    "an extend answered not_held but its write stayed"
+                );
+                expired += 1;
+            }
+        }
+        // Free: the next grant is fresh, with a new token.
+        let again = s
+            .lock(NS, &name, "o", 60_000, opts(0, Durability::Persistent))
+            .await
+            .unwrap();
+        assert!(again.fencing_token > g.fencing_token);
+    }
+    println!("extends in time {in_time}, after the expiry {expired}, taken back {taken_back}");
+    assert!(taken_back >= 1, "no TTL ended between check and commit");
 }
 
 #[tokio::test]
