@@ -232,28 +232,38 @@ async fn serve_command(listen: SocketAddr, manifest: Option<PathBuf>, args: Serv
     }
 }
 
-/// Completes on Ctrl-C or, on Unix, SIGTERM. A signal that cannot be watched
-/// never completes, rather than stopping the server at once.
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Watches Ctrl-C and, on Unix, SIGTERM from the moment it is called, and
+/// returns a future that completes on the first of them. Watching starts
+/// before the server announces its address: registered on the future's first
+/// poll instead, a SIGTERM sent right after the announcement could still meet
+/// the default action and kill the process (`serve_stops_on_sigterm` saw it).
+/// A signal that cannot be watched never completes, rather than stopping the
+/// server at once.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        async fn first(signal: Option<Signal>) {
+            match signal {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async move {
+            tokio::select! {
+                () = first(interrupt) => {}
+                () = first(terminate) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
     }
 }
