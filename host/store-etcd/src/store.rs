@@ -225,15 +225,19 @@ where
         loop {
             match call().await {
                 Ok(v) => return Ok(v),
-                Err(e) if never_sent(&e) || (resend == Resend::Reads && transient(&e)) => {
-                    if never_sent(&e) {
+                Err(e) => {
+                    let refused = never_sent(&e);
+                    let resent_read = resend == Resend::Reads && transient(&e);
+                    if !refused && !resent_read {
+                        return Err(e.to_string());
+                    }
+                    if refused {
                         on_refused();
                     }
                     last = Some(e.to_string());
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
-                Err(e) => return Err(e.to_string()),
             }
         }
     };
