@@ -29,25 +29,24 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// Longest wait for one probe's connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Which configured endpoints are in the client's rotation.
+/// Which of the configured endpoints (`EtcdOptions::endpoints`, by index)
+/// are out of the client's rotation.
 #[derive(Debug)]
 pub(crate) struct Rotation {
-    endpoints: Vec<String>,
     out: std::sync::Mutex<Vec<bool>>,
 }
 
 impl Rotation {
-    pub(crate) fn new(endpoints: &[String]) -> Rotation {
+    pub(crate) fn new(endpoints: usize) -> Rotation {
         Rotation {
-            endpoints: endpoints.to_vec(),
-            out: std::sync::Mutex::new(vec![false; endpoints.len()]),
+            out: std::sync::Mutex::new(vec![false; endpoints]),
         }
     }
 
-    /// The endpoints requests may go to now.
-    pub(crate) fn in_use(&self) -> Vec<String> {
+    /// Those of `endpoints` that requests may go to now.
+    pub(crate) fn in_use(&self, endpoints: &[String]) -> Vec<String> {
         let out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        self.endpoints
+        endpoints
             .iter()
             .zip(out.iter())
             .filter(|(_, out)| !**out)
@@ -70,12 +69,12 @@ async fn accepts(endpoint: &str) -> bool {
 impl Inner {
     /// Runs for the backend's life (aborted when it is dropped).
     pub(crate) async fn keep_endpoints(self: Arc<Self>) {
-        let rotation = &self.rotation;
-        if rotation.endpoints.len() < 2 {
+        let endpoints = &self.options.endpoints;
+        if endpoints.len() < 2 {
             return;
         }
         loop {
-            let any_out = rotation.in_use().len() < rotation.endpoints.len();
+            let any_out = self.rotation.in_use(endpoints).len() < endpoints.len();
             if any_out {
                 tokio::select! {
                     () = self.refused.notified() => {}
@@ -84,8 +83,8 @@ impl Inner {
             } else {
                 self.refused.notified().await;
             }
-            let mut alive = Vec::with_capacity(rotation.endpoints.len());
-            for e in &rotation.endpoints {
+            let mut alive = Vec::with_capacity(endpoints.len());
+            for e in endpoints {
                 alive.push(accepts(e).await);
             }
             self.apply_probe(&alive).await;
@@ -96,10 +95,9 @@ impl Inner {
     /// Puts back the endpoints that accept and takes out those that do not,
     /// keeping at least one in rotation.
     async fn apply_probe(&self, alive: &[bool]) {
-        let rotation = &self.rotation;
         let mut changes = Vec::new();
         {
-            let mut out = rotation.out.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = self.rotation.out.lock().unwrap_or_else(|e| e.into_inner());
             for (i, &ok) in alive.iter().enumerate() {
                 if ok && out[i] {
                     out[i] = false;
@@ -119,7 +117,7 @@ impl Inner {
             }
         }
         for (i, put_back) in changes {
-            let endpoint = &rotation.endpoints[i];
+            let endpoint = &self.options.endpoints[i];
             // A failure means the client is gone (the backend is closing).
             let _ = if put_back {
                 self.client.add_endpoint(endpoint).await

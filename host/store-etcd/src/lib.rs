@@ -276,11 +276,11 @@ impl EtcdBackend {
             Ok(Err(e)) => return Err(unreachable(&e)),
             Err(_) => return Err(unreachable(&"timed out")),
         };
-        let options_endpoints = options.endpoints.clone();
         let inner = Arc::new(Inner {
             client,
             layout: Layout::new(&options.prefix),
             clock,
+            rotation: endpoints::Rotation::new(options.endpoints.len()),
             options,
             session: AtomicI64::new(0),
             handle: Handle::current(),
@@ -290,7 +290,6 @@ impl EtcdBackend {
             stats: StatsCache::default(),
             leases: Default::default(),
             recent: Default::default(),
-            rotation: endpoints::Rotation::new(&options_endpoints),
             refused: Default::default(),
             refused_total: AtomicU64::new(0),
         });
@@ -324,7 +323,7 @@ impl EtcdBackend {
     /// taken out of rotation because they refused connections (they are
     /// probed every second and put back once they accept).
     pub fn endpoints_in_use(&self) -> Vec<String> {
-        self.inner.rotation.in_use()
+        self.inner.rotation.in_use(&self.inner.options.endpoints)
     }
 
     /// How many requests an endpoint refused (each was sent again).
