@@ -5,15 +5,16 @@
 #   - the wasm32-wasip2 Rust target (guests)
 #   - clang, lld, wasi-libc (the C guest), python3-venv (the Python guest)
 #   - etcd-server (the etcd store's tests start their own etcd on free
-#     loopback ports), protobuf-compiler and libprotobuf-dev (etcd-client's
-#     build script compiles etcd's protos; Debian's protoc finds the
-#     well-known types in /usr/include by itself, so no PROTOC_INCLUDE)
+#     loopback ports)
 #   - redis-server (a peer of the benchmark suite, lockd-bench, whose smoke
 #     run is part of the tests; it starts its own redis-server)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
 #
 # componentize-py and componentize-js are installed by the guests' own
-# build scripts into target/ (a venv and a local node_modules).
+# build scripts into target/ (a venv and a local node_modules). protoc, which
+# etcd-client's build script runs, comes from the crates.io package
+# protoc-bin-vendored (see .cargo/config.toml and scripts/protoc), so the
+# build needs no system protoc.
 set -euo pipefail
 
 log() { echo "setup: $*"; }
@@ -24,7 +25,7 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
 fi
 
 apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
-    etcd-server protobuf-compiler libprotobuf-dev redis-server)
+    etcd-server redis-server)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
