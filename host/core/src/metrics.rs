@@ -23,6 +23,14 @@ pub enum Op {
     List,
 }
 
+impl Op {
+    /// The operation's name, as metrics and logs label it.
+    pub fn as_str(self) -> &'static str {
+        OPS[self as usize].1
+    }
+}
+
+/// Every operation with its label, in declaration order (`as_str` indexes it).
 const OPS: [(Op, &str); 5] = [
     (Op::Lock, "lock"),
     (Op::Unlock, "unlock"),

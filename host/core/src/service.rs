@@ -92,13 +92,26 @@ impl LockService {
         Ok(Key::new(namespace, name))
     }
 
+    /// Records the call's metrics, and logs the outcomes an operator must
+    /// hear about: a store failure (callers only see `unavailable`) and a
+    /// quota refusal.
     fn measured<T>(
         &self,
         op: Op,
+        (namespace, name): (&str, &str),
         started: Instant,
         result: Result<T, LockError>,
     ) -> Result<T, LockError> {
         self.metrics.record(op, started.elapsed(), &result);
+        match &result {
+            Err(LockError::Unavailable(why)) => {
+                tracing::warn!(op = op.as_str(), namespace, name, %why, "lock store unavailable");
+            }
+            Err(LockError::Denied(why)) => {
+                tracing::warn!(op = op.as_str(), namespace, name, %why, "lock refused by policy");
+            }
+            _ => {}
+        }
         result
     }
 
@@ -124,7 +137,7 @@ impl LockService {
             self.backend.lock(&key, owner, ttl_ms, options).await
         }
         .await;
-        self.measured(Op::Lock, started, result)
+        self.measured(Op::Lock, (namespace, name), started, result)
     }
 
     /// Releases `name` if `owner` holds it (under `token`, if given).
@@ -142,7 +155,7 @@ impl LockService {
             self.backend.unlock(&key, owner, token).await
         }
         .await;
-        self.measured(Op::Unlock, started, result)
+        self.measured(Op::Unlock, (namespace, name), started, result)
     }
 
     /// Moves the expiry of `name`, held by `owner`, to now + `ttl_ms`.
@@ -161,7 +174,7 @@ impl LockService {
             self.backend.extend(&key, owner, ttl_ms).await
         }
         .await;
-        self.measured(Op::Extend, started, result)
+        self.measured(Op::Extend, (namespace, name), started, result)
     }
 
     /// The live holder of `name`.
@@ -172,7 +185,7 @@ impl LockService {
             self.backend.get(&key).await
         }
         .await;
-        self.measured(Op::Get, started, result)
+        self.measured(Op::Get, (namespace, name), started, result)
     }
 
     /// Live locks in `namespace` whose names start with `prefix`.
@@ -190,7 +203,7 @@ impl LockService {
             self.backend.list(namespace, prefix).await
         }
         .await;
-        self.measured(Op::List, started, result)
+        self.measured(Op::List, (namespace, prefix), started, result)
     }
 
     /// Best-effort release for drop paths; see

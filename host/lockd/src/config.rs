@@ -16,6 +16,7 @@
 //! max_wait_ms = 3600000
 //! instance_memory_bytes = 67108864       # per component instance
 //! request_timeout_ms = 30000             # epoch deadline per request
+//! response_body_bytes = 16777216         # largest WASIp3 response body
 //!
 //! [namespaces]
 //! default_quota = 10000                  # most locks any namespace may hold
@@ -28,20 +29,23 @@
 //! ```
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use lockd_core::{Limits, Quotas};
+use lockd_core::{Limits, LockService, Quotas};
 use serde::Deserialize;
 
-use crate::store::StoreSpec;
+use crate::store::{StoreSpec, DEFAULT_STORE};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockdConfig {
+    /// The file this was read from, for messages; `None` for the defaults.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
     /// Store spec, as `--store` takes it; the flag wins when both are given.
     pub store: Option<String>,
     /// Settings of an etcd store, whether its endpoints came from `store` or
@@ -137,6 +141,9 @@ pub struct LimitsConfig {
     pub instance_memory_bytes: Option<usize>,
     /// How long one request may run inside a component.
     pub request_timeout_ms: Option<u64>,
+    /// Largest response body a WASIp3 component may return (it is collected
+    /// before it is sent); past it the request answers 500.
+    pub response_body_bytes: Option<usize>,
 }
 
 /// `[namespaces]`
@@ -163,13 +170,44 @@ pub struct ComponentConfig {
 pub const DEFAULT_INSTANCE_MEMORY_BYTES: usize = 64 << 20;
 /// Default time one request may run inside a component.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Default largest response body of a WASIp3 component.
+pub const DEFAULT_RESPONSE_BODY_BYTES: usize = 16 << 20;
 
 impl LockdConfig {
     /// Reads `path`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        let config: Self =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        Ok(LockdConfig {
+            path: Some(path.to_path_buf()),
+            ..config
+        })
+    }
+
+    /// The store to use: `flag` (`--store` or `LOCKD_STORE`) when given,
+    /// else `store` in this file, else [`DEFAULT_STORE`].
+    pub fn store(&self, flag: Option<StoreSpec>) -> anyhow::Result<StoreSpec> {
+        if let Some(store) = flag {
+            return Ok(store);
+        }
+        match &self.store {
+            Some(spec) => spec.parse().map_err(anyhow::Error::msg).with_context(|| {
+                let file = self.path.as_deref().unwrap_or(Path::new("lockd.toml"));
+                format!("`store` in {}", file.display())
+            }),
+            None => DEFAULT_STORE.parse().map_err(anyhow::Error::msg),
+        }
+    }
+
+    /// Opens `store` behind the lock service this file describes: `[etcd]`
+    /// applied, its limits and quotas in force. Every subcommand that holds
+    /// locks (`run`, `serve`, `up`) opens its service here, so none of them
+    /// ignores a setting.
+    pub async fn open_service(&self, store: &StoreSpec) -> anyhow::Result<LockService> {
+        let store = self.etcd.apply(store.clone())?;
+        Ok(LockService::new(store.open().await?, self.lock_limits()).with_quotas(self.quotas()))
     }
 
     /// Reads `path` if given; otherwise `./lockd.toml` if it exists; otherwise

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod config;
+pub mod epoch;
 pub mod run;
 pub mod serve;
 pub mod store;

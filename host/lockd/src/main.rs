@@ -1,17 +1,17 @@
 //! The `lockd` command line.
 
 mod client;
+mod logging;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use lockd::config::LockdConfig;
 use lockd::run::{self, Output, RunConfig, RunLimits};
 use lockd::serve::ServeOptions;
-use lockd::store::{StoreSpec, DEFAULT_STORE};
+use lockd::store::StoreSpec;
 
 // Every lock operation allocates a few small strings (the key, the owner,
 // the guest's arguments); mimalloc makes those about twice as cheap as
@@ -26,6 +26,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Distributed locks as a WebAssembly capability"
 )]
 struct Cli {
+    /// Log line format on stderr (filter with RUST_LOG, e.g. RUST_LOG=lockd=debug).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "LOCKD_LOG_FORMAT"
+    )]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,9 +45,8 @@ enum Command {
     Run {
         /// The component (.wasm).
         component: PathBuf,
-        /// Where locks live: redb:PATH, memory or etcd:http://HOST:PORT[,...].
-        #[arg(long, default_value = DEFAULT_STORE, env = "LOCKD_STORE")]
-        store: StoreSpec,
+        #[command(flatten)]
+        store: StoreArgs,
         /// The namespace the component's locks live in.
         #[arg(long, default_value = "default")]
         namespace: String,
@@ -74,7 +82,7 @@ enum Command {
         #[arg(short = 'f', long = "file", default_value = "spin.toml")]
         file: PathBuf,
         /// Address to listen on (port 0 picks a free port).
-        #[arg(long, default_value = "127.0.0.1:3000")]
+        #[arg(long, default_value = "127.0.0.1:3000", env = "LOCKD_LISTEN")]
         listen: SocketAddr,
         #[command(flatten)]
         common: ServeArgs,
@@ -83,9 +91,10 @@ enum Command {
     Client(client::ClientCommand),
 }
 
-/// Options `serve` and `up` share.
+/// Where locks live and lockd.toml: every subcommand that holds locks
+/// (`run`, `serve`, `up`) takes these and opens its service the same way.
 #[derive(Args)]
-struct ServeArgs {
+struct StoreArgs {
     /// Where locks live: redb:PATH, memory or etcd:http://HOST:PORT[,...]
     /// [default: `store` in lockd.toml, else redb:.lockd/locks.redb].
     #[arg(long, env = "LOCKD_STORE")]
@@ -93,6 +102,22 @@ struct ServeArgs {
     /// lockd's configuration [default: ./lockd.toml if it exists].
     #[arg(long)]
     config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// lockd.toml and the store it and the flags choose.
+    fn resolve(self) -> anyhow::Result<(LockdConfig, StoreSpec)> {
+        let config = LockdConfig::load_or_default(self.config.as_deref())?;
+        let store = config.store(self.store)?;
+        Ok((config, store))
+    }
+}
+
+/// Options `serve` and `up` share.
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    store: StoreArgs,
     /// Require `Authorization: Bearer <token>` on every route but /healthz.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
@@ -100,6 +125,7 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     let code = match cli.command {
         // Blocking HTTP, no async runtime needed.
         Command::Client(command) => client::run(command),
@@ -164,13 +190,14 @@ fn with_runtime(command: Command) -> i32 {
 
 async fn run_command(
     component: PathBuf,
-    store: StoreSpec,
+    store: StoreArgs,
     namespace: String,
     limits: RunLimits,
     args: Vec<String>,
 ) -> i32 {
     let outcome = async {
-        let service = store.open_service().await?;
+        let (config, store) = store.resolve()?;
+        let service = config.open_service(&store).await?;
         let engine = run::engine()?;
         let loaded = run::load(&engine, &component)?;
         let argv0 = component
@@ -204,15 +231,7 @@ async fn run_command(
 /// server cannot start.
 async fn serve_command(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
     let started = async {
-        let config = LockdConfig::load_or_default(args.config.as_deref())?;
-        let store = match (args.store, &config.store) {
-            (Some(store), _) => store,
-            (None, Some(spec)) => spec.parse().map_err(anyhow::Error::msg).with_context(|| {
-                let file = args.config.as_deref().unwrap_or(Path::new("lockd.toml"));
-                format!("`store` in {}", file.display())
-            })?,
-            (None, None) => DEFAULT_STORE.parse().map_err(anyhow::Error::msg)?,
-        };
+        let (config, store) = args.store.resolve()?;
         let options = ServeOptions {
             listen,
             store,

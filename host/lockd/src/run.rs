@@ -13,6 +13,8 @@ use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use crate::epoch;
+
 /// Exit code reported when the guest traps (as a process killed by SIGABRT
 /// would report it).
 pub const TRAP_EXIT_CODE: i32 = 134;
@@ -28,9 +30,6 @@ pub enum Output {
     /// Into [`RunOutcome`], for tests.
     Capture,
 }
-
-/// How often the epoch advances: the granularity of [`RunLimits::timeout`].
-const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Bounds on one run. A command may legitimately run for long (a worker
 /// holding locks), so by default nothing is bounded.
@@ -99,8 +98,8 @@ impl LockView for CommandState {
 }
 
 /// The engine configuration lockd runs command components with. Its epoch
-/// advances every 10 ms (for [`RunLimits::timeout`]) on a thread that ends
-/// with the engine.
+/// advances every [`epoch::TICK`] (for [`RunLimits::timeout`]) on a thread
+/// that ends with the engine.
 pub fn engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
     // Commands are wasi:cli 0.2 components; without the component-model
@@ -113,17 +112,7 @@ pub fn engine() -> anyhow::Result<Engine> {
     let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the wasm engine")?;
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("lockd-run-epoch".to_string())
-        .spawn(move || loop {
-            std::thread::sleep(EPOCH_TICK);
-            match weak.upgrade() {
-                Some(engine) => engine.increment_epoch(),
-                None => return,
-            }
-        })
-        .context("starting the epoch thread")?;
+    epoch::start_ticker(&engine)?;
     Ok(engine)
 }
 
@@ -143,6 +132,7 @@ pub async fn run_component(
     service: LockService,
     config: RunConfig,
 ) -> anyhow::Result<RunOutcome> {
+    let started = std::time::Instant::now();
     let mut linker = Linker::<CommandState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     lockd_wasm::add_to_linker(&mut linker)?;
@@ -170,15 +160,17 @@ pub async fn run_component(
     let state = CommandState {
         wasi: wasi.build(),
         table: ResourceTable::new(),
-        locks: LockCtx::new(service, config.namespace),
+        locks: LockCtx::new(service, config.namespace.clone()),
         limits: memory.build(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
-    let ticks = config.limits.timeout.map_or(u64::MAX / 2, |t| {
-        (t.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
-    });
-    store.set_epoch_deadline(ticks);
+    store.set_epoch_deadline(
+        config
+            .limits
+            .timeout
+            .map_or(u64::MAX / 2, epoch::deadline_ticks),
+    );
     let command = Command::instantiate_async(&mut store, component, &linker)
         .await
         .map_err(anyhow::Error::from)
@@ -188,14 +180,14 @@ pub async fn run_component(
         None => Some(run.await),
         // The epoch deadline stops a guest that computes; the wall clock
         // also stops one parked in a host call (a lock wait, a sleep).
-        Some(limit) => tokio::time::timeout(limit + EPOCH_TICK * 10, run)
+        Some(limit) => tokio::time::timeout(limit + epoch::TICK * 10, run)
             .await
             .ok(),
     };
     // End the instance: drops the lock context, releasing leftover guards.
     drop(store);
 
-    let (exit_code, trap) = match result {
+    let (exit_code, trap): (i32, Option<String>) = match result {
         Some(Ok(Ok(()))) => (0, None),
         Some(Ok(Err(()))) => (1, None),
         Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
@@ -217,6 +209,21 @@ pub async fn run_component(
             )),
         ),
     };
+    match &trap {
+        Some(trap) => tracing::error!(
+            component = config.args.first().map(String::as_str),
+            namespace = %config.namespace,
+            %trap,
+            "component trapped"
+        ),
+        None => tracing::debug!(
+            component = config.args.first().map(String::as_str),
+            namespace = %config.namespace,
+            exit_code,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "component exited"
+        ),
+    }
     let (stdout, stderr) = match captured {
         Some((out, err)) => (out.contents().to_vec(), err.contents().to_vec()),
         None => (Vec::new(), Vec::new()),

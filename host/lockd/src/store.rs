@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use lockd_core::{Engine, Limits, LockBackend, LockError, LockService, SystemClock};
+use lockd_core::{Engine, LockBackend, LockError, SystemClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
 
 /// Where lock state lives.
@@ -61,11 +61,6 @@ impl StoreSpec {
                     })?,
             ),
         })
-    }
-
-    /// Opens the store behind a service with default limits.
-    pub async fn open_service(&self) -> anyhow::Result<LockService> {
-        Ok(LockService::new(self.open().await?, Limits::default()))
     }
 }
 

@@ -56,9 +56,14 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
             match crate::create_database(path) {
                 Ok(reopened) => {
                     stats.reopens.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(path = %path.display(), "lock store reopened after a failed commit; writes resume");
                     db = Some(reopened);
                 }
-                Err(e) => eprintln!("lockd: reopening lock store {} failed: {e}", path.display()),
+                Err(e) => tracing::error!(
+                    path = %path.display(),
+                    error = %e,
+                    "reopening the lock store failed; this batch is answered unavailable"
+                ),
             }
         }
         stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -72,7 +77,13 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
                 path.display()
             )),
         };
-        if outcome.is_err() {
+        if let Err(why) = &outcome {
+            tracing::error!(
+                path = %path.display(),
+                ops = batch.len(),
+                error = %why,
+                "lock store commit failed; its callers get unavailable, the next batch reopens the store"
+            );
             stats.failed_commits.fetch_add(1, Ordering::Relaxed);
             // Close it now; the next batch reopens it.
             db = None;

@@ -14,7 +14,6 @@
 //!   lockd.toml says otherwise).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use lockd_core::LockService;
 use lockd_wasm::{LockCtx, LockCtxView, LockView};
+use tracing::Instrument as _;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
@@ -35,18 +35,17 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use super::manifest::Manifest;
 use super::{full, Body};
-use crate::config::{LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
-
-/// How often the epoch advances; the deadline is counted in these ticks.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
+use crate::config::{
+    LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
+    DEFAULT_RESPONSE_BODY_BYTES,
+};
+use crate::epoch;
 
 /// The HTTP components of one manifest, ready to serve.
 pub struct App {
     manifest: Manifest,
     components: HashMap<String, Arc<Served>>,
     limits: InstanceLimits,
-    /// Advances the engine's epoch for as long as the app is served.
-    _epoch_ticker: EpochTicker,
 }
 
 impl std::fmt::Debug for App {
@@ -63,6 +62,9 @@ impl std::fmt::Debug for App {
 struct InstanceLimits {
     memory_bytes: usize,
     timeout: Duration,
+    /// Largest response body of a WASIp3 component, which is collected
+    /// before it is sent (its store's event loop drives the body).
+    response_body_bytes: usize,
 }
 
 struct Served {
@@ -116,34 +118,6 @@ impl LockView for RequestState {
     }
 }
 
-/// Advances the engine's epoch until dropped.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-}
-
-impl EpochTicker {
-    fn start(engine: &Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (engine, flag) = (engine.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("lockd-epoch".to_string())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .expect("spawning the epoch thread");
-        EpochTicker { stop }
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
 /// The engine for serving components: pooling allocator, epochs, and the
 /// component-model-async support WASIp3 needs.
 fn engine(memory_bytes: usize) -> anyhow::Result<Engine> {
@@ -181,9 +155,11 @@ fn engine(memory_bytes: usize) -> anyhow::Result<Engine> {
         .wasm_component_model_async(true)
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config)
+    let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
-        .context("creating the component engine")
+        .context("creating the component engine")?;
+    epoch::start_ticker(&engine)?;
+    Ok(engine)
 }
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
@@ -214,6 +190,10 @@ impl App {
                     .request_timeout_ms
                     .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
             ),
+            response_body_bytes: config
+                .limits
+                .response_body_bytes
+                .unwrap_or(DEFAULT_RESPONSE_BODY_BYTES),
         };
         let engine = engine(limits.memory_bytes)?;
         let linker = linker(&engine)?;
@@ -272,7 +252,6 @@ impl App {
             manifest,
             components,
             limits,
-            _epoch_ticker: EpochTicker::start(&engine),
         })
     }
 
@@ -293,10 +272,16 @@ impl App {
     pub async fn handle(&self, req: Request<Incoming>) -> Option<Response<Body>> {
         let route = self.manifest.route(req.uri().path())?;
         let served = self.components.get(&route.component)?.clone();
+        let span = tracing::Span::current();
+        span.record("route", route.pattern.as_str());
+        span.record("component", served.id.as_str());
+        span.record("namespace", served.namespace.as_str());
         Some(match served.call(req, self.limits).await {
             Ok(response) => response,
             Err(e) => {
-                eprintln!("lockd: component {} failed: {e:?}", served.id);
+                // A trap, a timeout, a bad response: the guest's fault, and
+                // the host carries on. `{e:?}` keeps the wasm backtrace.
+                tracing::error!(component = %served.id, error = ?e, "component failed");
                 let body = serde_json::json!({
                     "status": "error",
                     "message": format!("component {} failed: {e}", served.id),
@@ -329,8 +314,7 @@ impl Served {
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limits);
-        let ticks = (limits.timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(epoch::deadline_ticks(limits.timeout));
         store
     }
 
@@ -363,22 +347,35 @@ impl Served {
         let pre = pre.clone();
         // The guest runs in its own task: it may keep streaming the body
         // after the response head is sent. The timeout bounds all of it.
-        let task = tokio::spawn(async move {
-            let run = async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, request, out)
-                    .await
-            };
-            match tokio::time::timeout(limits.timeout, run).await {
-                Ok(result) => result.map_err(anyhow::Error::from),
-                Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
+        let task = tokio::spawn(
+            async move {
+                let run = async {
+                    let proxy = pre.instantiate_async(&mut store).await?;
+                    proxy
+                        .wasi_http_incoming_handler()
+                        .call_handle(&mut store, request, out)
+                        .await
+                };
+                match tokio::time::timeout(limits.timeout, run).await {
+                    Ok(result) => result.map_err(anyhow::Error::from),
+                    Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
+                }
             }
-        });
+            .instrument(tracing::Span::current()),
+        );
         match receiver.await {
             Ok(Ok(response)) => {
-                Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync()))
+                // A guest that fails after its response head (a trap while
+                // it streams the body) shows here, as the body's error;
+                // failures before the head reach `App::handle`.
+                let span = tracing::Span::current();
+                Ok(response.map(|body| {
+                    body.map_err(move |e| {
+                        tracing::error!(parent: &span, error = ?e, "component failed while writing its response body");
+                        anyhow!("{e:?}")
+                    })
+                    .boxed_unsync()
+                }))
             }
             Ok(Err(code)) => Err(anyhow!("the component answered with error {code:?}")),
             Err(_) => match task.await {
@@ -413,10 +410,17 @@ impl Served {
                     let response =
                         accessor.with(|mut store| response.into_http(&mut store, request_io))?;
                     let (parts, body) = response.into_parts();
-                    let bytes = body
+                    let limit = limits.response_body_bytes;
+                    let bytes = http_body_util::Limited::new(body, limit)
                         .collect()
                         .await
-                        .map_err(|e| wasmtime::format_err!("reading the response body: {e:?}"))?
+                        .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
+                            Ok(_) => wasmtime::format_err!(
+                                "the response body exceeds the limit of {limit} bytes \
+                                 ([limits] response_body_bytes in lockd.toml)"
+                            ),
+                            Err(e) => wasmtime::format_err!("reading the response body: {e:?}"),
+                        })?
                         .to_bytes();
                     Ok(Response::from_parts(parts, bytes))
                 })

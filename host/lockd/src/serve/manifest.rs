@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
@@ -176,32 +175,6 @@ impl Manifest {
         }
         best.map(|(r, _)| r)
     }
-
-    /// Runs every component's build command, like `spin up --build`. Stops at
-    /// the first failure.
-    pub fn build(&self) -> anyhow::Result<()> {
-        for (id, spec) in &self.components {
-            let Some(build) = &spec.build else { continue };
-            let workdir = match &build.workdir {
-                Some(w) => self.dir.join(w),
-                None => self.dir.clone(),
-            };
-            println!("lockd: building component {id}: {}", build.command);
-            let status = Command::new("sh")
-                .arg("-c")
-                .arg(&build.command)
-                .current_dir(&workdir)
-                .status()
-                .with_context(|| format!("running the build command of component {id}"))?;
-            if !status.success() {
-                bail!(
-                    "the build command of component {id} failed ({status}): {}",
-                    build.command
-                );
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -276,15 +249,5 @@ mod tests {
         for text in bad {
             assert!(manifest(&text).is_err(), "accepted:\n{text}");
         }
-    }
-
-    #[test]
-    fn build_runs_commands_and_reports_failure() {
-        let (_dir, m) = manifest_in_dir(APP);
-        m.unwrap().build().unwrap();
-        let (_dir, failing) =
-            manifest_in_dir(&APP.replace(r#"command = "true""#, r#"command = "exit 3""#));
-        let err = failing.unwrap().build().unwrap_err().to_string();
-        assert!(err.contains("component jobs failed"), "{err}");
     }
 }
