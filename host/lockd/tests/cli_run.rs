@@ -95,3 +95,67 @@ fn store_in_use_is_a_clear_error() {
         text(&out.stderr)
     );
 }
+
+/// `lockd run` opens its service as `serve` and `up` do: lockd.toml's quotas
+/// and store apply to it too (it used to ignore the file).
+#[test]
+fn run_honours_lockd_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("from-config.redb");
+    let config = dir.path().join("lockd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "store = \"redb:{}\"\n[namespaces]\ndefault_quota = 0\n",
+            store.display()
+        ),
+    )
+    .unwrap();
+    let out = lockd(&[
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        lockd_tests::RUST_CONFORMANCE,
+        "--",
+        "cli",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("FAIL 1: Denied"), "{stdout}");
+    assert!(store.exists(), "the store named in lockd.toml was not used");
+    // A quota refusal is logged for the operator.
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("lock refused by policy"), "{stderr}");
+}
+
+/// Logs: `--log-format json` writes one JSON object per line on stderr, and
+/// a guest's trap is logged with the component's namespace.
+#[test]
+fn logs_are_json_lines_on_request() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--store",
+            "memory",
+            "--namespace",
+            "trapping",
+            lockd_tests::RUST_GUARD_TRAP,
+            "--",
+            "g",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(lockd::run::TRAP_EXIT_CODE));
+    let stderr = text(&out.stderr);
+    let trap = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["message"] == "component trapped")
+        .unwrap_or_else(|| panic!("no JSON trap line in:\n{stderr}"));
+    assert_eq!(trap["level"], "ERROR", "{trap}");
+    assert_eq!(trap["namespace"], "trapping", "{trap}");
+    assert!(trap["trap"].as_str().is_some_and(|t| !t.is_empty()), "{trap}");
+}
