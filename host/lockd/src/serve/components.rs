@@ -277,8 +277,12 @@ impl App {
         span.record("component", served.id.as_str());
         span.record("namespace", served.namespace.as_str());
         Some(match served.call(req, self.limits).await {
-            Ok(response) => response,
+            Ok(response) => {
+                span.record("outcome", "answered");
+                response
+            }
             Err(e) => {
+                span.record("outcome", "failed");
                 // A trap, a timeout, a bad response: the guest's fault, and
                 // the host carries on. `{e:?}` keeps the wasm backtrace.
                 tracing::error!(component = %served.id, error = ?e, "component failed");
