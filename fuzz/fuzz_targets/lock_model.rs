@@ -2,18 +2,17 @@
 //! sequence of up to `MAX_OPS` operations (lock, unlock, extend, get, list,
 //! guard ops, clock moves, invalid input, and crash-and-reopen) runs on the
 //! memory store and on a redb store in a temporary directory, and every
-//! reply must be one `lockd_core::model::Model` allows. A disagreement
+//! reply must be one `lockd_testing::model::Model` allows. A disagreement
 //! panics with the step, the call, the expected and actual replies.
 #![no_main]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use lockd_core::conformance::StoreFactory;
-use lockd_core::model::{self, BadArg, InvalidCall, Memory, Op, TokenArg};
-use lockd_core::{BoxFuture, Durability, EngineOptions, LockBackend, ManualClock};
+use lockd_core::Durability;
+use lockd_testing::model::{self, BadArg, InvalidCall, Op, TokenArg};
+use lockd_testing::{MemoryFactory, RedbFactory};
 
 /// The fuzzer's view of an [`Op`]: small integers, mapped into the same
 /// ranges the proptest generator uses.
@@ -165,10 +164,6 @@ impl From<&FuzzOp> for Op {
 /// A redb store, emptied for each input: a copy of a pristine empty store
 /// made once per process (creating a redb file costs several times more than
 /// copying one), in a temporary directory on tmpfs when there is one.
-struct Redb {
-    path: PathBuf,
-}
-
 struct Scratch {
     _dir: tempfile::TempDir,
     pristine: PathBuf,
@@ -195,26 +190,9 @@ impl Scratch {
     }
 
     /// An empty store at `self.path`.
-    fn fresh(&self) -> Redb {
+    fn fresh(&self) -> RedbFactory {
         std::fs::copy(&self.pristine, &self.path).unwrap();
-        Redb {
-            path: self.path.clone(),
-        }
-    }
-}
-
-impl StoreFactory for Redb {
-    fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
-        Box::pin(async move {
-            let engine: Arc<dyn LockBackend> =
-                lockd_redb::open_with(&self.path, Arc::new(clock), EngineOptions::default())
-                    .unwrap();
-            engine
-        })
-    }
-
-    fn keeps_persistent_locks(&self) -> bool {
-        true
+        RedbFactory::at(&self.path)
     }
 }
 
@@ -231,7 +209,7 @@ fuzz_target!(|input: Vec<FuzzOp>| {
         .build()
         .unwrap();
     // The memory store keeps nothing, so a restart there empties it.
-    if let Err(e) = rt.block_on(model::run(&Memory, &ops)) {
+    if let Err(e) = rt.block_on(model::run(&MemoryFactory, &ops)) {
         panic!("memory store: {e}");
     }
     // Without a restart, the journal is unobservable: the redb run would

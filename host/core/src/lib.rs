@@ -41,11 +41,6 @@ pub mod metrics;
 mod service;
 mod types;
 
-#[cfg(any(test, feature = "conformance"))]
-pub mod conformance;
-#[cfg(any(test, feature = "conformance"))]
-pub mod model;
-
 pub use backend::{BoxFuture, LockBackend};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
@@ -55,9 +50,3 @@ pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics};
 pub use service::{LockService, Quotas};
 pub use types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
-
-#[cfg(test)]
-mod memory_conformance {
-    //! The memory store against the conformance suite.
-    crate::conformance_tests!(crate::model::Memory);
-}

@@ -1,4 +1,4 @@
-//! The etcd store against the lock contract (lockd_core::conformance), on a
+//! The etcd store against the lock contract (lockd_testing::conformance), on a
 //! real etcd started for each case.
 //!
 //! The suite drives a `ManualClock`, which the backend uses for every expiry
@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockd_core::conformance::StoreFactory;
 use lockd_core::{BoxFuture, LockBackend, ManualClock};
 use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
+use lockd_testing::StoreFactory;
 
 struct Etcd {
     cluster: EtcdCluster,
@@ -44,4 +44,4 @@ impl StoreFactory for Etcd {
     }
 }
 
-lockd_core::conformance_tests!(Etcd::new());
+lockd_testing::conformance_tests!(Etcd::new());

@@ -1,6 +1,6 @@
 //! Model-based test of the redb store: random sequences of lock, unlock,
 //! extend, get, list, guard and clock operations *and crash-and-reopen*, each
-//! reply compared with `lockd_core::model` (see its module docs for the
+//! reply compared with `lockd_testing::model` (see its module docs for the
 //! rules). A reopen drops every handle (the engine and its journal, whose
 //! drop joins the writer thread) and opens the same file with the same
 //! `ManualClock`: persistent locks must come back with owner, token and
@@ -8,58 +8,24 @@
 //!
 //! `PROPTEST_CASES` overrides the number of sequences (default 2,000).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use lockd_core::conformance::StoreFactory;
-use lockd_core::model::{self, Op};
-use lockd_core::{BoxFuture, EngineOptions, LockBackend, ManualClock};
+use lockd_core::{BoxFuture, LockBackend, ManualClock};
+use lockd_testing::model::{self, Op};
+use lockd_testing::{RedbFactory, StoreFactory};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
 /// Sequences run by default; with the memory test's 8,000, CI runs 10,000.
 const CASES: u32 = 2_000;
 
-/// A fresh store file per sequence. On tmpfs when there is one: the model
+/// A fresh store file per sequence, on tmpfs when there is one: the model
 /// checks semantics across drop-and-reopen, not the disk, and fsync on tmpfs
 /// costs nothing.
-struct Redb {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Redb {
-    fn new() -> Self {
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        let path = dir.path().join("locks.redb");
-        Redb { _dir: dir, path }
-    }
-}
-
-impl StoreFactory for Redb {
-    fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
-        Box::pin(async move {
-            let engine: Arc<dyn LockBackend> =
-                lockd_redb::open_with(&self.path, Arc::new(clock), EngineOptions::default())
-                    .unwrap();
-            engine
-        })
-    }
-
-    fn keeps_persistent_locks(&self) -> bool {
-        true
-    }
-}
-
 #[test]
 fn redb_store_matches_the_model_across_restarts() {
-    let tally = model::check_against_model("redb", CASES, true, Redb::new);
+    let tally = model::check_against_model("redb", CASES, true, RedbFactory::on_tmpfs);
     // Restarts with live locks are what this store adds to the model run.
     assert!(tally.restarts > 0 && tally.survived_restart > 0, "{tally}");
 }
@@ -69,8 +35,8 @@ fn redb_store_matches_the_model_across_restarts() {
 /// and the next grant's token is above all of them.
 #[test]
 fn a_fixed_restart_sequence_matches_the_model() {
-    use lockd_core::model::TokenArg;
     use lockd_core::Durability::{Ephemeral, Persistent};
+    use lockd_testing::model::TokenArg;
     let ops = vec![
         Op::Lock {
             name: 0,
@@ -115,7 +81,9 @@ fn a_fixed_restart_sequence_matches_the_model() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let tally = runtime.block_on(model::run(&Redb::new(), &ops)).unwrap();
+    let tally = runtime
+        .block_on(model::run(&RedbFactory::on_tmpfs(), &ops))
+        .unwrap();
     assert_eq!(tally.fresh, 5, "{tally}");
     assert_eq!(tally.survived_restart, 2, "{tally}");
     assert_eq!(tally.unlocked, 1, "{tally}");
@@ -127,13 +95,13 @@ fn a_fixed_restart_sequence_matches_the_model() {
 #[test]
 fn a_store_that_loses_its_file_is_caught() {
     struct LosesFile {
-        redb: Redb,
+        redb: RedbFactory,
         opened: AtomicBool,
     }
     impl StoreFactory for LosesFile {
         fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
             if self.opened.swap(true, Ordering::Relaxed) {
-                std::fs::remove_file(&self.redb.path).unwrap();
+                std::fs::remove_file(self.redb.path()).unwrap();
             }
             self.redb.open(clock)
         }
@@ -151,7 +119,7 @@ fn a_store_that_loses_its_file_is_caught() {
     };
     let result = TestRunner::new(config).run(&model::ops(true), |ops: Vec<Op>| {
         let store = LosesFile {
-            redb: Redb::new(),
+            redb: RedbFactory::on_tmpfs(),
             opened: AtomicBool::new(false),
         };
         runtime

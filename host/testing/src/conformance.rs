@@ -4,7 +4,7 @@
 //! A backend crate runs it with one macro call in a test file:
 //!
 //! ```text
-//! lockd_core::conformance_tests!(MyFactory::new());
+//! lockd_testing::conformance_tests!(MyFactory::new());
 //! ```
 //!
 //! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::{
+use lockd_core::{
     BoxFuture, Durability, Limits, LockBackend, LockError, LockOptions, LockService, ManualClock,
 };
 
@@ -682,22 +682,4 @@ pub async fn release_detached_checks_the_token(factory: &dyn StoreFactory) {
     s.release_detached(NS, "a", "o1", g.fencing_token);
     settle_tasks().await;
     assert_eq!(s.get(NS, "a").await.unwrap(), None);
-}
-
-/// Appends `line` to `$LOCKD_REPORT_DIR/report.txt` when that variable is set
-/// (`.ci/run` sets it and prints the file), so the figures of a CI run are on
-/// record even though the test harness captures test output.
-pub fn report(line: &str) {
-    use std::io::Write as _;
-    let Some(dir) = std::env::var_os("LOCKD_REPORT_DIR") else {
-        return;
-    };
-    let _ = std::fs::create_dir_all(&dir);
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(std::path::Path::new(&dir).join("report.txt"))
-    {
-        let _ = writeln!(f, "{line}");
-    }
 }

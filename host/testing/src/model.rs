@@ -48,15 +48,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use crate::conformance::{StoreFactory, START_MS};
-use crate::{
-    BoxFuture, Durability, Engine, EngineOptions, Grant, Limits, ListedLock, LockBackend,
-    LockError, LockInfo, LockOptions, LockService, ManualClock, NullJournal, Recovered,
+use lockd_core::{
+    Durability, Grant, Limits, ListedLock, LockError, LockInfo, LockOptions, LockService,
+    ManualClock,
 };
+
+use crate::conformance::{StoreFactory, START_MS};
 
 /// The one namespace sequences use (isolation is the conformance suite's).
 pub const NAMESPACE: &str = "model";
@@ -923,28 +923,6 @@ impl Model {
     }
 }
 
-/// The `memory` store, reopened empty: a [`StoreFactory`] for model runs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Memory;
-
-impl StoreFactory for Memory {
-    fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
-        Box::pin(async move {
-            let engine: Arc<dyn LockBackend> = Engine::new(
-                Arc::new(NullJournal),
-                Recovered::in_memory(),
-                Arc::new(clock),
-                EngineOptions::default(),
-            );
-            engine
-        })
-    }
-
-    fn keeps_persistent_locks(&self) -> bool {
-        false
-    }
-}
-
 /// Runs `ops` against a store from `factory` and the model side by side,
 /// from a [`ManualClock`] at [`START_MS`]. Fails at the first disagreement,
 /// naming the step and listing the whole sequence.
@@ -1067,7 +1045,7 @@ pub fn cases(default: u32) -> u32 {
 
 /// Runs [`cases`]`(default_cases)` generated sequences ([`ops`]`(restarts)`)
 /// against a fresh store from `factory` each, reports the tally under
-/// `label` (stderr and [`report`](crate::conformance::report)), and asserts
+/// `label` (stderr and [`report`](crate::report)), and asserts
 /// the generator reached every rule, since a run that never exercised a rule
 /// proves little. Returns the tally for store-specific checks.
 ///
@@ -1106,7 +1084,7 @@ pub fn check_against_model<F: StoreFactory>(
         started.elapsed()
     );
     eprintln!("{line}");
-    crate::conformance::report(&line);
+    crate::report(&line);
     assert!(
         tally.fresh > 0 && tally.relocks > 0 && tally.busy > 0,
         "{tally}"

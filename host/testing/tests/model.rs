@@ -1,18 +1,18 @@
 //! Model-based test of the `memory` store: random sequences of lock, unlock,
 //! extend, get, list, guard and clock operations, each reply compared with
-//! `lockd_core::model` (see its module docs for the rules).
+//! `lockd_testing::model` (see its module docs for the rules).
 //!
 //! `PROPTEST_CASES` overrides the number of sequences (default 8,000).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use lockd_core::conformance::StoreFactory;
-use lockd_core::model::{self, Memory, Op};
 use lockd_core::{
     BackendStats, BoxFuture, Engine, EngineOptions, Grant, Key, ListedLock, LockBackend, LockError,
     LockInfo, LockOptions, ManualClock, NullJournal, Recovered,
 };
+use lockd_testing::model::{self, Op};
+use lockd_testing::{MemoryFactory, StoreFactory};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
@@ -21,15 +21,15 @@ const CASES: u32 = 8_000;
 
 #[test]
 fn memory_store_matches_the_model() {
-    model::check_against_model("memory", CASES, false, || Memory);
+    model::check_against_model("memory", CASES, false, || MemoryFactory);
 }
 
 /// A hand-written sequence through every rule, so a broken generator or
 /// runner cannot pass silently.
 #[test]
 fn a_fixed_sequence_matches_the_model() {
-    use lockd_core::model::{BadArg, InvalidCall, TokenArg};
     use lockd_core::Durability::{Ephemeral, Persistent};
+    use lockd_testing::model::{BadArg, InvalidCall, TokenArg};
     let ops = vec![
         Op::Lock {
             name: 0,
@@ -103,7 +103,7 @@ fn a_fixed_sequence_matches_the_model() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let tally = runtime.block_on(model::run(&Memory, &ops)).unwrap();
+    let tally = runtime.block_on(model::run(&MemoryFactory, &ops)).unwrap();
     assert_eq!(tally.fresh, 3, "{tally}");
     assert_eq!(tally.relocks, 1, "{tally}");
     assert_eq!(tally.busy, 1, "{tally}");

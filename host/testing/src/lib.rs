@@ -1,0 +1,27 @@
+//! Test support for lockd backends. Not part of any production build: only
+//! tests, the fuzz target and benchmarks depend on it.
+//!
+//! - [`conformance`]: the lock contract as a suite every backend must pass,
+//!   one `#[tokio::test]` per case through [`conformance_tests!`].
+//! - [`model`]: the reference model of the lock contract and the op
+//!   generator (proptest) that checks a store against it.
+//! - Store factories ([`StoreFactory`]): [`MemoryFactory`] and, with the
+//!   `redb` feature, `RedbFactory`.
+//! - [`report`]: figures of a test run, on record for CI.
+//!
+//! ```text
+//! // tests/conformance.rs of a backend crate
+//! lockd_testing::conformance_tests!(MyFactory::new());
+//! ```
+#![deny(missing_docs)]
+
+pub mod conformance;
+pub mod model;
+mod report;
+mod stores;
+
+pub use conformance::{StoreFactory, START_MS};
+pub use report::report;
+pub use stores::MemoryFactory;
+#[cfg(feature = "redb")]
+pub use stores::RedbFactory;
