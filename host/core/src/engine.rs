@@ -61,8 +61,8 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     purge: Arc<PurgeSignal>,
     next_waiter_id: AtomicU64,
-    /// Holders per namespace, for quotas and metrics. Changed with the holder
-    /// itself, under its shard mutex.
+    /// Holders per namespace, for quotas. Changed with the holder itself,
+    /// under its shard mutex.
     held: NamespaceCounts,
 }
 
@@ -122,14 +122,6 @@ impl NamespaceCounts {
                 held.checked_sub(1)
             });
         });
-    }
-
-    fn get(&self, namespace: &str) -> u64 {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(namespace)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 }
 
@@ -831,12 +823,6 @@ impl Engine {
         earliest
     }
 
-    /// Holders in `namespace` as counted for its quota (a holder whose lease
-    /// just ended counts until it is settled).
-    pub fn held_in_namespace(&self, namespace: &str) -> u64 {
-        self.held.get(namespace)
-    }
-
     /// The number of live (unexpired) locks, for tests and metrics.
     pub fn live_locks(&self) -> usize {
         let now = self.clock.now_ms();
@@ -853,7 +839,7 @@ impl Engine {
     }
 
     /// The number of callers waiting in queues.
-    pub fn waiters(&self) -> usize {
+    fn waiters(&self) -> usize {
         self.shards
             .iter()
             .map(|s| {

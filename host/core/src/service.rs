@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::backend::LockBackend;
 use crate::error::LockError;
 use crate::limits::Limits;
-use crate::metrics::{Metrics, Op};
+use crate::metrics::{BackendStats, Metrics, Op};
 use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
 
 /// How many locks each namespace may hold at once.
@@ -63,19 +63,15 @@ impl LockService {
         self
     }
 
-    /// The limits in force.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// The backend, for callers that validated arguments themselves.
-    pub fn backend(&self) -> &Arc<dyn LockBackend> {
-        &self.backend
-    }
-
     /// Counters and latencies of every call through this service.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The backend's gauges and counters (locks held, waiters, commits): a
+    /// read that changes nothing.
+    pub fn stats(&self) -> BackendStats {
+        self.backend.stats()
     }
 
     /// Everything `/metrics` shows, in Prometheus text format.
