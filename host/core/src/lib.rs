@@ -44,7 +44,7 @@ mod types;
 pub use backend::{BoxFuture, LockBackend};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
-pub use error::LockError;
+pub use error::{ErrorKind, LockError};
 pub use journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket, TicketSender};
 pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics};

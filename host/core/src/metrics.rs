@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::error::LockError;
+use crate::error::{ErrorKind, LockError};
 
 /// The operations measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,26 +39,24 @@ const OPS: [(Op, &str); 5] = [
     (Op::List, "list"),
 ];
 
-/// Outcome labels, in the order of [`outcome_index`].
-pub const OUTCOMES: [&str; 7] = [
-    "ok",
-    "busy",
-    "not_owner",
-    "not_held",
-    "invalid_argument",
-    "denied",
-    "unavailable",
-];
+/// Outcome labels: `ok`, then the word of every [`ErrorKind`] in its
+/// declaration order (the order of [`outcome_index`]).
+pub const OUTCOMES: [&str; 1 + ErrorKind::ALL.len()] = {
+    let mut labels = ["ok"; 1 + ErrorKind::ALL.len()];
+    let mut i = 0;
+    while i < ErrorKind::ALL.len() {
+        labels[1 + i] = ErrorKind::ALL[i].as_str();
+        i += 1;
+    }
+    labels
+};
 
 fn outcome_index<T>(result: &Result<T, LockError>) -> usize {
     match result {
         Ok(_) => 0,
-        Err(LockError::Busy(_)) => 1,
-        Err(LockError::NotOwner) => 2,
-        Err(LockError::NotHeld) => 3,
-        Err(LockError::InvalidArgument(_)) => 4,
-        Err(LockError::Denied(_)) => 5,
-        Err(LockError::Unavailable(_)) => 6,
+        // `ErrorKind::ALL` is in declaration order, so the discriminant is
+        // the kind's place in it.
+        Err(e) => 1 + e.kind() as usize,
     }
 }
 
@@ -228,5 +226,39 @@ impl BackendStats {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_labels_are_the_error_words() {
+        assert_eq!(
+            OUTCOMES,
+            [
+                "ok",
+                "busy",
+                "not_owner",
+                "not_held",
+                "invalid_argument",
+                "denied",
+                "unavailable"
+            ]
+        );
+        assert_eq!(OUTCOMES[outcome_index(&Ok::<(), LockError>(()))], "ok");
+        for (error, kind) in [
+            (LockError::NotOwner, ErrorKind::NotOwner),
+            (LockError::NotHeld, ErrorKind::NotHeld),
+            (LockError::Denied("q".into()), ErrorKind::Denied),
+            (LockError::Unavailable("d".into()), ErrorKind::Unavailable),
+        ] {
+            assert_eq!(OUTCOMES[outcome_index(&Err::<(), _>(error))], kind.as_str());
+        }
+        let metrics = Metrics::default();
+        metrics.record::<()>(Op::Get, Duration::ZERO, &Err(LockError::NotHeld));
+        assert_eq!(metrics.count(Op::Get, "not_held"), 1);
+        assert_eq!(metrics.count(Op::Get, "ok"), 0);
     }
 }
