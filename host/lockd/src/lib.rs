@@ -6,6 +6,9 @@
 pub mod api;
 pub mod config;
 pub mod epoch;
+/// The response body type of `lockd serve` and its helpers, shared by `api`
+/// and `serve` (a leaf module: it imports neither).
+pub mod http_body;
 pub mod run;
 pub mod serve;
 pub mod store;

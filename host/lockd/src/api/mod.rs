@@ -18,7 +18,7 @@ use lockd_core::{Durability, LockError, LockOptions, LockService};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::serve::{full, Body};
+use crate::http_body::{full, Body};
 use wire::{ExtendRequest, GetRequest, LockRequest, UnlockRequest};
 
 /// Largest request body accepted, in bytes.

@@ -34,12 +34,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use super::manifest::Manifest;
-use super::{full, Body};
 use crate::config::{
     LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
     DEFAULT_RESPONSE_BODY_BYTES,
 };
 use crate::epoch;
+use crate::http_body::{full, Body};
 
 /// The HTTP components of one manifest, ready to serve.
 pub struct App {

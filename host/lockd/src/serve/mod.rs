@@ -9,9 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,6 +24,7 @@ use manifest::Manifest;
 
 use crate::api::Api;
 use crate::config::LockdConfig;
+use crate::http_body::{full, Body};
 use crate::store::StoreSpec;
 
 /// A client has this long to send a request's complete head; a slow-loris
@@ -35,16 +33,6 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
-
-/// Every response body lockd serves.
-pub type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
-
-/// A complete body from bytes.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
 
 /// What `lockd serve` / `lockd up` run.
 #[derive(Debug)]
