@@ -9,6 +9,9 @@ pub mod epoch;
 /// The response body type of `lockd serve` and its helpers, shared by `api`
 /// and `serve` (a leaf module: it imports neither).
 pub mod http_body;
+/// `lockd plug`: composes a component that imports `lockd:lock` with the
+/// lockd-client component, for hosts lockd does not run.
+pub mod plug;
 pub mod run;
 pub mod serve;
 pub mod store;

@@ -87,6 +87,27 @@ enum Command {
         #[command(flatten)]
         common: ServeArgs,
     },
+    /// Compose a component that imports lockd:lock with the lockd-client
+    /// component, so that it runs on any host with wasi:http (Spin,
+    /// `wasmtime serve`, jco) and reaches a lockd server over HTTP.
+    ///
+    /// Refuses (exit 2) an APP that is not a component, imports no lockd:lock
+    /// interface, or imports a lockd:lock version the client does not export.
+    /// The result is validated and imports no lockd:lock/locks or guards; the
+    /// types-only lockd:lock/types may remain an import, which hosts accept
+    /// and need provide nothing for.
+    Plug {
+        /// The component that imports lockd:lock (.wasm).
+        app: PathBuf,
+        /// Where to write the composed component.
+        #[arg(short = 'o', long = "output", value_name = "OUT.wasm")]
+        output: PathBuf,
+        /// The lockd-client component [default: $LOCKD_CLIENT_WASM, else
+        /// ./target/guests/lockd-client.wasm, else the target/guests/ next to
+        /// this binary; build it with `bash guest/build-all.sh lockd-client`].
+        #[arg(long, value_name = "CLIENT.wasm")]
+        client: Option<PathBuf>,
+    },
     #[command(flatten)]
     Client(client::ClientCommand),
 }
@@ -129,6 +150,11 @@ fn main() -> ExitCode {
     let code = match cli.command {
         // Blocking HTTP, no async runtime needed.
         Command::Client(command) => client::run(command),
+        Command::Plug {
+            app,
+            output,
+            client,
+        } => plug_command(&app, &output, client.as_deref()),
         command => {
             if let Command::Up {
                 build: true, file, ..
@@ -181,6 +207,7 @@ fn with_runtime(command: Command) -> i32 {
                 ..
             } => serve_command(listen, Some(file), common).await,
             Command::Client(_) => unreachable!("client commands run without a runtime"),
+            Command::Plug { .. } => unreachable!("plug runs without a runtime"),
         }
     });
     // The runtime (and with it the store's writer) shuts down before exit.
@@ -222,6 +249,27 @@ async fn run_command(
         }
         Err(e) => {
             eprintln!("error: {e:#}");
+            2
+        }
+    }
+}
+
+/// `lockd plug`: exits 0 with a summary on stdout, or 2 with one line on
+/// stderr.
+fn plug_command(
+    app: &std::path::Path,
+    output: &std::path::Path,
+    client: Option<&std::path::Path>,
+) -> i32 {
+    let plugged = lockd::plug::find_client(client)
+        .and_then(|client| lockd::plug::plug_files(app, &client, output));
+    match plugged {
+        Ok(plugged) => {
+            println!("{}", lockd::plug::summary(output, &plugged));
+            0
+        }
+        Err(e) => {
+            eprintln!("lockd plug: {e:#}");
             2
         }
     }
