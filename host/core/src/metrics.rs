@@ -40,7 +40,7 @@ const OPS: [(Op, &str); 5] = [
 ];
 
 /// Outcome labels: `ok`, then the word of every [`ErrorKind`] in its
-/// declaration order (the order of [`outcome_index`]).
+/// declaration order, which is the order the counters are kept in.
 pub const OUTCOMES: [&str; 1 + ErrorKind::ALL.len()] = {
     let mut labels = ["ok"; 1 + ErrorKind::ALL.len()];
     let mut i = 0;

@@ -1,15 +1,28 @@
 //! The CLI client: `lockd lock | unlock | extend | get | ls` over the REST
 //! API (design.md §4), with blocking HTTP (ureq), outside any async runtime.
 //!
+//! Requests are built and replies parsed with the server's own wire types
+//! ([`lockd::api::wire`]). A reply whose status word is known but whose
+//! fields are missing or mistyped is a failure (exit 3) naming the field,
+//! never a default.
+//!
 //! Exit codes: 0 success; 1 `busy`, `not_owner`, `not_held`, `not_found`;
 //! 2 usage errors, `invalid_argument`, 401 and 403; 3 the server cannot be
-//! reached or is `unavailable`. Every failure is one line on stderr.
+//! reached, is `unavailable`, or answered something that is not lockd.
+//! Every failure is one line on stderr.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{json, Value};
+use lockd::api::wire::{
+    self, BusyReply, DurabilityWord, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply,
+    ListQuery, ListReply, ListedLock, LockRequest, Status, StatusReply, UnlockRequest,
+};
+use lockd::api::DEFAULT_NAMESPACE;
+use lockd_core::ErrorKind;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// Where the server is when neither `--server` nor `LOCKD_SERVER` says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7450";
@@ -142,25 +155,13 @@ fn fail(code: i32, message: impl Into<String>) -> Failure {
     }
 }
 
-/// A lockd answer: HTTP code, the raw body, and the body parsed.
+/// A lockd answer: the route asked, the raw body and its status word. The
+/// rest of the body is parsed by [`Client::reply`] or [`Client::refused`],
+/// into the type the status word promises.
 struct Answer {
+    route: String,
     body: String,
-    json: Value,
-    status: String,
-}
-
-impl Answer {
-    fn u64(&self, field: &str) -> u64 {
-        self.json[field].as_u64().unwrap_or(0)
-    }
-
-    fn str(&self, field: &str) -> &str {
-        self.json[field].as_str().unwrap_or("?")
-    }
-
-    fn message(&self) -> &str {
-        self.json["message"].as_str().unwrap_or(&self.status)
-    }
+    status: Status,
 }
 
 struct Client {
@@ -188,15 +189,15 @@ impl Client {
         })
     }
 
-    fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+    fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
+        let body = serde_json::to_string(body)
+            .map_err(|e| fail(2, format!("cannot encode the request to {path}: {e}")))?;
         let mut request = self.agent.post(format!("{}{path}", self.server));
         if let Some(token) = &self.auth_token {
             request = request.header("Authorization", format!("Bearer {token}"));
         }
-        let result = request
-            .content_type("application/json")
-            .send(body.to_string());
-        self.answer(result)
+        let result = request.content_type("application/json").send(body);
+        self.answer(format!("POST {path}"), result)
     }
 
     fn get(&self, path: &str) -> Result<Answer, Failure> {
@@ -204,11 +205,13 @@ impl Client {
         if let Some(token) = &self.auth_token {
             request = request.header("Authorization", format!("Bearer {token}"));
         }
-        self.answer(request.call())
+        let route = path.split_once('?').map_or(path, |(route, _)| route);
+        self.answer(format!("GET {route}"), request.call())
     }
 
     fn answer(
         &self,
+        route: String,
         result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<Answer, Failure> {
         let response = result.map_err(|e| self.unreachable(e))?;
@@ -217,22 +220,56 @@ impl Client {
             .into_body()
             .read_to_string()
             .map_err(|e| self.unreachable(e))?;
-        let json: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        let Some(status) = json["status"].as_str().map(str::to_string) else {
-            let excerpt: String = body.chars().take(80).collect();
-            return Err(fail(
-                3,
-                format!(
-                    "the server at {} answered HTTP {code} with no lockd status ({excerpt:?}); \
-                     check that --server / LOCKD_SERVER points at lockd",
-                    self.server
-                ),
-            ));
+        let status = match wire::reply_status(&body) {
+            Ok(Some(status)) => Ok(status),
+            Err(word) => Err(word),
+            Ok(None) => {
+                let excerpt: String = body.chars().take(80).collect();
+                return Err(fail(
+                    3,
+                    format!(
+                        "the server at {} answered HTTP {code} with no lockd status ({excerpt:?}); \
+                         check that --server / LOCKD_SERVER points at lockd",
+                        self.server
+                    ),
+                ));
+            }
         };
+        // Printed as it is whenever it is lockd's, failures included.
         if self.format == Format::Json {
             println!("{}", body.trim_end());
         }
-        Ok(Answer { body, json, status })
+        let status = status.map_err(|word| {
+            fail(
+                3,
+                format!(
+                    "unexpected answer {word:?} from the server at {}: {}",
+                    self.server,
+                    body.trim_end()
+                ),
+            )
+        })?;
+        Ok(Answer {
+            route,
+            body,
+            status,
+        })
+    }
+
+    /// The body of `answer` as `T`, the type its status word promises.
+    fn reply<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Failure> {
+        wire::parse_reply(&answer.body).map_err(|e| {
+            fail(
+                3,
+                format!(
+                    "the server at {} answered {} with a malformed {:?} reply ({e}); \
+                     check that --server / LOCKD_SERVER points at a lockd of this version",
+                    self.server,
+                    answer.route,
+                    answer.status.as_str()
+                ),
+            )
+        })
     }
 
     fn unreachable(&self, error: ureq::Error) -> Failure {
@@ -267,50 +304,96 @@ impl Client {
 
     /// The failure for a lockd answer that is not the success expected.
     fn refused(&self, name: &str, answer: &Answer) -> Failure {
-        let message = answer.message();
-        match answer.status.as_str() {
-            "busy" => fail(
-                1,
-                format!(
-                    "{name} is busy: held by {:?} (token {}) for another {}; retry later or pass --wait",
-                    answer.str("owner"),
-                    answer.u64("fencing_token"),
-                    remaining(answer.u64("expires_at_ms")),
+        if answer.status == Status::Busy {
+            return match self.reply::<BusyReply>(answer) {
+                Ok(holder) => fail(
+                    1,
+                    format!(
+                        "{name} is busy: held by {:?} (token {}) for another {}; retry later or pass --wait",
+                        holder.owner,
+                        holder.fencing_token,
+                        remaining(holder.expires_at_ms),
+                    ),
                 ),
-            ),
-            "not_owner" => fail(
+                Err(malformed) => malformed,
+            };
+        }
+        let unexpected = || {
+            fail(
+                3,
+                format!(
+                    "unexpected answer {:?} from the server at {}: {}",
+                    answer.status.as_str(),
+                    self.server,
+                    answer.body.trim_end()
+                ),
+            )
+        };
+        // Every other failure is an error body: a word and a message.
+        let message = match answer.status {
+            Status::NotOwner
+            | Status::NotHeld
+            | Status::InvalidArgument
+            | Status::Denied
+            | Status::Unavailable
+            | Status::NotFound
+            | Status::Unauthorized => match self.reply::<ErrorReply>(answer) {
+                Ok(error) => error.message,
+                Err(malformed) => return malformed,
+            },
+            // A success word where it does not belong.
+            _ => return unexpected(),
+        };
+        match answer.status.kind() {
+            Some(ErrorKind::NotOwner) => fail(
                 1,
                 format!(
                     "{name} is held by another owner or under another fencing token; \
                      check --owner and --token (see 'lockd get {name}')"
                 ),
             ),
-            "not_held" => fail(
+            Some(ErrorKind::NotHeld) => fail(
                 1,
-                format!("{name} is not held (it may have expired); take it again with 'lockd lock'"),
+                format!(
+                    "{name} is not held (it may have expired); take it again with 'lockd lock'"
+                ),
             ),
-            "not_found" => fail(1, format!("not found: {message}")),
-            "invalid_argument" => fail(2, format!("{message}; fix the arguments (see --help)")),
-            "unauthorized" => fail(
+            Some(ErrorKind::InvalidArgument) => {
+                fail(2, format!("{message}; fix the arguments (see --help)"))
+            }
+            Some(ErrorKind::Denied) => fail(
+                2,
+                format!("{message}; the server's policy (lockd.toml) refuses it"),
+            ),
+            Some(ErrorKind::Unavailable) => fail(
+                3,
+                format!("{message}; the store could not complete the operation, retry later"),
+            ),
+            Some(_) => unexpected(),
+            None if answer.status == Status::NotFound => fail(1, format!("not found: {message}")),
+            None if answer.status == Status::Unauthorized => fail(
                 2,
                 format!(
                     "the server at {} refused the request (401 unauthorized): {message}",
                     self.server
                 ),
             ),
-            "denied" => fail(2, format!("{message}; the server's policy (lockd.toml) refuses it")),
-            "unavailable" => fail(
-                3,
-                format!("{message}; the store could not complete the operation, retry later"),
-            ),
-            other => fail(
-                3,
-                format!(
-                    "unexpected answer {other:?} from the server at {}: {}",
-                    self.server,
-                    answer.body.trim_end()
-                ),
-            ),
+            None => unexpected(),
+        }
+    }
+
+    /// The success body of `answer`, if its status is `expected`; else the
+    /// failure it reports.
+    fn expect<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        answer: &Answer,
+        expected: Status,
+    ) -> Result<T, Failure> {
+        if answer.status == expected {
+            self.reply(answer)
+        } else {
+            Err(self.refused(name, answer))
         }
     }
 
@@ -333,25 +416,26 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             conn,
         } => {
             let client = Client::new(conn, wait.unwrap_or(0))?;
-            let mut body = json!({
-                "namespace": namespace,
-                "name": name,
-                "owner": owner,
-                "ttl_ms": ttl,
-                "durability": if ephemeral { "ephemeral" } else { "persistent" },
-            });
-            if let Some(wait) = wait {
-                body["wait_ms"] = wait.into();
-            }
-            let answer = client.post("/v1/locks/lock", &body)?;
-            if answer.status != "acquired" {
-                return Err(client.refused(&name, &answer));
-            }
+            let request = LockRequest {
+                namespace: Some(namespace),
+                name,
+                owner,
+                ttl_ms: ttl,
+                wait_ms: wait,
+                durability: Some(if ephemeral {
+                    DurabilityWord::Ephemeral
+                } else {
+                    DurabilityWord::Persistent
+                }),
+            };
+            let answer = client.post(LockRequest::PATH, &request)?;
+            let name = request.name;
+            let grant: GrantReply = client.expect(&name, &answer, Status::Acquired)?;
             client.text(|| {
                 format!(
                     "acquired {name} token {} expires {}",
-                    answer.u64("fencing_token"),
-                    rfc3339(answer.u64("expires_at_ms"))
+                    grant.fencing_token,
+                    rfc3339(grant.expires_at_ms)
                 )
             });
             Ok(0)
@@ -364,14 +448,15 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             conn,
         } => {
             let client = Client::new(conn, 0)?;
-            let mut body = json!({"namespace": namespace, "name": name, "owner": owner});
-            if let Some(token) = token {
-                body["fencing_token"] = token.into();
-            }
-            let answer = client.post("/v1/locks/unlock", &body)?;
-            if answer.status != "unlocked" {
-                return Err(client.refused(&name, &answer));
-            }
+            let request = UnlockRequest {
+                namespace: Some(namespace),
+                name,
+                owner,
+                fencing_token: token,
+            };
+            let answer = client.post(UnlockRequest::PATH, &request)?;
+            let name = request.name;
+            let _: StatusReply = client.expect(&name, &answer, Status::Unlocked)?;
             client.text(|| format!("unlocked {name}"));
             Ok(0)
         }
@@ -383,16 +468,20 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             conn,
         } => {
             let client = Client::new(conn, 0)?;
-            let body = json!({"namespace": namespace, "name": name, "owner": owner, "ttl_ms": ttl});
-            let answer = client.post("/v1/locks/extend", &body)?;
-            if answer.status != "extended" {
-                return Err(client.refused(&name, &answer));
-            }
+            let request = ExtendRequest {
+                namespace: Some(namespace),
+                name,
+                owner,
+                ttl_ms: ttl,
+            };
+            let answer = client.post(ExtendRequest::PATH, &request)?;
+            let name = request.name;
+            let grant: GrantReply = client.expect(&name, &answer, Status::Extended)?;
             client.text(|| {
                 format!(
                     "extended {name} token {} expires {}",
-                    answer.u64("fencing_token"),
-                    rfc3339(answer.u64("expires_at_ms"))
+                    grant.fencing_token,
+                    rfc3339(grant.expires_at_ms)
                 )
             });
             Ok(0)
@@ -403,26 +492,30 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             conn,
         } => {
             let client = Client::new(conn, 0)?;
-            let answer = client.post(
-                "/v1/locks/get",
-                &json!({"namespace": namespace, "name": name}),
-            )?;
-            match answer.status.as_str() {
-                "found" => {
+            let request = GetRequest {
+                namespace: Some(namespace),
+                name,
+            };
+            let answer = client.post(GetRequest::PATH, &request)?;
+            let name = request.name;
+            match answer.status {
+                Status::Found => {
+                    let found: FoundReply = client.reply(&answer)?;
                     client.text(|| {
                         format!(
                             "{name} held by {} token {} expires in {} ({})",
-                            answer.str("owner"),
-                            answer.u64("fencing_token"),
-                            remaining(answer.u64("expires_at_ms")),
-                            answer.str("durability"),
+                            found.owner,
+                            found.fencing_token,
+                            remaining(found.expires_at_ms),
+                            found.durability,
                         )
                     });
                     Ok(0)
                 }
                 // A free lock is an answer, not an error: like grep finding
                 // nothing, it exits 1 without complaining on stderr.
-                "not_found" => {
+                Status::NotFound => {
+                    let _: StatusReply = client.reply(&answer)?;
                     client.text(|| format!("{name} is free"));
                     Ok(1)
                 }
@@ -435,15 +528,15 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             conn,
         } => {
             let client = Client::new(conn, 0)?;
-            let mut path = format!("/v1/locks?namespace={}", encode_query(&namespace));
-            if !prefix.is_empty() {
-                let _ = write!(path, "&prefix={}", encode_query(&prefix));
-            }
-            let answer = client.get(&path)?;
-            if answer.status != "found" {
-                return Err(client.refused(&namespace, &answer));
-            }
-            client.text(|| table(&answer.json["locks"], &namespace, &prefix));
+            let query = ListQuery {
+                namespace: Some(namespace),
+                prefix: Some(prefix).filter(|p| !p.is_empty()),
+            };
+            let answer = client.get(&query.path())?;
+            let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+            let list: ListReply = client.expect(namespace, &answer, Status::Found)?;
+            let prefix = query.prefix.as_deref().unwrap_or("");
+            client.text(|| table(&list.locks, namespace, prefix));
             Ok(0)
         }
     }
@@ -476,8 +569,7 @@ fn normalize_server(server: &str) -> Result<String, Failure> {
     }
 }
 
-fn table(locks: &Value, namespace: &str, prefix: &str) -> String {
-    let locks = locks.as_array().map(Vec::as_slice).unwrap_or_default();
+fn table(locks: &[ListedLock], namespace: &str, prefix: &str) -> String {
     if locks.is_empty() {
         return if prefix.is_empty() {
             format!("no locks held in namespace {namespace:?}")
@@ -493,13 +585,12 @@ fn table(locks: &Value, namespace: &str, prefix: &str) -> String {
         "DURABILITY".to_string(),
     ]];
     for lock in locks {
-        let s = |field: &str| lock[field].as_str().unwrap_or("?").to_string();
         rows.push([
-            s("name"),
-            s("owner"),
-            lock["fencing_token"].as_u64().unwrap_or(0).to_string(),
-            remaining(lock["expires_at_ms"].as_u64().unwrap_or(0)),
-            s("durability"),
+            lock.name.clone(),
+            lock.owner.clone(),
+            lock.fencing_token.to_string(),
+            remaining(lock.expires_at_ms),
+            lock.durability.to_string(),
         ]);
     }
     let mut widths = [0; 5];
@@ -559,19 +650,6 @@ fn rfc3339(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-fn encode_query(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// Parses a human duration into milliseconds: `500ms`, `10s`, `5m`, `1h`,
@@ -692,12 +770,6 @@ mod tests {
     }
 
     #[test]
-    fn encodes_queries() {
-        assert_eq!(encode_query("a/b c&d=é"), "a%2Fb%20c%26d%3D%C3%A9");
-        assert_eq!(encode_query("job-1_x.y~"), "job-1_x.y~");
-    }
-
-    #[test]
     fn normalizes_servers() {
         assert_eq!(
             normalize_server("127.0.0.1:7450").unwrap(),
@@ -711,11 +783,14 @@ mod tests {
 
     #[test]
     fn tables_align() {
-        let locks = json!([
-            {"name": "a", "owner": "worker-1", "fencing_token": 7, "expires_at_ms": 0, "durability": "persistent"},
-            {"name": "long-name", "owner": "w", "fencing_token": 12345, "expires_at_ms": 0, "durability": "ephemeral"},
-        ]);
-        let t = table(&locks, "default", "");
+        let locks: ListReply = wire::parse_reply(
+            r#"{"status": "found", "locks": [
+                {"name": "a", "owner": "worker-1", "fencing_token": 7, "expires_at_ms": 0, "durability": "persistent"},
+                {"name": "long-name", "owner": "w", "fencing_token": 12345, "expires_at_ms": 0, "durability": "ephemeral"}
+            ]}"#,
+        )
+        .unwrap();
+        let t = table(&locks.locks, "default", "");
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(
@@ -726,9 +801,134 @@ mod tests {
             lines[2].starts_with("long-name  w         12345  0.0s"),
             "{t}"
         );
-        assert_eq!(
-            table(&json!([]), "ns", ""),
-            "no locks held in namespace \"ns\""
+        assert_eq!(table(&[], "ns", ""), "no locks held in namespace \"ns\"");
+    }
+
+    fn client() -> Client {
+        Client::new(
+            Conn {
+                server: "127.0.0.1:7450".to_string(),
+                format: Format::Text,
+                auth_token: None,
+            },
+            0,
+        )
+        .unwrap()
+    }
+
+    fn answer(route: &str, body: &str) -> Answer {
+        Answer {
+            route: route.to_string(),
+            body: body.to_string(),
+            status: wire::reply_status(body).unwrap().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_reply_missing_its_fencing_token_is_a_failure() {
+        let client = client();
+        let good = answer(
+            "POST /v1/locks/lock",
+            r#"{"expires_at_ms":5,"fencing_token":18446744073709551615,"status":"acquired"}"#,
+        );
+        let grant: GrantReply = client.expect("a", &good, Status::Acquired).unwrap();
+        assert_eq!(grant.fencing_token, u64::MAX);
+        for (route, body, expected, needle) in [
+            (
+                "POST /v1/locks/lock",
+                r#"{"expires_at_ms":5,"status":"acquired"}"#,
+                Status::Acquired,
+                "missing field `fencing_token`",
+            ),
+            (
+                "POST /v1/locks/extend",
+                r#"{"expires_at_ms":5,"fencing_token":"12","status":"extended"}"#,
+                Status::Extended,
+                "`fencing_token`: invalid type: string \"12\", expected u64",
+            ),
+            (
+                "POST /v1/locks/lock",
+                r#"{"message":"m","owner":"o","expires_at_ms":5,"durability":"persistent","status":"busy"}"#,
+                Status::Acquired,
+                "missing field `fencing_token`",
+            ),
+        ] {
+            let failure = client
+                .expect::<GrantReply>("a", &answer(route, body), expected)
+                .unwrap_err();
+            assert_eq!(failure.code, 3, "{body}: {failure:?}");
+            assert!(
+                failure.message.contains(needle) && failure.message.contains(route),
+                "{body}: {}",
+                failure.message
+            );
+            assert!(failure.message.contains("http://127.0.0.1:7450"));
+        }
+        // get and ls parse the same way.
+        let found = answer(
+            "POST /v1/locks/get",
+            r#"{"durability":"persistent","expires_at_ms":5,"owner":"o","status":"found"}"#,
+        );
+        let failure = client.reply::<FoundReply>(&found).unwrap_err();
+        assert_eq!(failure.code, 3);
+        assert!(
+            failure.message.contains("missing field `fencing_token`"),
+            "{}",
+            failure.message
+        );
+        let listed = answer(
+            "GET /v1/locks",
+            r#"{"locks":[{"name":"a","owner":"o","fencing_token":-3,"expires_at_ms":5,"durability":"persistent"}],"status":"found"}"#,
+        );
+        let failure = client.reply::<ListReply>(&listed).unwrap_err();
+        assert!(
+            failure
+                .message
+                .contains("`locks[0].fencing_token`: invalid value: integer `-3`"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn refusals_map_status_words_to_exit_codes() {
+        let client = client();
+        let busy = answer(
+            "POST /v1/locks/lock",
+            r#"{"durability":"persistent","expires_at_ms":0,"fencing_token":9,"message":"m","owner":"o","status":"busy"}"#,
+        );
+        let failure = client.refused("a", &busy);
+        assert_eq!(failure.code, 1);
+        assert!(
+            failure
+                .message
+                .starts_with("a is busy: held by \"o\" (token 9)"),
+            "{failure:?}"
+        );
+        for (word, code) in [
+            ("not_owner", 1),
+            ("not_held", 1),
+            ("not_found", 1),
+            ("invalid_argument", 2),
+            ("unauthorized", 2),
+            ("denied", 2),
+            ("unavailable", 3),
+            // A success word where a refusal was expected: not lockd's answer.
+            ("found", 3),
+        ] {
+            let body = format!(r#"{{"message":"m","status":"{word}"}}"#);
+            let failure = client.refused("a", &answer("POST /v1/locks/unlock", &body));
+            assert_eq!(failure.code, code, "{word}: {failure:?}");
+        }
+        // An error body without its message is malformed, not defaulted.
+        let failure = client.refused(
+            "a",
+            &answer("POST /v1/locks/unlock", r#"{"status":"denied"}"#),
+        );
+        assert_eq!(failure.code, 3);
+        assert!(
+            failure.message.contains("missing field `message`"),
+            "{failure:?}"
         );
     }
 }

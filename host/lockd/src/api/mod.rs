@@ -6,7 +6,7 @@
 //! [`error_response`]; everything else (auth, routing, body limits) answers
 //! before the [`LockService`] is called, so bad input never reaches a store.
 
-mod wire;
+pub mod wire;
 
 use std::error::Error as StdError;
 
@@ -14,12 +14,15 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use lockd_core::{Durability, LockError, LockOptions, LockService};
+use lockd_core::{Durability, ErrorKind, LockError, LockOptions, LockService};
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::http_body::{full, Body};
-use wire::{ExtendRequest, GetRequest, LockRequest, UnlockRequest};
+use wire::{
+    BusyReply, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply, ListQuery, ListReply,
+    LockRequest, Status, StatusReply, UnlockRequest,
+};
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -56,11 +59,11 @@ enum Route {
 impl Route {
     fn of(path: &str) -> Option<Route> {
         Some(match path {
-            "/v1/locks/lock" => Route::Lock,
-            "/v1/locks/unlock" => Route::Unlock,
-            "/v1/locks/extend" => Route::Extend,
-            "/v1/locks/get" => Route::Get,
-            "/v1/locks" => Route::List,
+            LockRequest::PATH => Route::Lock,
+            UnlockRequest::PATH => Route::Unlock,
+            ExtendRequest::PATH => Route::Extend,
+            GetRequest::PATH => Route::Get,
+            wire::LIST_PATH => Route::List,
             "/metrics" => Route::Metrics,
             "/healthz" => Route::Healthz,
             "/openapi.json" => Route::OpenApi,
@@ -98,7 +101,7 @@ impl Api {
 
     /// Whether `path` is one of lockd's own routes.
     pub fn owns(path: &str) -> bool {
-        path == "/v1/locks"
+        path == wire::LIST_PATH
             || path.starts_with("/v1/")
             || matches!(path, "/metrics" | "/healthz" | "/openapi.json")
     }
@@ -122,7 +125,7 @@ impl Api {
         let Some(route) = route else {
             return failure(
                 StatusCode::NOT_FOUND,
-                "not_found",
+                Status::NotFound,
                 format!("no route {path}; see /openapi.json for the API"),
             );
         };
@@ -130,7 +133,7 @@ impl Api {
             let allowed = route.method();
             let mut response = failure(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_argument",
+                Status::InvalidArgument,
                 format!("{path} takes {allowed}, not {}", req.method()),
             );
             response
@@ -149,7 +152,10 @@ impl Api {
                 METRICS_CONTENT_TYPE,
                 self.service.render_metrics(),
             )),
-            Route::Healthz => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+            Route::Healthz => Ok(json_response(
+                StatusCode::OK,
+                &StatusReply { status: Status::Ok },
+            )),
             Route::OpenApi => Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON)),
         };
         result.unwrap_or_else(|response| response)
@@ -178,7 +184,7 @@ impl Api {
         };
         let mut response = failure(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            Status::Unauthorized,
             message.to_string(),
         );
         response
@@ -206,14 +212,7 @@ impl Api {
             .lock(namespace, &r.name, &r.owner, r.ttl_ms, options)
             .await
             .map_err(|e| error_response(&e))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &json!({
-                "status": "acquired",
-                "fencing_token": grant.fencing_token,
-                "expires_at_ms": grant.expires_at_ms,
-            }),
-        ))
+        Ok(json_response(StatusCode::OK, &GrantReply::acquired(grant)))
     }
 
     async fn unlock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
@@ -229,7 +228,9 @@ impl Api {
             .map_err(|e| error_response(&e))?;
         Ok(json_response(
             StatusCode::OK,
-            &json!({"status": "unlocked"}),
+            &StatusReply {
+                status: Status::Unlocked,
+            },
         ))
     }
 
@@ -245,14 +246,7 @@ impl Api {
             .extend(namespace, &r.name, &r.owner, r.ttl_ms)
             .await
             .map_err(|e| error_response(&e))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &json!({
-                "status": "extended",
-                "fencing_token": grant.fencing_token,
-                "expires_at_ms": grant.expires_at_ms,
-            }),
-        ))
+        Ok(json_response(StatusCode::OK, &GrantReply::extended(grant)))
     }
 
     async fn get<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
@@ -268,98 +262,46 @@ impl Api {
             .await
             .map_err(|e| error_response(&e))?;
         Ok(match info {
-            Some(info) => json_response(
-                StatusCode::OK,
-                &json!({
-                    "status": "found",
-                    "owner": info.owner,
-                    "fencing_token": info.fencing_token,
-                    "expires_at_ms": info.expires_at_ms,
-                    "durability": durability_word(info.durability),
-                }),
+            Some(info) => json_response(StatusCode::OK, &FoundReply::from(info)),
+            None => json_response(
+                StatusCode::NOT_FOUND,
+                &StatusReply {
+                    status: Status::NotFound,
+                },
             ),
-            None => json_response(StatusCode::NOT_FOUND, &json!({"status": "not_found"})),
         })
     }
 
     async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
-        let mut namespace = None;
-        let mut prefix = None;
-        for (key, value) in wire::parse_query(query).map_err(invalid_argument)? {
-            let slot = match key.as_str() {
-                "namespace" => &mut namespace,
-                "prefix" => &mut prefix,
-                other => {
-                    return Err(invalid_argument(format!(
-                        "unknown query parameter {other:?}; expected namespace or prefix"
-                    )))
-                }
-            };
-            if slot.replace(value).is_some() {
-                return Err(invalid_argument(format!(
-                    "query parameter {key:?} given twice"
-                )));
-            }
-        }
-        let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let query = ListQuery::parse(query).map_err(invalid_argument)?;
+        let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
         let locks = self
             .service
-            .list(&namespace, prefix.as_deref().unwrap_or(""))
+            .list(namespace, query.prefix.as_deref().unwrap_or(""))
             .await
             .map_err(|e| error_response(&e))?;
-        let locks: Vec<Value> = locks
-            .into_iter()
-            .map(|l| {
-                json!({
-                    "name": l.name,
-                    "owner": l.info.owner,
-                    "fencing_token": l.info.fencing_token,
-                    "expires_at_ms": l.info.expires_at_ms,
-                    "durability": durability_word(l.info.durability),
-                })
-            })
-            .collect();
-        Ok(json_response(
-            StatusCode::OK,
-            &json!({"status": "found", "locks": locks}),
-        ))
+        Ok(json_response(StatusCode::OK, &ListReply::new(locks)))
     }
 }
 
-/// The one mapping of lock errors to HTTP: status word, code and body.
+/// The one mapping of lock errors to HTTP: the status word is the error's
+/// [`kind`](LockError::kind), the body a [`BusyReply`] (with the holder) or
+/// an [`ErrorReply`].
 pub fn error_response(err: &LockError) -> Response<Body> {
+    let kind = err.kind();
+    let code = match kind {
+        ErrorKind::Busy | ErrorKind::NotOwner | ErrorKind::NotHeld => StatusCode::CONFLICT,
+        ErrorKind::InvalidArgument => StatusCode::BAD_REQUEST,
+        ErrorKind::Denied => StatusCode::FORBIDDEN,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        // A kind added to the core later: its outcome is unknown to this
+        // surface, which is what `unavailable` (its status word) says.
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
     let message = err.to_string();
     match err {
-        LockError::Busy(holder) => json_response(
-            StatusCode::CONFLICT,
-            &json!({
-                "status": "busy",
-                "owner": holder.owner,
-                "fencing_token": holder.fencing_token,
-                "expires_at_ms": holder.expires_at_ms,
-                "durability": durability_word(holder.durability),
-                "message": message,
-            }),
-        ),
-        LockError::NotOwner => failure(StatusCode::CONFLICT, "not_owner", message),
-        LockError::NotHeld => failure(StatusCode::CONFLICT, "not_held", message),
-        LockError::InvalidArgument(_) => {
-            failure(StatusCode::BAD_REQUEST, "invalid_argument", message)
-        }
-        LockError::Denied(_) => failure(StatusCode::FORBIDDEN, "denied", message),
-        LockError::Unavailable(_) => {
-            failure(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
-        }
-        // A variant added to the core later: its outcome is unknown to this
-        // surface, which is what `unavailable` says.
-        _ => failure(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
-    }
-}
-
-fn durability_word(durability: Durability) -> &'static str {
-    match durability {
-        Durability::Persistent => "persistent",
-        Durability::Ephemeral => "ephemeral",
+        LockError::Busy(holder) => json_response(code, &BusyReply::new(holder, message)),
+        _ => failure(code, Status::from(kind), message),
     }
 }
 
@@ -373,7 +315,7 @@ where
     let too_large = || {
         let mut response = failure(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_argument",
+            Status::InvalidArgument,
             format!("body over {MAX_BODY_BYTES} bytes"),
         );
         // The rest of the body is never read, so the connection cannot be reused.
@@ -407,15 +349,24 @@ where
 }
 
 fn invalid_argument(message: String) -> Response<Body> {
-    failure(StatusCode::BAD_REQUEST, "invalid_argument", message)
+    failure(StatusCode::BAD_REQUEST, Status::InvalidArgument, message)
 }
 
-fn failure(code: StatusCode, status: &str, message: String) -> Response<Body> {
-    json_response(code, &json!({"status": status, "message": message}))
+fn failure(code: StatusCode, status: Status, message: String) -> Response<Body> {
+    json_response(code, &ErrorReply { message, status })
 }
 
-fn json_response(code: StatusCode, body: &Value) -> Response<Body> {
-    text(code, "application/json", body.to_string())
+fn json_response(code: StatusCode, body: &impl Serialize) -> Response<Body> {
+    match serde_json::to_vec(body) {
+        Ok(json) => text(code, "application/json", json),
+        // The wire types hold strings and integers only, so this cannot
+        // happen; if it did, the client learns it without a panic.
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("cannot encode the response: {e}"),
+        ),
+    }
 }
 
 fn text(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
@@ -441,6 +392,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
