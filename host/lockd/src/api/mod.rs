@@ -122,6 +122,9 @@ impl Api {
                 return refusal;
             }
         }
+        if route.is_some() {
+            tracing::Span::current().record("route", path.as_str());
+        }
         let Some(route) = route else {
             return failure(
                 StatusCode::NOT_FOUND,
@@ -158,7 +161,14 @@ impl Api {
             )),
             Route::OpenApi => Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON)),
         };
-        result.unwrap_or_else(|response| response)
+        match result {
+            Ok(response) => {
+                record_outcome("ok");
+                response
+            }
+            // Refusals recorded their status word as they were built.
+            Err(response) => response,
+        }
     }
 
     /// `None` when the request may pass, else the 401 to answer.
@@ -205,6 +215,7 @@ impl Api {
             ..LockOptions::default()
         };
         let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
         // A waiting lock parks here, in the engine's FIFO queue. If the client
         // hangs up, hyper drops this future and the waiter leaves the queue.
         let grant = self
@@ -222,6 +233,7 @@ impl Api {
     {
         let r: UnlockRequest = read_json(req).await?;
         let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
         self.service
             .unlock(namespace, &r.name, &r.owner, r.fencing_token)
             .await
@@ -241,6 +253,7 @@ impl Api {
     {
         let r: ExtendRequest = read_json(req).await?;
         let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
         let grant = self
             .service
             .extend(namespace, &r.name, &r.owner, r.ttl_ms)
@@ -256,6 +269,7 @@ impl Api {
     {
         let r: GetRequest = read_json(req).await?;
         let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
         let info = self
             .service
             .get(namespace, &r.name)
@@ -275,6 +289,7 @@ impl Api {
     async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
         let query = ListQuery::parse(query).map_err(invalid_argument)?;
         let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
         let locks = self
             .service
             .list(namespace, query.prefix.as_deref().unwrap_or(""))
@@ -298,6 +313,7 @@ pub fn error_response(err: &LockError) -> Response<Body> {
         // surface, which is what `unavailable` (its status word) says.
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
+    record_outcome(kind.as_str());
     let message = err.to_string();
     match err {
         LockError::Busy(holder) => json_response(code, &BusyReply::new(holder, message)),
@@ -353,7 +369,18 @@ fn invalid_argument(message: String) -> Response<Body> {
 }
 
 fn failure(code: StatusCode, status: Status, message: String) -> Response<Body> {
+    record_outcome(status.as_str());
     json_response(code, &ErrorReply { message, status })
+}
+
+/// Fills in the request span's `namespace` (see `serve::Router::route`).
+fn record_namespace(namespace: &str) {
+    tracing::Span::current().record("namespace", namespace);
+}
+
+/// Fills in the request span's `outcome`: `ok`, or the refusal's status word.
+fn record_outcome(word: &'static str) {
+    tracing::Span::current().record("outcome", word);
 }
 
 fn json_response(code: StatusCode, body: &impl Serialize) -> Response<Body> {
