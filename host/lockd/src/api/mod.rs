@@ -313,10 +313,12 @@ pub fn error_response(err: &LockError) -> Response<Body> {
         // surface, which is what `unavailable` (its status word) says.
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
-    record_outcome(kind.as_str());
     let message = err.to_string();
     match err {
-        LockError::Busy(holder) => json_response(code, &BusyReply::new(holder, message)),
+        LockError::Busy(holder) => {
+            record_outcome(kind.as_str());
+            json_response(code, &BusyReply::new(holder, message))
+        }
         _ => failure(code, Status::from(kind), message),
     }
 }
