@@ -1,5 +1,5 @@
 //! Recording the operations clients ran against a lock service, and checking
-//! the recorded history against the lock contract (design.md §1).
+//! the recorded history against the lock contract (docs/contract.md).
 //!
 //! The harness in `host/lockd/tests/crash_under_load.rs` records every call
 //! it makes with a [`Recorder`], SIGKILLs the server at random moments
@@ -83,7 +83,7 @@
 //!    or the same token with the same owner (an idempotent relock, or the
 //!    same lease observed again). Also, one acknowledged token never has two
 //!    owners. Tokens a client saw but that were never acknowledged bind
-//!    nothing (design.md: the server may reissue them after a crash).
+//!    nothing (docs/contract.md#c13-unavailable: the server may reissue them after a crash).
 //! 4. **A released lock stays released** ([`Rule::LostUnlock`]). After an
 //!    acknowledged unlock with an explicit token of an acknowledged lease
 //!    completed, no call invoked later shows that token alive.

@@ -11,7 +11,7 @@ use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A lock store. Arguments reach it already validated by
-/// [`LockService`](crate::LockService); it owns the semantics of design.md §1:
+/// [`LockService`](crate::LockService); it owns the semantics of docs/contract.md:
 /// idempotent re-lock, owner- and token-checked unlock and extend, expiry on
 /// every read, a FIFO wait queue, and fencing tokens that never go backwards.
 pub trait LockBackend: Send + Sync + 'static {

@@ -3,7 +3,7 @@
 
 use crate::error::LockError;
 
-/// Limits on caller input. The defaults are those of design.md §1.
+/// Limits on caller input. The defaults are those of docs/contract.md#c11-limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest lock name, in bytes (default 512).

@@ -111,7 +111,7 @@ impl LockService {
         result
     }
 
-    /// Takes `name` for `owner`; see design.md §1.
+    /// Takes `name` for `owner`; see docs/contract.md#c1-grant.
     pub async fn lock(
         &self,
         namespace: &str,

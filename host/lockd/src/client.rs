@@ -1,5 +1,5 @@
 //! The CLI client: `lockd lock | unlock | extend | get | ls` over the REST
-//! API (design.md §4), with blocking HTTP (ureq), outside any async runtime.
+//! API (docs/http.md), with blocking HTTP (ureq), outside any async runtime.
 //!
 //! Requests are built and replies parsed with the server's own wire types
 //! ([`lockd::api::wire`]). A reply whose status word is known but whose

@@ -1,4 +1,4 @@
-//! Kill -9 under load (the reliability issue, §1): `lockd serve` on the redb
+//! Kill -9 under load (docs/reliability.md, "Kill -9 under load"): `lockd serve` on the redb
 //! store, driven over REST by 16 concurrent clients on 4 hot and 40 cold
 //! names (lock with and without wait, relock, extend, unlock with token,
 //! get, all persistent), is SIGKILLed at random moments and restarted on the

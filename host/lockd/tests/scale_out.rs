@@ -1,4 +1,4 @@
-//! Many lockd hosts, one etcd (the scale-out issue, §2): three etcd members
+//! Many lockd hosts, one etcd (docs/scale-out.md): three etcd members
 //! and two `lockd serve --store etcd:<all three>` processes on loopback, each
 //! host in its own working directory, driven over REST.
 //!

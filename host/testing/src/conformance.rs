@@ -1,4 +1,4 @@
-//! The conformance suite: the lock contract of design.md §1, run against any
+//! The conformance suite: the lock contract of docs/contract.md, run against any
 //! [`LockBackend`] through a [`LockService`].
 //!
 //! A backend crate runs it with one macro call in a test file:

@@ -1,4 +1,4 @@
-//! A reference model of the lock contract (design.md §1), and random
+//! A reference model of the lock contract (docs/contract.md), and random
 //! operation sequences to check a real store against it.
 //!
 //! [`Model`] is a deliberately naive, sequential restatement of the

@@ -1,4 +1,4 @@
-//! Hostile guests (issue 5 §3, wasm): `guest/rust-hostile` attacks the host
+//! Hostile guests (docs/contract.md#isolation, wasm): `guest/rust-hostile` attacks the host
 //! through the raw lock capability, run through the path `lockd run` uses
 //! (`common::run_guest`), against a redb store.
 //!

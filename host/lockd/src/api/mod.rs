@@ -1,4 +1,4 @@
-//! The REST API (design.md §4): JSON over HTTP/1.1 for non-wasm clients and
+//! The REST API (docs/http.md, docs/contract.md#errors): JSON over HTTP/1.1 for non-wasm clients and
 //! the CLI. `docs/openapi.json` describes it and is served at
 //! `/openapi.json`; `tests/rest.rs` keeps the two in agreement.
 //!
