@@ -1,4 +1,4 @@
-//! lockd's benchmark suite (the performance issue): the lock capability, the
+//! lockd's benchmark suite (docs/benchmarks.md): the lock capability, the
 //! embedded store, edge functions and the REST API, measured against Redis
 //! and etcd started by the suite itself in the same run, so that every ratio
 //! compares figures taken on the same machine at the same time.
