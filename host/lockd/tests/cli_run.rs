@@ -157,5 +157,8 @@ fn logs_are_json_lines_on_request() {
         .unwrap_or_else(|| panic!("no JSON trap line in:\n{stderr}"));
     assert_eq!(trap["level"], "ERROR", "{trap}");
     assert_eq!(trap["namespace"], "trapping", "{trap}");
-    assert!(trap["trap"].as_str().is_some_and(|t| !t.is_empty()), "{trap}");
+    assert!(
+        trap["trap"].as_str().is_some_and(|t| !t.is_empty()),
+        "{trap}"
+    );
 }
