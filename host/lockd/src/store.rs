@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use lockd_core::{Engine, LockBackend, LockError, SystemClock};
+use lockd_core::{Engine, LockBackend, SystemClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
 
 /// Where lock state lives.
@@ -37,8 +37,7 @@ impl FromStr for StoreSpec {
             Some(("redb", path)) if !path.is_empty() => Ok(StoreSpec::Redb(PathBuf::from(path))),
             Some(("etcd", list)) => match EtcdOptions::from_endpoint_list(list) {
                 Ok(options) => Ok(StoreSpec::Etcd(options)),
-                Err(LockError::InvalidArgument(why)) => Err(format!("bad store {s:?}: {why}")),
-                Err(other) => Err(format!("bad store {s:?}: {other}")),
+                Err(why) => Err(format!("bad store {s:?}: {why}")),
             },
             _ => Err(format!("unknown store {s:?}: expected {EXPECTED}")),
         }

@@ -2,22 +2,23 @@
 //!
 //! etcd-client balances requests over every endpoint (tonic's p2c
 //! balancer), and tonic keeps an endpoint whose connections are refused in
-//! rotation: each request sent there fails at once and is sent again
-//! ([`crate::store::call_etcd`]), possibly to the same dead member, with a
+//! rotation: each request sent there fails at once and is sent again (see
+//! `call_etcd` in `rpc.rs`), possibly to the same dead member, with a
 //! growing pause. After one member of three died, calls stalled for up to
 //! hundreds of milliseconds.
 //!
-//! So a refused request wakes [`Inner::keep_endpoints`], which probes every
-//! endpoint with a TCP connect and takes those that refuse out of rotation
-//! (never the last one in it). While any is out, it probes again every
-//! [`REPROBE`] and puts back those that accept.
+//! So a refused request ([`Rotation::refused`]) wakes [`Rotation::keep`],
+//! which probes every endpoint with a TCP connect and takes those that
+//! refuse out of rotation (never the last one in it). While any is out, it
+//! probes again every [`REPROBE`] and puts back those that accept.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use etcd_client::Client;
 use tokio::net::TcpStream;
-
-use crate::store::Inner;
+use tokio::sync::Notify;
 
 /// How often endpoints taken out of rotation are probed again.
 const REPROBE: Duration = Duration::from_secs(1);
@@ -29,52 +30,65 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// Longest wait for one probe's connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Which of the configured endpoints (`EtcdOptions::endpoints`, by index)
-/// are out of the client's rotation.
+/// The configured endpoints (`EtcdOptions::endpoints`) and which of them,
+/// by index, are out of the client's rotation.
 #[derive(Debug)]
 pub(crate) struct Rotation {
-    out: std::sync::Mutex<Vec<bool>>,
+    endpoints: Vec<String>,
+    out: Mutex<Vec<bool>>,
+    /// Woken when a request was refused by the endpoint it was sent to.
+    refused: Notify,
+    /// How many requests were refused so far (diagnostics).
+    refused_total: AtomicU64,
 }
 
 impl Rotation {
-    pub(crate) fn new(endpoints: usize) -> Rotation {
+    pub(crate) fn new(endpoints: Vec<String>) -> Rotation {
         Rotation {
-            out: std::sync::Mutex::new(vec![false; endpoints]),
+            out: Mutex::new(vec![false; endpoints.len()]),
+            endpoints,
+            refused: Notify::new(),
+            refused_total: AtomicU64::new(0),
         }
     }
 
-    /// Those of `endpoints` that requests may go to now.
-    pub(crate) fn in_use(&self, endpoints: &[String]) -> Vec<String> {
+    /// Every configured endpoint, in or out of rotation.
+    pub(crate) fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The endpoints that requests may go to now.
+    pub(crate) fn in_use(&self) -> Vec<String> {
         let out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        endpoints
+        self.endpoints
             .iter()
             .zip(out.iter())
             .filter(|(_, out)| !**out)
             .map(|(e, _)| e.clone())
             .collect()
     }
-}
 
-/// Whether `endpoint` (`http://HOST:PORT`, as validated by the options)
-/// accepts a TCP connection.
-async fn accepts(endpoint: &str) -> bool {
-    let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-    let authority = authority.trim_end_matches('/');
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(authority)).await,
-        Ok(Ok(_))
-    )
-}
+    /// Records a request that the endpoint it was sent to refused, and
+    /// wakes the probe loop.
+    pub(crate) fn refused(&self) {
+        self.refused_total.fetch_add(1, Ordering::Relaxed);
+        self.refused.notify_one();
+    }
 
-impl Inner {
-    /// Runs for the backend's life (aborted when it is dropped).
-    pub(crate) async fn keep_endpoints(self: Arc<Self>) {
-        let endpoints = &self.options.endpoints;
+    /// How many requests were refused so far.
+    pub(crate) fn refused_total(&self) -> u64 {
+        self.refused_total.load(Ordering::Relaxed)
+    }
+
+    /// Runs for the backend's life (aborted when it is dropped), taking
+    /// endpoints out of `client`'s rotation and putting them back.
+    pub(crate) async fn keep(&self, client: &Client) {
+        let endpoints = &self.endpoints;
         if endpoints.len() < 2 {
             return;
         }
         loop {
-            let any_out = self.rotation.in_use(endpoints).len() < endpoints.len();
+            let any_out = self.in_use().len() < endpoints.len();
             if any_out {
                 tokio::select! {
                     () = self.refused.notified() => {}
@@ -87,17 +101,17 @@ impl Inner {
             for e in endpoints {
                 alive.push(accepts(e).await);
             }
-            self.apply_probe(&alive).await;
+            self.apply_probe(client, &alive).await;
             tokio::time::sleep(SETTLE).await;
         }
     }
 
     /// Puts back the endpoints that accept and takes out those that do not,
     /// keeping at least one in rotation.
-    async fn apply_probe(&self, alive: &[bool]) {
+    async fn apply_probe(&self, client: &Client, alive: &[bool]) {
         let mut changes = Vec::new();
         {
-            let mut out = self.rotation.out.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
             for (i, &ok) in alive.iter().enumerate() {
                 if ok && out[i] {
                     out[i] = false;
@@ -117,13 +131,35 @@ impl Inner {
             }
         }
         for (i, put_back) in changes {
-            let endpoint = &self.options.endpoints[i];
-            // A failure means the client is gone (the backend is closing).
-            let _ = if put_back {
-                self.client.add_endpoint(endpoint).await
+            let endpoint = &self.endpoints[i];
+            let changed = if put_back {
+                tracing::info!(
+                    endpoint = %endpoint,
+                    "etcd endpoint rejoined the rotation: accepts connections again"
+                );
+                client.add_endpoint(endpoint).await
             } else {
-                self.client.remove_endpoint(endpoint).await
+                tracing::warn!(
+                    endpoint = %endpoint,
+                    "etcd endpoint left the rotation: refused connections"
+                );
+                client.remove_endpoint(endpoint).await
             };
+            if let Err(e) = changed {
+                // A failure means the client is gone (the backend is closing).
+                tracing::debug!(endpoint = %endpoint, error = %e, "etcd client did not take the rotation change");
+            }
         }
     }
+}
+
+/// Whether `endpoint` (`http://HOST:PORT`, as validated by the options)
+/// accepts a TCP connection.
+async fn accepts(endpoint: &str) -> bool {
+    let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+    let authority = authority.trim_end_matches('/');
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(authority)).await,
+        Ok(Ok(_))
+    )
 }

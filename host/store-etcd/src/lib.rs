@@ -53,7 +53,7 @@
 //!   refresh (idempotent re-lock, extend) writes the same record with the
 //!   token stored in it, since the refresh moves `mod_revision`. A refresh
 //!   whose answer arrives after the expiry it checked may have landed after
-//!   it, so it is taken back (see `Inner::refresh`).
+//!   it, so it is taken back (see `Inner::refresh` in `store/grant.rs`).
 //! - **Dead members** leave the client's rotation at their first refused
 //!   request and come back once they accept connections (`endpoints.rs`).
 //! - **Waiting.** A caller that must wait puts a waiter key under the lock's
@@ -85,159 +85,40 @@
 
 mod endpoints;
 mod keys;
+mod leases;
 mod local;
+mod options;
+mod recent;
 mod record;
+mod rpc;
+mod stats;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use etcd_client::{Client, ConnectOptions};
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Grant, Key, ListedLock, LockBackend, LockError, LockInfo,
     LockOptions,
 };
-use tokio::runtime::Handle;
-use tokio::sync::{oneshot, watch};
 
-use crate::keys::Layout;
-use crate::store::{Inner, StatsCache};
-
-/// How to reach etcd and how to use it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdOptions {
-    /// Client URLs of the cluster's members, such as `http://127.0.0.1:2379`.
-    pub endpoints: Vec<String>,
-    /// Every key lockd writes starts with this (default `/lockd`). Hosts
-    /// that share locks must use the same prefix.
-    pub prefix: String,
-    /// How long to wait for a connection to an endpoint.
-    pub dial_timeout: Duration,
-    /// How long any one etcd request may take before the operation answers
-    /// `unavailable`.
-    pub request_timeout: Duration,
-    /// Added to a grant's TTL to size its etcd lease (rounded up to whole
-    /// seconds). Must exceed the clock skew between lockd hosts and etcd.
-    pub lease_slack: Duration,
-    /// TTL of the session lease that carries this backend's waiter keys and
-    /// ephemeral locks: how long they outlive a host that died (whole
-    /// seconds, at least 2).
-    pub session_ttl: Duration,
-}
-
-impl EtcdOptions {
-    /// Options for `endpoints` with the defaults: prefix `/lockd`, dial 5 s,
-    /// requests 5 s, lease slack 5 s, session 10 s.
-    pub fn new<I, S>(endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        EtcdOptions {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            prefix: "/lockd".to_string(),
-            dial_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(5),
-            lease_slack: Duration::from_secs(5),
-            session_ttl: Duration::from_secs(10),
-        }
-    }
-
-    /// Options from a comma-separated endpoint list, as in
-    /// `--store etcd:http://a:2379,http://b:2379` (the part after `etcd:`).
-    /// Every endpoint must be `http://HOST:PORT`: the client is built
-    /// without TLS, so an `https://` endpoint could never connect, and a
-    /// bare `HOST:PORT` is refused rather than guessed at.
-    pub fn from_endpoint_list(list: &str) -> Result<Self, LockError> {
-        let endpoints: Vec<&str> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        if endpoints.is_empty() {
-            return Err(LockError::InvalidArgument(
-                "an etcd store needs at least one endpoint, as in etcd:http://127.0.0.1:2379"
-                    .into(),
-            ));
-        }
-        for endpoint in &endpoints {
-            check_endpoint(endpoint).map_err(|why| {
-                LockError::InvalidArgument(format!(
-                    "etcd endpoint {endpoint:?} {why}; expected http://HOST:PORT, \
-                     as in etcd:http://127.0.0.1:2379"
-                ))
-            })?;
-        }
-        Ok(EtcdOptions::new(endpoints))
-    }
-
-    pub(crate) fn session_ttl_secs(&self) -> i64 {
-        (self.session_ttl.as_secs().max(2)).min(i64::MAX as u64) as i64
-    }
-}
-
-/// Why `endpoint` is not `http://HOST:PORT`, if it is not.
-fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
-    let Some(authority) = endpoint.strip_prefix("http://") else {
-        return Err(if endpoint.starts_with("https://") {
-            "uses https, which this build does not support"
-        } else {
-            "is not an http:// URL"
-        });
-    };
-    // A trailing `/` is harmless; any other path is a mistake.
-    let authority = authority.strip_suffix('/').unwrap_or(authority);
-    if authority.contains(['/', '?', '#', '@']) || authority.contains(char::is_whitespace) {
-        return Err("has a path, query, user or spaces after the host");
-    }
-    let Some((host, port)) = authority.rsplit_once(':') else {
-        return Err("has no port");
-    };
-    if host.is_empty() || host == "[]" {
-        return Err("has no host");
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(()),
-        _ => Err("has no valid port"),
-    }
-}
-
-/// Backends dropped in this process whose session is still being revoked.
-/// A new backend waits for them, so a restart within one process sees the
-/// ephemeral locks of its predecessor gone.
-static RETIRING: Mutex<Vec<watch::Receiver<bool>>> = Mutex::new(Vec::new());
-
-async fn wait_for_retired(limit: Duration) {
-    let pending: Vec<watch::Receiver<bool>> = {
-        let mut all = RETIRING.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|rx| !*rx.borrow() && rx.has_changed().is_ok());
-        all.clone()
-    };
-    let all = async {
-        for mut rx in pending {
-            // An error means the revoking task is gone: nothing to wait for.
-            let _ = rx.wait_for(|done| *done).await;
-        }
-    };
-    let _ = tokio::time::timeout(limit, all).await;
-}
+pub use crate::options::{ConfigError, EtcdOptions};
+use crate::store::Inner;
 
 /// A [`LockBackend`] on etcd. Open it with [`EtcdBackend::connect`]; drop
 /// it to end its session (its ephemeral locks and waiter keys go too).
 pub struct EtcdBackend {
     inner: Arc<Inner>,
-    keepalive: tokio::task::JoinHandle<()>,
-    /// Keeps members that refuse connections out of the client's rotation.
-    rotation: tokio::task::JoinHandle<()>,
+    /// The session's keep-alive, and the task that keeps members that
+    /// refuse connections out of the client's rotation.
+    background: [tokio::task::JoinHandle<()>; 2],
 }
 
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
-            .field("options", &self.inner.options)
+            .field("options", self.inner.options())
             .field("session", &self.inner.session())
             .finish_non_exhaustive()
     }
@@ -254,83 +135,29 @@ impl EtcdBackend {
                 "an etcd store needs at least one endpoint".into(),
             ));
         }
-        wait_for_retired(options.request_timeout).await;
-        let connect_options = ConnectOptions::new()
-            .with_connect_timeout(options.dial_timeout)
-            .with_timeout(options.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(false);
-        let unreachable = |e: &dyn std::fmt::Display| {
-            LockError::Unavailable(format!(
-                "cannot reach etcd at {}: {e}",
-                options.endpoints.join(",")
-            ))
-        };
-        let client = match tokio::time::timeout(
-            options.dial_timeout,
-            Client::connect(&options.endpoints, Some(connect_options)),
-        )
-        .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(unreachable(&e)),
-            Err(_) => return Err(unreachable(&"timed out")),
-        };
-        let inner = Arc::new(Inner {
-            client,
-            layout: Layout::new(&options.prefix),
-            clock,
-            rotation: endpoints::Rotation::new(options.endpoints.len()),
-            options,
-            session: AtomicI64::new(0),
-            handle: Handle::current(),
-            turns: Default::default(),
-            pending: Default::default(),
-            next_waiter: AtomicU64::new(0),
-            stats: StatsCache::default(),
-            leases: Default::default(),
-            recent: Default::default(),
-            refused: Default::default(),
-            refused_total: AtomicU64::new(0),
-        });
-        let session = inner
-            .grant_lease(inner.options.session_ttl_secs())
-            .await
-            .map_err(|e| match e {
-                LockError::Unavailable(m) => {
-                    LockError::Unavailable(format!("cannot open a session on etcd: {m}"))
-                }
-                other => other,
-            })?;
-        inner
-            .session
-            .store(session, std::sync::atomic::Ordering::Relaxed);
-        let keepalive = inner.handle.spawn(inner.clone().keep_session());
-        let rotation = inner.handle.spawn(inner.clone().keep_endpoints());
-        Ok(EtcdBackend {
-            inner,
-            keepalive,
-            rotation,
-        })
+        leases::wait_for_retired(options.request_timeout).await;
+        let inner = Inner::connect(options, clock).await.inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot connect to the etcd store");
+        })?;
+        let background = inner.spawn_background();
+        Ok(EtcdBackend { inner, background })
     }
 
     /// The options in force.
     pub fn options(&self) -> &EtcdOptions {
-        &self.inner.options
+        self.inner.options()
     }
 
     /// The endpoints requests go to now: the configured ones less those
     /// taken out of rotation because they refused connections (they are
     /// probed every second and put back once they accept).
     pub fn endpoints_in_use(&self) -> Vec<String> {
-        self.inner.rotation.in_use(&self.inner.options.endpoints)
+        self.inner.endpoints_in_use()
     }
 
     /// How many requests an endpoint refused (each was sent again).
     pub fn refused_requests(&self) -> u64 {
-        self.inner
-            .refused_total
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.refused_requests()
     }
 
     /// The current session lease id (for diagnostics).
@@ -341,19 +168,10 @@ impl EtcdBackend {
 
 impl Drop for EtcdBackend {
     fn drop(&mut self) {
-        self.keepalive.abort();
-        self.rotation.abort();
-        let (done, rx) = watch::channel(false);
-        RETIRING.lock().unwrap_or_else(|e| e.into_inner()).push(rx);
-        let client = self.inner.client.clone();
-        let session = self.inner.session();
-        let limit = self.inner.options.request_timeout;
-        // If the runtime is gone, the task never runs, `done` is dropped,
-        // and nobody waits for it; the lease then expires on its own.
-        self.inner.handle.spawn(async move {
-            let _ = store::revoke(&client, session, limit).await;
-            let _ = done.send(true);
-        });
+        for task in &self.background {
+            task.abort();
+        }
+        self.inner.retire();
     }
 }
 
@@ -367,18 +185,8 @@ impl LockBackend for EtcdBackend {
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
         Box::pin(async move {
             // Taken before the first await: call order is queue order.
-            let ticket = self.inner.turns.ticket(key);
-            let (tx, rx) = oneshot::channel();
-            let task = self.inner.clone().lock_task(
-                key.clone(),
-                owner.to_string(),
-                ttl_ms,
-                options,
-                ticket,
-                tx,
-            );
-            self.inner.handle.spawn(task);
-            rx.await.unwrap_or_else(|_| {
+            let answer = self.inner.start_lock(key, owner, ttl_ms, options);
+            answer.await.unwrap_or_else(|_| {
                 Err(LockError::Unavailable(
                     "the lock task ended without an answer (is the runtime shutting down?)".into(),
                 ))
@@ -392,13 +200,7 @@ impl LockBackend for EtcdBackend {
         owner: &'a str,
         token: Option<u64>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
-            self.inner
-                .pending
-                .settle(|k| k == key, self.inner.options.request_timeout)
-                .await;
-            self.inner.unlock_flow(key, owner, token).await
-        })
+        Box::pin(self.inner.unlock(key, owner, token))
     }
 
     fn extend<'a>(
@@ -407,23 +209,11 @@ impl LockBackend for EtcdBackend {
         owner: &'a str,
         ttl_ms: u64,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        Box::pin(async move {
-            self.inner
-                .pending
-                .settle(|k| k == key, self.inner.options.request_timeout)
-                .await;
-            self.inner.extend_flow(key, owner, ttl_ms).await
-        })
+        Box::pin(self.inner.extend(key, owner, ttl_ms))
     }
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        Box::pin(async move {
-            self.inner
-                .pending
-                .settle(|k| k == key, self.inner.options.request_timeout)
-                .await;
-            self.inner.get_flow(key).await
-        })
+        Box::pin(self.inner.get(key))
     }
 
     fn list<'a>(
@@ -431,25 +221,11 @@ impl LockBackend for EtcdBackend {
         namespace: &'a str,
         prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
-        Box::pin(async move {
-            self.inner
-                .pending
-                .settle(
-                    |k| *k.namespace == *namespace && k.name.starts_with(prefix),
-                    self.inner.options.request_timeout,
-                )
-                .await;
-            self.inner.list_flow(namespace, prefix).await
-        })
+        Box::pin(self.inner.list(namespace, prefix))
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
-        let pending = self.inner.pending.begin(&key);
-        let inner = self.inner.clone();
-        self.inner.handle.spawn(async move {
-            let _ = inner.unlock_flow(&key, &owner, Some(token)).await;
-            drop(pending);
-        });
+        self.inner.release_detached(key, owner, token);
     }
 
     /// Cluster-wide counts as of the previous call (the first call answers
@@ -458,45 +234,5 @@ impl LockBackend for EtcdBackend {
     /// hosts. etcd's commits are not counted (0).
     fn stats(&self) -> BackendStats {
         self.inner.stats()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refusal(list: &str) -> String {
-        match EtcdOptions::from_endpoint_list(list) {
-            Err(LockError::InvalidArgument(m)) => m,
-            other => panic!("{list:?} was accepted: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn endpoint_lists_parse_with_defaults() {
-        let o =
-            EtcdOptions::from_endpoint_list("http://127.0.0.1:2379, http://[::1]:2380/,").unwrap();
-        assert_eq!(o.endpoints, ["http://127.0.0.1:2379", "http://[::1]:2380/"]);
-        assert_eq!(o, EtcdOptions::new(o.endpoints.clone()));
-        assert_eq!(o.prefix, "/lockd");
-    }
-
-    #[test]
-    fn bad_endpoints_say_what_is_wrong() {
-        assert!(refusal("").contains("at least one endpoint"));
-        assert!(refusal(" , ").contains("at least one endpoint"));
-        assert!(refusal("https://e:2379").contains("https"));
-        assert!(refusal("127.0.0.1:2379").contains("not an http:// URL"));
-        assert!(refusal("http://e").contains("no port"));
-        assert!(refusal("http://:2379").contains("no host"));
-        assert!(refusal("http://e:0").contains("no valid port"));
-        assert!(refusal("http://e:99999").contains("no valid port"));
-        assert!(refusal("http://e:2379/v3").contains("path"));
-        // The good endpoint does not excuse the bad one, which is named.
-        let m = refusal("http://a:2379,ftp://b:2379");
-        assert!(
-            m.contains("\"ftp://b:2379\"") && m.contains("http://HOST:PORT"),
-            "{m}"
-        );
     }
 }

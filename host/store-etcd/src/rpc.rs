@@ -1,0 +1,242 @@
+//! Sending requests to etcd: the request timeout, which failed requests
+//! are sent again, and every failure as `unavailable`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
+use lockd_core::LockError;
+
+use crate::endpoints::Rotation;
+
+/// The cluster as this backend reaches it: the client, the request
+/// timeout, and the endpoints in rotation.
+pub(crate) struct Etcd {
+    client: Client,
+    /// How long any one request may take (`EtcdOptions::request_timeout`).
+    request_timeout: Duration,
+    /// The endpoints in the client's rotation (see `endpoints.rs`).
+    rotation: Rotation,
+}
+
+impl Etcd {
+    pub(crate) fn new(client: Client, endpoints: Vec<String>, request_timeout: Duration) -> Etcd {
+        Etcd {
+            client,
+            request_timeout,
+            rotation: Rotation::new(endpoints),
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn rotation(&self) -> &Rotation {
+        &self.rotation
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The failure of `what`, naming the endpoints.
+    pub(crate) fn unavailable(&self, what: &str, e: impl std::fmt::Display) -> LockError {
+        LockError::Unavailable(format!(
+            "etcd {what} failed (endpoints {}): {e}",
+            self.rotation.endpoints().join(",")
+        ))
+    }
+
+    /// Runs an etcd call under the request timeout (see [`call_etcd`]),
+    /// mapping every failure to `unavailable`.
+    pub(crate) async fn rpc<T, F, Fut>(&self, what: &str, call: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.rpc_with(what, Resend::IfNeverSent, call).await
+    }
+
+    async fn rpc_with<T, F, Fut>(&self, what: &str, resend: Resend, call: F) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        call_etcd(
+            what,
+            self.request_timeout,
+            resend,
+            || self.rotation.refused(),
+            call,
+        )
+        .await
+        .map_err(|e| self.unavailable(what, e))
+    }
+
+    pub(crate) async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {
+        self.txn_with(what, Resend::IfNeverSent, txn).await
+    }
+
+    /// A transaction of reads only, sent again after any transient failure.
+    pub(crate) async fn read_txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {
+        self.txn_with(what, Resend::Reads, txn).await
+    }
+
+    async fn txn_with(
+        &self,
+        what: &str,
+        resend: Resend,
+        txn: Txn,
+    ) -> Result<TxnResponse, LockError> {
+        self.rpc_with(what, resend, || {
+            let mut kv = self.client.kv_client();
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    /// A range read, sent again after any transient failure.
+    pub(crate) async fn range(
+        &self,
+        what: &str,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse, LockError> {
+        self.rpc_with(what, Resend::Reads, || {
+            let mut kv = self.client.kv_client();
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+}
+
+/// The answers of a transaction's get operations, in order.
+pub(crate) fn gets(resp: &TxnResponse) -> Vec<GetResponse> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `e` says the request never reached etcd (the connection to the
+/// endpoint picked was refused), so sending it again cannot apply it twice.
+/// etcd-client balances over all endpoints and may pick a dead one.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return false;
+    };
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Whether `e` is a failure of the connection or of the cluster's
+/// availability (a broken stream, no leader), as opposed to an answer.
+fn transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            // Cancelled, Unknown (tonic's transport errors), Unavailable.
+            matches!(i32::from(status.code()), 1 | 2 | 14)
+        }
+        _ => false,
+    }
+}
+
+/// Which failed calls [`call_etcd`] sends again.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Resend {
+    /// Only those that [`never_sent`]: a write that reached a member may
+    /// have been applied, so sending it again could apply it twice.
+    IfNeverSent,
+    /// Also those that failed [`transient`]ly: a read has no effect, so a
+    /// read cut off by a member's death is simply read elsewhere.
+    Reads,
+}
+
+/// Runs `call` (the etcd request `what`) until it answers, sending it again
+/// (with a short backoff) as `resend` allows, all within `limit`, and
+/// calling `on_refused` for each call an endpoint refused. The error says
+/// what went wrong.
+pub(crate) async fn call_etcd<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    resend: Resend,
+    on_refused: impl Fn(),
+    mut call: F,
+) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut last = None;
+    let attempts = async {
+        let mut pause = Duration::from_millis(10);
+        let mut attempt: u32 = 1;
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let refused = never_sent(&e);
+                    let resent_read = resend == Resend::Reads && transient(&e);
+                    if !refused && !resent_read {
+                        return Err(e.to_string());
+                    }
+                    if refused {
+                        on_refused();
+                    }
+                    attempt = attempt.saturating_add(1);
+                    tracing::warn!(
+                        op = what,
+                        attempt,
+                        reason = if refused {
+                            "the endpoint refused the connection"
+                        } else {
+                            "a read failed in transit"
+                        },
+                        error = %e,
+                        "etcd request failed, sending it again"
+                    );
+                    last = Some(e.to_string());
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(limit, attempts).await;
+    match outcome {
+        Ok(result) => result,
+        Err(_) => Err(match last {
+            Some(e) => format!("no answer within {limit:?} (last error: {e})"),
+            None => format!("no answer within {limit:?}"),
+        }),
+    }
+}
+
+/// Revokes `lease`. Cleanup: a failure only leaves it to expire.
+pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Result<(), String> {
+    call_etcd(
+        "lease revoke",
+        limit,
+        Resend::IfNeverSent,
+        || {},
+        || {
+            let mut lc = client.lease_client();
+            async move { lc.revoke(lease).await }
+        },
+    )
+    .await
+    .map(drop)
+}

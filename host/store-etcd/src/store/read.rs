@@ -1,0 +1,151 @@
+//! Reads: one consistent read of a lock and its queue, `get` and `list`.
+
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use lockd_core::{Key, ListedLock, LockError, LockInfo};
+
+use super::queue::Waiter;
+use super::Inner;
+use crate::record::{Held, Queued};
+use crate::rpc::gets;
+
+/// One consistent read of a lock and its queue.
+pub(super) struct Snap {
+    pub(super) revision: i64,
+    pub(super) lock: Option<Held>,
+    /// The first waiter (lowest create revision).
+    pub(super) head: Option<Queued>,
+    /// For a waiter: whether its own key still exists.
+    pub(super) own_present: bool,
+    /// For a waiter: the waiter just ahead of it.
+    pub(super) ahead: Option<Queued>,
+}
+
+impl Inner {
+    /// Reads the lock key, its queue head and, for a waiter, its own key and
+    /// the waiter ahead of it, all at one revision.
+    async fn snapshot(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        let first_waiter = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut ops = vec![
+            TxnOp::get(lock_key.to_vec(), None),
+            TxnOp::get(queue.to_vec(), Some(first_waiter)),
+        ];
+        if let Some(w) = me {
+            ops.push(TxnOp::get(
+                w.key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+            let ahead = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision((w.create_revision - 1).max(1))
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(1);
+            ops.push(TxnOp::get(queue.to_vec(), Some(ahead)));
+        }
+        let resp = self.etcd.read_txn("read", Txn::new().and_then(ops)).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let gets = gets(&resp);
+        let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
+        let lock = first(0).map(Held::from_kv).transpose()?;
+        let head = first(1).map(Queued::from_kv).transpose()?;
+        let (own_present, ahead) = match me {
+            Some(w) => {
+                let ahead = first(3)
+                    .filter(|kv| {
+                        kv.key() != w.key.as_slice() && kv.create_revision() < w.create_revision
+                    })
+                    .map(Queued::from_kv)
+                    .transpose()?;
+                (first(2).is_some(), ahead)
+            }
+            None => (false, None),
+        };
+        Ok(Snap {
+            revision,
+            lock,
+            head,
+            own_present,
+            ahead,
+        })
+    }
+
+    /// A snapshot in which the lock is not free while someone waits: if it
+    /// is, the lock is first handed to the head of the queue. Every path
+    /// (a waiter, a `wait = 0` caller, an unlock) goes through here, so
+    /// nobody can take a lock past the queue.
+    pub(super) async fn settled(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        loop {
+            let snap = self.snapshot(lock_key, queue, me).await?;
+            let now = self.clock.now_ms();
+            let free = snap.lock.as_ref().is_none_or(|h| !h.live(now));
+            match &snap.head {
+                Some(head) if free => {
+                    // Either way, read again: handed off, or raced.
+                    self.hand_off(lock_key, snap.lock.as_ref(), head, now)
+                        .await?;
+                }
+                _ => return Ok(snap),
+            }
+        }
+    }
+
+    /// The live holder. A lock found expired while someone waits is first
+    /// handed to the head of the queue (as every other path does), so `get`
+    /// never reports a lock free that a waiter is about to take: between
+    /// the expiry and the head's own hand-off, that would show a free
+    /// moment no caller could use.
+    pub(super) async fn get_flow(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
+        let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
+        let snap = self.settled(&lock_key, &queue, None).await?;
+        let now = self.clock.now_ms();
+        Ok(snap.lock.filter(|h| h.live(now)).map(|h| h.info()))
+    }
+
+    /// Live locks under a name prefix, from one read. Unlike `get`, it does
+    /// not hand over expired locks that have waiters: such a lock is left
+    /// out until its head claims it, a round trip after the expiry.
+    pub(super) async fn list_flow(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> Result<Vec<ListedLock>, LockError> {
+        let resp = self
+            .etcd
+            .range(
+                "list",
+                self.layout.list_prefix(namespace, prefix),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await?;
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for kv in resp.kvs() {
+            let h = Held::from_kv(kv)?;
+            if !h.live(now) {
+                continue;
+            }
+            let Some(name) = self.layout.name_of(namespace, kv.key()) else {
+                continue;
+            };
+            out.push(ListedLock {
+                name,
+                info: h.info(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}

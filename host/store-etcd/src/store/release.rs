@@ -1,0 +1,88 @@
+//! Releasing a lock: in one round trip for a grant this backend wrote and
+//! nobody changed since, else after a read, handing it to the queue's head
+//! if anyone waits.
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use lockd_core::{Key, LockError};
+
+use super::{nobody_queued, unchanged, Inner};
+
+impl Inner {
+    pub(super) async fn unlock_flow(
+        &self,
+        key: &Key,
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
+        let lock_key = self.layout.lock_key(key);
+        let queue = self.layout.queue_prefix(key);
+        if self.unlock_recent(&lock_key, &queue, owner, token).await? {
+            return Ok(());
+        }
+        self.release(&lock_key, &queue, owner, token).await
+    }
+
+    /// The unlock of a grant this backend wrote and nobody changed since,
+    /// by its owner, with nobody queued: one transaction that deletes the
+    /// key only if it is still at the revision written, so it cannot
+    /// touch anything else. `false` means: take the general path.
+    async fn unlock_recent(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<bool, LockError> {
+        let now = self.clock.now_ms();
+        let Some(mod_revision) = self.recent.take(lock_key, owner, token, now) else {
+            return Ok(false);
+        };
+        let txn = Txn::new()
+            .when(vec![
+                Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, mod_revision),
+                nobody_queued(queue),
+            ])
+            .and_then(vec![TxnOp::delete(lock_key.to_vec(), None)]);
+        Ok(self.etcd.txn("unlock", txn).await?.succeeded())
+    }
+
+    /// Releases `owner`'s live lock (with `token`, if given), handing it to
+    /// the queue's head if anyone waits. A lock found expired with someone
+    /// waiting is handed over first, so the answer is then `NotOwner`.
+    pub(super) async fn release(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        owner: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
+        loop {
+            let snap = self.settled(lock_key, queue, None).await?;
+            let now = self.clock.now_ms();
+            let Some(h) = snap.lock.as_ref().filter(|h| h.live(now)) else {
+                return Err(LockError::NotHeld);
+            };
+            if h.rec.owner != owner || token.is_some_and(|t| t != h.token) {
+                return Err(LockError::NotOwner);
+            }
+            let released = match &snap.head {
+                // Release and hand-off are one transaction, so no caller on
+                // any host sees the lock free while someone waits (as in
+                // the engine), and the next holder is in place when unlock
+                // returns.
+                Some(head) => self.hand_off(lock_key, Some(h), head, now).await?,
+                None => {
+                    // The queue must still be empty: a waiter that joined
+                    // since the read makes this a hand-off instead.
+                    let txn = Txn::new()
+                        .when(vec![unchanged(lock_key, Some(h)), nobody_queued(queue)])
+                        .and_then(vec![TxnOp::delete(lock_key.to_vec(), None)]);
+                    self.etcd.txn("unlock", txn).await?.succeeded()
+                }
+            };
+            if released {
+                return Ok(());
+            }
+        }
+    }
+}
