@@ -5,10 +5,18 @@ use std::pin::Pin;
 
 use crate::error::LockError;
 use crate::metrics::BackendStats;
-use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
+use crate::types::{Durability, Grant, Key, LeaseInfo, ListedLock, LockInfo, LockOptions};
 
 /// A boxed, sendable future, so that [`LockBackend`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a store without leases answers to every lease operation (the
+/// trait's default), so that a store can add leases later.
+fn no_leases<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, LockError>> {
+    Box::pin(std::future::ready(Err(LockError::Unavailable(
+        "this lock store does not support leases".to_string(),
+    ))))
+}
 
 /// A lock store. Arguments reach it already validated by
 /// [`LockService`](crate::LockService); it owns the semantics of docs/contract.md:
@@ -55,6 +63,65 @@ pub trait LockBackend: Send + Sync + 'static {
     /// instance), where nothing can await. Best effort: the TTL is the
     /// safety net.
     fn release_detached(&self, key: Key, owner: String, token: u64);
+
+    /// Grants the lease `lease` (namespace and the id the service generated)
+    /// for `ttl_ms`. See docs/contract.md#leases.
+    fn grant_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<u64, LockError>> {
+        let _ = (lease, ttl_ms, durability);
+        no_leases()
+    }
+
+    /// Moves the expiry of a live lease, and so of every lock under it, to
+    /// now + its TTL, in one step. Answers the new expiry, or `not_held` if
+    /// the lease is unknown, revoked or expired.
+    fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        let _ = lease;
+        no_leases()
+    }
+
+    /// Ends a live lease and releases all its locks in one atomic step (each
+    /// passes to the head of its queue). Answers how many locks it released,
+    /// or `not_held` if the lease is unknown, revoked or expired.
+    fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        let _ = lease;
+        no_leases()
+    }
+
+    /// The state of a live lease, or `None`.
+    fn get_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+    ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
+        let _ = lease;
+        no_leases()
+    }
+
+    /// Takes `key` under the live lease `lease_id` of the key's namespace:
+    /// the lock's owner is the lease id and its expiry the lease's. Waits up
+    /// to `options.wait_ms` like `lock`; `options.durability` is ignored
+    /// (the lease's applies). `not_held` if the lease is not live.
+    fn lock_in_lease<'a>(
+        &'a self,
+        key: &'a Key,
+        lease_id: &'a str,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let _ = (key, lease_id, options);
+        no_leases()
+    }
+
+    /// Completes once the lease has ended (revoked, or expired) as far as
+    /// this store can tell, or at once if it is not live. The holder's host
+    /// uses it to learn of a loss without polling.
+    fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
+        let _ = lease;
+        Box::pin(std::future::ready(()))
+    }
 
     /// Gauges and counters for metrics. Called at scrape time, not on any
     /// hot path.

@@ -19,6 +19,15 @@ pub struct Record {
     pub expires_at_ms: u64,
 }
 
+/// A persistent lease as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// Its time to live.
+    pub ttl_ms: u64,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+}
+
 /// One change to durable state. Ephemeral locks never produce one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalOp {
@@ -26,6 +35,17 @@ pub enum JournalOp {
     Put(Key, Record),
     /// A persistent lock was released or expired.
     Delete(Key),
+    /// A persistent lease was granted or refreshed. `Key::name` is the lease
+    /// id. Locks whose owner is a live lease's id in the same namespace are
+    /// held under it and take its expiry at recovery.
+    PutLease(Key, LeaseRecord),
+    /// A persistent lease ended (revoked or expired). A lock record owned by
+    /// a lease that has no record is released at recovery, so deleting the
+    /// lease alone releases its locks; the engine deletes them in the same
+    /// batch anyway.
+    DeleteLease(Key),
+    /// Ops that must be durable together, in one commit, or not at all.
+    Batch(Vec<JournalOp>),
     /// No token above `up_to` will be issued until another reservation is
     /// durable; after a restart, issuing resumes above it.
     ReserveTokens {
@@ -55,6 +75,8 @@ pub trait Journal: Send + Sync + 'static {
 pub struct Recovered {
     /// Persistent locks that had not expired, with their owners and tokens.
     pub locks: Vec<(Key, Record)>,
+    /// Persistent leases, keyed by namespace and lease id, possibly expired.
+    pub leases: Vec<(Key, LeaseRecord)>,
     /// The next token to issue: above every token issued before.
     pub next_token: u64,
     /// Tokens up to this one are covered by a durable reservation.
@@ -73,6 +95,7 @@ impl Recovered {
             .unwrap_or(0);
         Recovered {
             locks: Vec::new(),
+            leases: Vec::new(),
             next_token: nanos.max(1),
             reserved_up_to: u64::MAX,
         }
