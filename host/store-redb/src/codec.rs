@@ -3,12 +3,17 @@
 //!
 //! - `locks`: key = `u16 BE namespace length | namespace | name`,
 //!   value = `u8 version (1) | u64 BE token | u64 BE expires_at_ms | owner`.
+//! - `leases` (since leases): key = the lock key layout with the lease id as
+//!   the name, value = `u8 version (1) | u64 BE ttl_ms | u64 BE expires_at_ms`.
+//!   A lock whose owner is a lease id of its namespace is held under that
+//!   lease; a file written before leases simply has no such table yet.
 //! - `meta`: `tokens_reserved` = the highest token that may have been issued.
 
-use lockd_core::{Key, Record};
+use lockd_core::{Key, LeaseRecord, Record};
 use redb::TableDefinition;
 
 pub(crate) const LOCKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("locks");
+pub(crate) const LEASES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("leases");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const TOKENS_RESERVED: &str = "tokens_reserved";
 
@@ -55,6 +60,26 @@ pub(crate) fn decode_record(bytes: &[u8]) -> Option<Record> {
     })
 }
 
+const LEASE_V1: u8 = 1;
+
+pub(crate) fn encode_lease(record: &LeaseRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17);
+    out.push(LEASE_V1);
+    out.extend_from_slice(&record.ttl_ms.to_be_bytes());
+    out.extend_from_slice(&record.expires_at_ms.to_be_bytes());
+    out
+}
+
+pub(crate) fn decode_lease(bytes: &[u8]) -> Option<LeaseRecord> {
+    if bytes.len() != 17 || bytes[0] != LEASE_V1 {
+        return None;
+    }
+    Some(LeaseRecord {
+        ttl_ms: u64::from_be_bytes(bytes[1..9].try_into().ok()?),
+        expires_at_ms: u64::from_be_bytes(bytes[9..17].try_into().ok()?),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +94,12 @@ mod tests {
             expires_at_ms: 1 << 53,
         };
         assert_eq!(decode_record(&encode_record(&record)), Some(record));
+        let lease = LeaseRecord {
+            ttl_ms: 30_000,
+            expires_at_ms: u64::MAX,
+        };
+        assert_eq!(decode_lease(&encode_lease(&lease)), Some(lease));
+        assert_eq!(decode_lease(&encode_lease(&lease)[..16]), None);
     }
 
     #[test]

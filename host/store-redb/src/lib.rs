@@ -121,6 +121,7 @@ impl RedbJournal {
         let init = || -> Result<(), redb::Error> {
             let txn = db.begin_write()?;
             txn.open_table(codec::LOCKS)?;
+            txn.open_table(codec::LEASES)?;
             txn.open_table(codec::META)?;
             txn.commit()?;
             Ok(())
@@ -212,8 +213,18 @@ fn read_state(db: &Database) -> Result<Recovered, String> {
             .ok_or_else(|| format!("the record of lock {key:?} is malformed"))?;
         locks.push((key, record));
     }
+    let table = txn.open_table(codec::LEASES).map_err(|e| e.to_string())?;
+    let mut leases = Vec::new();
+    for row in table.iter().map_err(|e| e.to_string())? {
+        let (k, v) = row.map_err(|e| e.to_string())?;
+        let lease = codec::decode_key(k.value()).ok_or("a lease key is malformed")?;
+        let record = codec::decode_lease(v.value())
+            .ok_or_else(|| format!("the record of lease {lease:?} is malformed"))?;
+        leases.push((lease, record));
+    }
     Ok(Recovered {
         locks,
+        leases,
         next_token: reserved.saturating_add(1),
         reserved_up_to: reserved,
     })

@@ -98,28 +98,62 @@ fn commit(db: &Database, batch: &[Pending]) -> Result<(), redb::Error> {
     // Durability::Immediate is redb's default: commit returns after fsync.
     let txn = db.begin_write()?;
     {
-        let mut locks = txn.open_table(codec::LOCKS)?;
-        let mut meta = txn.open_table(codec::META)?;
+        let mut tables = Tables {
+            locks: txn.open_table(codec::LOCKS)?,
+            leases: txn.open_table(codec::LEASES)?,
+            meta: txn.open_table(codec::META)?,
+        };
         for pending in batch {
-            match &pending.op {
-                JournalOp::Put(key, record) => {
-                    locks.insert(
-                        codec::encode_key(key).as_slice(),
-                        codec::encode_record(record).as_slice(),
-                    )?;
-                }
-                JournalOp::Delete(key) => {
-                    locks.remove(codec::encode_key(key).as_slice())?;
-                }
-                JournalOp::ReserveTokens { up_to } => {
-                    let current = meta.get(codec::TOKENS_RESERVED)?.map_or(0, |v| v.value());
-                    if *up_to > current {
-                        meta.insert(codec::TOKENS_RESERVED, *up_to)?;
-                    }
-                }
-            }
+            tables.apply(&pending.op)?;
         }
     }
     txn.commit()?;
     Ok(())
+}
+
+struct Tables<'txn> {
+    locks: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    leases: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    meta: redb::Table<'txn, &'static str, u64>,
+}
+
+impl Tables<'_> {
+    fn apply(&mut self, op: &JournalOp) -> Result<(), redb::Error> {
+        match op {
+            JournalOp::Put(key, record) => {
+                self.locks.insert(
+                    codec::encode_key(key).as_slice(),
+                    codec::encode_record(record).as_slice(),
+                )?;
+            }
+            JournalOp::Delete(key) => {
+                self.locks.remove(codec::encode_key(key).as_slice())?;
+            }
+            JournalOp::PutLease(lease, record) => {
+                self.leases.insert(
+                    codec::encode_key(lease).as_slice(),
+                    codec::encode_lease(record).as_slice(),
+                )?;
+            }
+            JournalOp::DeleteLease(lease) => {
+                self.leases.remove(codec::encode_key(lease).as_slice())?;
+            }
+            // Part of the one transaction every op of the batch shares.
+            JournalOp::Batch(ops) => {
+                for op in ops {
+                    self.apply(op)?;
+                }
+            }
+            JournalOp::ReserveTokens { up_to } => {
+                let current = self
+                    .meta
+                    .get(codec::TOKENS_RESERVED)?
+                    .map_or(0, |v| v.value());
+                if *up_to > current {
+                    self.meta.insert(codec::TOKENS_RESERVED, *up_to)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
