@@ -30,7 +30,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::LockError;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
 use crate::metrics::BackendStats;
-use crate::types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
+use crate::types::{Durability, Grant, Key, LeaseInfo, ListedLock, LockInfo, LockOptions};
+
+mod leases;
+
+use leases::{LeaseCell, LeaseTable};
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
@@ -64,6 +68,8 @@ pub struct Engine {
     /// Holders per namespace, for quotas. Changed with the holder itself,
     /// under its shard mutex.
     held: NamespaceCounts,
+    /// Live leases (docs/contract.md#c16-leases).
+    leases: LeaseTable,
 }
 
 /// Live holders per namespace. A quota check and the increment it guards are
@@ -194,8 +200,12 @@ struct Holder {
     /// Boxed rather than a `String`: one word less per held lock.
     owner: Box<str>,
     token: u64,
+    /// For a lock under a lease, the lease's expiry: a refresh moves both
+    /// under the shard mutexes of all its locks.
     expires_at_ms: u64,
     durability: Durability,
+    /// The lease the lock is held under, whose id is `owner`.
+    lease: Option<Arc<LeaseCell>>,
 }
 
 impl Holder {
@@ -221,7 +231,10 @@ struct Waiter {
     owner: String,
     ttl_ms: u64,
     durability: Durability,
-    tx: oneshot::Sender<Handoff>,
+    /// Waiting under a lease: granted with the lease's expiry, and refused
+    /// with `not_held` if the lease ended meanwhile.
+    lease: Option<Arc<LeaseCell>>,
+    tx: oneshot::Sender<Result<Handoff, LockError>>,
 }
 
 /// What the synchronous part of `lock` decided.
@@ -230,7 +243,7 @@ enum Attempt {
     Refreshed(Grant, Ticket),
     Queued {
         id: u64,
-        rx: oneshot::Receiver<Handoff>,
+        rx: oneshot::Receiver<Result<Handoff, LockError>>,
         wait_until: u64,
     },
 }
@@ -357,9 +370,31 @@ impl Engine {
             }),
             next_waiter_id: AtomicU64::new(0),
             held: NamespaceCounts::default(),
+            leases: LeaseTable::default(),
         });
         let now = engine.clock.now_ms();
-        for (key, record) in recovered.locks {
+        for (lease, record) in recovered.leases {
+            if record.expires_at_ms <= now {
+                drop(engine.journal.submit(JournalOp::DeleteLease(lease)));
+                continue;
+            }
+            engine.leases.insert(LeaseCell::new(
+                lease,
+                record.ttl_ms,
+                record.expires_at_ms,
+                Durability::Persistent,
+            ));
+            engine.purge.note_deadline(record.expires_at_ms);
+        }
+        for (key, mut record) in recovered.locks {
+            // A lock under a live lease takes the lease's expiry: a refresh
+            // writes only the lease's record. A lease that is gone was
+            // revoked (its locks' records went with it, in one batch) or
+            // expired after all its locks' recorded expiries.
+            let lease = engine.leases.live_owner(&key.namespace, &record.owner, now);
+            if let Some(lease) = &lease {
+                record.expires_at_ms = lease.attach(&key.name);
+            }
             if record.expires_at_ms <= now {
                 // Expired while we were down: free, and no longer worth keeping.
                 drop(engine.journal.submit(JournalOp::Delete(key)));
@@ -377,6 +412,7 @@ impl Engine {
                         token: record.token,
                         expires_at_ms: record.expires_at_ms,
                         durability: Durability::Persistent,
+                        lease,
                     }),
                     waiters: Queue::default(),
                 },
@@ -386,9 +422,12 @@ impl Engine {
         engine
     }
 
+    fn shard_index(&self, key: &Key) -> usize {
+        FxBuild::default().hash_one(key) as usize % self.shards.len()
+    }
+
     fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
-        let index = FxBuild::default().hash_one(key) as usize % self.shards.len();
-        self.shards[index]
+        self.shards[self.shard_index(key)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -407,6 +446,7 @@ impl Engine {
     /// Makes `owner` the holder of `key`, if the namespace's `quota` allows
     /// one more lock. The caller has checked the lock is free and holds the
     /// shard mutex.
+    #[allow(clippy::too_many_arguments)]
     fn install(
         &self,
         shard: &mut Shard,
@@ -414,10 +454,11 @@ impl Engine {
         owner: String,
         expires_at_ms: u64,
         durability: Durability,
+        lease: Option<Arc<LeaseCell>>,
         quota: Option<u64>,
     ) -> Result<(Grant, Ticket), LockError> {
         self.held.try_add(&key.namespace, quota)?;
-        Ok(self.install_counted(shard, key, owner, expires_at_ms, durability))
+        Ok(self.install_counted(shard, key, owner, expires_at_ms, durability, lease))
     }
 
     /// [`Engine::install`] for a holder already counted in `held`.
@@ -428,6 +469,7 @@ impl Engine {
         owner: String,
         expires_at_ms: u64,
         durability: Durability,
+        lease: Option<Arc<LeaseCell>>,
     ) -> (Grant, Ticket) {
         let token = self.tokens.issue();
         let ticket = self.journal_if_persistent(durability, || {
@@ -449,6 +491,7 @@ impl Engine {
             token,
             expires_at_ms,
             durability,
+            lease,
         });
         shard.deadlines.insert((expires_at_ms, key.clone()));
         self.purge.note_deadline(expires_at_ms);
@@ -495,6 +538,9 @@ impl Engine {
         };
         self.held.remove(&key.namespace);
         shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
+        if let Some(lease) = &holder.lease {
+            lease.detach(&key.name);
+        }
         let ticket =
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
         self.hand_off(shard, key, now);
@@ -533,20 +579,40 @@ impl Engine {
             if waiter.tx.is_closed() {
                 continue;
             }
-            // The ttl was validated when the waiter queued; saturate rather
-            // than fail here, where nobody could be told.
-            let expires_at_ms = now.saturating_add(waiter.ttl_ms);
+            let expires_at_ms = match &waiter.lease {
+                // A lease that ended while its caller waited gets nothing.
+                Some(lease) => match lease.attach_if_live(&key.name, now) {
+                    Some(expires_at_ms) => expires_at_ms,
+                    None => {
+                        let _ = waiter.tx.send(Err(LockError::NotHeld));
+                        continue;
+                    }
+                },
+                // The ttl was validated when the waiter queued; saturate
+                // rather than fail here, where nobody could be told.
+                None => now.saturating_add(waiter.ttl_ms),
+            };
             let owner = waiter.owner;
             // The lock changes hands within its namespace: counted, but never
             // refused by a quota.
             self.held.add(&key.namespace);
-            let (grant, ticket) =
-                self.install_counted(shard, key, owner, expires_at_ms, waiter.durability);
-            if waiter.tx.send(Handoff { grant, ticket }).is_ok() {
+            let lease = waiter.lease.clone();
+            let (grant, ticket) = self.install_counted(
+                shard,
+                key,
+                owner,
+                expires_at_ms,
+                waiter.durability,
+                waiter.lease,
+            );
+            if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
                 return;
             }
             // The waiter left between the check and the send: undo, try the next.
             let undone = shard.locks.get_mut(key).and_then(|e| e.holder.take());
+            if let Some(lease) = &lease {
+                lease.detach(&key.name);
+            }
             if let Some(h) = undone {
                 self.held.remove(&key.namespace);
                 shard.deadlines.remove(&(h.expires_at_ms, key.clone()));
@@ -585,8 +651,10 @@ impl Engine {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        lease: Option<Arc<LeaseCell>>,
     ) -> Result<Grant, LockError> {
-        let (waiter_id, rx, wait_until) = match self.try_lock(key, owner, ttl_ms, options)? {
+        let attempt = self.try_lock(key, owner, ttl_ms, options, lease.as_ref())?;
+        let (waiter_id, rx, wait_until) = match attempt {
             Attempt::Granted(grant, ticket) => {
                 return self.acknowledge(key, owner, grant, ticket).await
             }
@@ -617,45 +685,78 @@ impl Engine {
                 let Ok(handoff) = handoff else {
                     return Err(LockError::Unavailable("the lock store shut down".to_string()));
                 };
+                let handoff = handoff?;
                 return self.acknowledge(key, owner, handoff.grant, handoff.ticket).await;
             }
             () = self.clock.sleep_until(wait_until) => {}
         }
         waiting.queued = false;
-        let (grant, ticket) = self.time_out(key, owner, ttl_ms, options, &mut waiting)?;
+        let (grant, ticket) =
+            self.time_out(key, owner, ttl_ms, options, lease.as_ref(), &mut waiting)?;
         self.acknowledge(key, owner, grant, ticket).await
     }
 
     /// The synchronous part of `lock`: grant, refresh, refuse, or queue.
+    /// Under a `lease`, the owner is the lease's id and the expiry and
+    /// durability are the lease's.
     fn try_lock(
         &self,
         key: &Key,
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        lease: Option<&Arc<LeaseCell>>,
     ) -> Result<Attempt, LockError> {
         let mut guard = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        let expires_at_ms = deadline(now, ttl_ms)?;
         self.settle(shard, key, now);
         let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
-            let (grant, ticket) = self.install(
-                shard,
-                key,
-                owner.to_string(),
-                expires_at_ms,
-                options.durability,
-                options.quota,
-            )?;
+            let (grant, ticket) = match lease {
+                Some(lease) => {
+                    let expires_at_ms = lease
+                        .attach_if_live(&key.name, now)
+                        .ok_or(LockError::NotHeld)?;
+                    self.install(
+                        shard,
+                        key,
+                        owner.to_string(),
+                        expires_at_ms,
+                        lease.durability,
+                        Some(lease.clone()),
+                        options.quota,
+                    )
+                    .inspect_err(|_| lease.detach(&key.name))?
+                }
+                None => self.install(
+                    shard,
+                    key,
+                    owner.to_string(),
+                    deadline(now, ttl_ms)?,
+                    options.durability,
+                    None,
+                    options.quota,
+                )?,
+            };
             return Ok(Attempt::Granted(grant, ticket));
         };
         if *holder.owner == *owner {
+            if holder.lease.is_some() {
+                // Held under the lease already: its grant, unchanged; only
+                // a refresh of the lease moves its expiry.
+                return Ok(Attempt::Refreshed(holder.grant(), Ticket::ready()));
+            }
             // Same token, refreshed expiry, and the durability the lock
             // already has.
+            let expires_at_ms = deadline(now, ttl_ms)?;
             let (grant, ticket) =
                 self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms);
             return Ok(Attempt::Refreshed(grant, ticket));
+        }
+        if let Some(lease) = lease {
+            if !lease.is_live(now) {
+                return Err(LockError::NotHeld);
+            }
         }
         if options.wait_ms == 0 {
             return Err(LockError::Busy(holder.info()));
@@ -671,6 +772,7 @@ impl Engine {
             owner: owner.to_string(),
             ttl_ms,
             durability: options.durability,
+            lease: lease.cloned(),
             tx,
         });
         Ok(Attempt::Queued {
@@ -688,6 +790,7 @@ impl Engine {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        lease: Option<&Arc<LeaseCell>>,
         waiting: &mut Waiting<'_>,
     ) -> Result<(Grant, Ticket), LockError> {
         let mut guard = self.shard(key);
@@ -695,23 +798,42 @@ impl Engine {
         let now = self.clock.now_ms();
         self.settle(shard, key, now);
         if let Ok(handoff) = waiting.rx.try_recv() {
+            let handoff = handoff?;
             return Ok((handoff.grant, handoff.ticket));
         }
         remove_waiter(shard, key, waiting.id);
         match shard.locks.get(key).and_then(|e| e.holder.as_ref()) {
             Some(h) => Err(LockError::Busy(h.info())),
-            None => {
-                // Free with nobody ahead (a live waiter ahead would hold it).
-                let expires_at_ms = deadline(now, ttl_ms)?;
-                self.install(
-                    shard,
-                    key,
-                    owner.to_string(),
-                    expires_at_ms,
-                    options.durability,
-                    options.quota,
-                )
-            }
+            // Free with nobody ahead (a live waiter ahead would hold it).
+            None => match lease {
+                Some(lease) => {
+                    let expires_at_ms = lease
+                        .attach_if_live(&key.name, now)
+                        .ok_or(LockError::NotHeld)?;
+                    self.install(
+                        shard,
+                        key,
+                        owner.to_string(),
+                        expires_at_ms,
+                        lease.durability,
+                        Some(lease.clone()),
+                        options.quota,
+                    )
+                    .inspect_err(|_| lease.detach(&key.name))
+                }
+                None => {
+                    let expires_at_ms = deadline(now, ttl_ms)?;
+                    self.install(
+                        shard,
+                        key,
+                        owner.to_string(),
+                        expires_at_ms,
+                        options.durability,
+                        None,
+                        options.quota,
+                    )
+                }
+            },
         }
     }
 
@@ -749,6 +871,12 @@ impl Engine {
             };
             if *holder.owner != *owner {
                 return Err(LockError::NotOwner);
+            }
+            if holder.lease.is_some() {
+                return Err(LockError::InvalidArgument(format!(
+                    "lock {:?} is held under lease {:?}: its expiry is the lease's; refresh the lease",
+                    key.name, holder.owner
+                )));
             }
             self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms)
         };
@@ -820,7 +948,7 @@ impl Engine {
                 shard.deadlines.remove(&(due, key));
             }
         }
-        earliest
+        earliest.min(self.expire_leases(now))
     }
 
     /// The number of live (unexpired) locks, for tests and metrics.
@@ -867,7 +995,7 @@ struct Waiting<'a> {
     key: &'a Key,
     owner: &'a str,
     id: u64,
-    rx: oneshot::Receiver<Handoff>,
+    rx: oneshot::Receiver<Result<Handoff, LockError>>,
     queued: bool,
 }
 
@@ -879,7 +1007,7 @@ impl Drop for Waiting<'_> {
         let mut guard = self.engine.shard(self.key);
         remove_waiter(&mut guard, self.key, self.id);
         drop(guard);
-        if let Ok(handoff) = self.rx.try_recv() {
+        if let Ok(Ok(handoff)) = self.rx.try_recv() {
             self.engine
                 .release_now(self.key, self.owner, handoff.grant.fencing_token);
         }
@@ -941,7 +1069,12 @@ impl LockBackend for Engine {
         ttl_ms: u64,
         options: LockOptions,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        Box::pin(self.lock_impl(key, owner, ttl_ms, options))
+        // A plain `lock` by a live lease's id is a lock under that lease
+        // (docs/contract.md#c16-leases): never a lock with its own expiry.
+        let lease = self
+            .leases
+            .live_owner(&key.namespace, owner, self.clock.now_ms());
+        Box::pin(self.lock_impl(key, owner, ttl_ms, options, lease))
     }
 
     fn unlock<'a>(
@@ -978,6 +1111,48 @@ impl LockBackend for Engine {
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
         self.release_now(&key, &owner, token);
+    }
+
+    fn grant_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(self.grant_lease_impl(lease, ttl_ms, durability))
+    }
+
+    fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(self.refresh_lease_impl(lease))
+    }
+
+    fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(self.revoke_lease_impl(lease))
+    }
+
+    fn get_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+    ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
+        let info = self.get_lease_impl(lease);
+        Box::pin(async move { Ok(info) })
+    }
+
+    fn lock_in_lease<'a>(
+        &'a self,
+        key: &'a Key,
+        lease_id: &'a str,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let now = self.clock.now_ms();
+        let Some(lease) = self.leases.live_owner(&key.namespace, lease_id, now) else {
+            return Box::pin(std::future::ready(Err(LockError::NotHeld)));
+        };
+        Box::pin(self.lock_impl(key, lease_id, 1, options, Some(lease)))
+    }
+
+    fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
+        self.lease_ended_impl(lease)
     }
 
     fn stats(&self) -> BackendStats {

@@ -45,8 +45,12 @@ pub use backend::{BoxFuture, LockBackend};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
 pub use error::{ErrorKind, LockError};
-pub use journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket, TicketSender};
+pub use journal::{
+    Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
+};
 pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics};
 pub use service::{LockService, Quotas};
-pub use types::{Durability, Grant, Key, ListedLock, LockInfo, LockOptions};
+pub use types::{
+    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockInfo, LockOptions,
+};

@@ -21,6 +21,14 @@ pub enum Op {
     Get,
     /// `list`
     List,
+    /// `lease grant`
+    LeaseGrant,
+    /// `lease refresh`
+    LeaseRefresh,
+    /// `lease revoke`
+    LeaseRevoke,
+    /// `lease get`
+    LeaseGet,
 }
 
 impl Op {
@@ -31,12 +39,16 @@ impl Op {
 }
 
 /// Every operation with its label, in declaration order (`as_str` indexes it).
-const OPS: [(Op, &str); 5] = [
+const OPS: [(Op, &str); 9] = [
     (Op::Lock, "lock"),
     (Op::Unlock, "unlock"),
     (Op::Extend, "extend"),
     (Op::Get, "get"),
     (Op::List, "list"),
+    (Op::LeaseGrant, "lease_grant"),
+    (Op::LeaseRefresh, "lease_refresh"),
+    (Op::LeaseRevoke, "lease_revoke"),
+    (Op::LeaseGet, "lease_get"),
 ];
 
 /// Outcome labels: `ok`, then the word of every [`ErrorKind`] in its

@@ -5,11 +5,13 @@ use quanta::Instant;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::LockBackend;
+use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, Op};
-use crate::types::{Grant, Key, ListedLock, LockInfo, LockOptions};
+use crate::types::{
+    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockInfo, LockOptions,
+};
 
 /// How many locks each namespace may hold at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,4 +210,110 @@ impl LockService {
         self.backend
             .release_detached(Key::new(namespace, name), owner.to_string(), token);
     }
+
+    fn lease_key(&self, namespace: &str, lease_id: &str) -> Result<Key, LockError> {
+        self.limits.check_namespace(namespace)?;
+        self.limits.check_owner(lease_id)?;
+        Ok(Key::new(namespace, lease_id))
+    }
+
+    /// Grants a lease of `ttl_ms` in `namespace`, with a fresh id; see
+    /// docs/contract.md#c16-leases.
+    pub async fn grant_lease(
+        &self,
+        namespace: &str,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> Result<LeaseGrant, LockError> {
+        let started = Instant::now();
+        let result = async {
+            self.limits.check_namespace(namespace)?;
+            self.limits.check_ttl(ttl_ms)?;
+            let id = fresh_lease_id()?;
+            let lease = Key::new(namespace, id.as_str());
+            let expires_at_ms = self.backend.grant_lease(&lease, ttl_ms, durability).await?;
+            Ok(LeaseGrant { id, expires_at_ms })
+        }
+        .await;
+        self.measured(Op::LeaseGrant, (namespace, ""), started, result)
+    }
+
+    /// Moves the expiry of the lease and of all its locks to now + its TTL.
+    pub async fn refresh_lease(&self, namespace: &str, lease_id: &str) -> Result<u64, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let lease = self.lease_key(namespace, lease_id)?;
+            self.backend.refresh_lease(&lease).await
+        }
+        .await;
+        self.measured(Op::LeaseRefresh, (namespace, lease_id), started, result)
+    }
+
+    /// Ends the lease and releases all its locks at once; answers how many.
+    pub async fn revoke_lease(&self, namespace: &str, lease_id: &str) -> Result<u64, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let lease = self.lease_key(namespace, lease_id)?;
+            self.backend.revoke_lease(&lease).await
+        }
+        .await;
+        self.measured(Op::LeaseRevoke, (namespace, lease_id), started, result)
+    }
+
+    /// The state of a live lease.
+    pub async fn get_lease(
+        &self,
+        namespace: &str,
+        lease_id: &str,
+    ) -> Result<Option<LeaseInfo>, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let lease = self.lease_key(namespace, lease_id)?;
+            self.backend.get_lease(&lease).await
+        }
+        .await;
+        self.measured(Op::LeaseGet, (namespace, lease_id), started, result)
+    }
+
+    /// Takes `name` under the live lease `lease_id`, waiting up to `wait_ms`.
+    pub async fn lock_in_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        lease_id: &str,
+        wait_ms: u64,
+    ) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(lease_id)?;
+            self.limits.check_wait(wait_ms)?;
+            let options = LockOptions {
+                wait_ms,
+                quota: self.quotas.of(namespace),
+                ..LockOptions::default()
+            };
+            self.backend.lock_in_lease(&key, lease_id, options).await
+        }
+        .await;
+        self.measured(Op::Lock, (namespace, name), started, result)
+    }
+
+    /// Completes once the lease has ended (or at once if it is not live);
+    /// see [`LockBackend::lease_ended`]. An invalid id is never live.
+    pub fn lease_ended(&self, namespace: &str, lease_id: &str) -> BoxFuture<'static, ()> {
+        match self.lease_key(namespace, lease_id) {
+            Ok(lease) => self.backend.lease_ended(&lease),
+            Err(_) => Box::pin(std::future::ready(())),
+        }
+    }
+}
+
+/// A fresh lease id: `lease-` and 32 hex digits, 128 bits from the OS's
+/// secure random source, so that nobody can guess another holder's lease.
+fn fresh_lease_id() -> Result<String, LockError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| LockError::Unavailable(format!("no randomness for a lease id: {e}")))?;
+    Ok(format!("lease-{:032x}", u128::from_be_bytes(bytes)))
 }
