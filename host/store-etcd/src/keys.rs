@@ -3,12 +3,14 @@
 //! ```text
 //! <prefix>/<ns>/<name>                 the lock: a JSON `LockRecord`
 //! <prefix>/.queue/<ns>/<name>/<id>     one waiter: a JSON `WaiterRecord`
+//! <prefix>/.leases/<ns>/<id>           one lease: a JSON `LeaseRecord`
 //! ```
 //!
 //! Namespaces and names are percent-encoded: every byte outside
 //! `[A-Za-z0-9_-]` becomes `%XX`. So neither can contain `/` (a key has
 //! exactly two segments after the prefix, and two locks never collide), no
-//! namespace can start with `.` (the queue tree never overlaps a namespace),
+//! namespace can start with `.` (the queue and lease trees never overlap a
+//! namespace),
 //! and the encoding keeps prefixes: `enc(a)` is a prefix of `enc(b)` exactly
 //! when `a` is a prefix of `b`, so a name-prefix listing is one etcd range.
 
@@ -80,6 +82,33 @@ impl Layout {
     /// `<prefix>/.queue/`: every waiter of every lock.
     pub(crate) fn all_waiters(&self) -> Vec<u8> {
         format!("{}/.queue/", self.prefix).into_bytes()
+    }
+
+    /// `<prefix>/.leases/`: every lease of every namespace.
+    pub(crate) fn all_leases(&self) -> Vec<u8> {
+        format!("{}/.leases/", self.prefix).into_bytes()
+    }
+
+    /// The key of the lease `id` of `namespace`.
+    pub(crate) fn lease_key(&self, namespace: &str, id: &str) -> Vec<u8> {
+        format!(
+            "{}/.leases/{}/{}",
+            self.prefix,
+            encode(namespace),
+            encode(id)
+        )
+        .into_bytes()
+    }
+
+    /// The lock stored at `lock_key`, a key this layout made with
+    /// [`Layout::lock_key`].
+    pub(crate) fn key_of(&self, lock_key: &[u8]) -> Option<Key> {
+        let rest = std::str::from_utf8(lock_key)
+            .ok()?
+            .strip_prefix(&self.prefix)?
+            .strip_prefix('/')?;
+        let (namespace, name) = rest.split_once('/')?;
+        Some(Key::new(decode(namespace)?, decode(name)?))
     }
 
     /// The key holding the lock `key`.
@@ -161,6 +190,13 @@ mod tests {
         assert_eq!(a, b"/lockd/a%2Fb/c");
         assert_eq!(l.name_of("a", &b).as_deref(), Some("b/c"));
         assert_eq!(l.name_of("a/b", &b), None);
+        assert_eq!(l.key_of(&a), Some(Key::new("a/b", "c")));
+        assert_eq!(l.key_of(&b), Some(Key::new("a", "b/c")));
+        assert_eq!(l.key_of(b"/lockd/a"), None);
+        let lease = l.lease_key("a/b", "lease-1");
+        assert_eq!(lease, b"/lockd/.leases/a%2Fb/lease-1");
+        assert!(lease.starts_with(&l.all_leases()));
+        assert!(!lease.starts_with(&l.list_prefix(".leases", "")));
         let q = l.waiter_key(&Key::new("ns", "n"), "7-1");
         assert_eq!(q, b"/lockd/.queue/ns/n/7-1");
         assert!(!q.starts_with(&l.list_prefix(".queue", "")));

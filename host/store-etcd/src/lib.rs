@@ -99,8 +99,8 @@ pub mod testing;
 use std::sync::Arc;
 
 use lockd_core::{
-    BackendStats, BoxFuture, Clock, Grant, Key, ListedLock, LockBackend, LockError, LockInfo,
-    LockOptions,
+    BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockBackend,
+    LockError, LockInfo, LockOptions,
 };
 
 pub use crate::options::{ConfigError, EtcdOptions};
@@ -226,6 +226,66 @@ impl LockBackend for EtcdBackend {
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
         self.inner.release_detached(key, owner, token);
+    }
+
+    fn grant_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(self.inner.lease_op("lease grant", lease, move |inner| {
+            inner.grant_lease(lease, ttl_ms, durability)
+        }))
+    }
+
+    fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(
+            self.inner
+                .lease_op("lease refresh", lease, |inner| inner.refresh_lease(lease)),
+        )
+    }
+
+    fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        Box::pin(
+            self.inner
+                .lease_op("lease revoke", lease, |inner| inner.revoke_lease(lease)),
+        )
+    }
+
+    fn get_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+    ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
+        Box::pin(
+            self.inner
+                .lease_op("lease get", lease, |inner| inner.get_lease(lease)),
+        )
+    }
+
+    fn lock_in_lease<'a>(
+        &'a self,
+        key: &'a Key,
+        lease_id: &'a str,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        Box::pin(async move {
+            // Taken before the first await: call order is queue order.
+            let answer = self.inner.start_lease_lock(key, lease_id, options);
+            answer.await.unwrap_or_else(|_| {
+                Err(LockError::Unavailable(
+                    "the lock task ended without an answer (is the runtime shutting down?)".into(),
+                ))
+            })
+        })
+    }
+
+    /// Watches the lease's key in etcd (a revoke through any host deletes
+    /// it) and sleeps until its expiry, reading it again after either
+    /// (a refresh moves the expiry). Also completes once etcd stayed
+    /// unreachable past the expiry last read.
+    fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
+        self.inner.lease_ended(lease)
     }
 
     /// Cluster-wide counts as of the previous call (the first call answers

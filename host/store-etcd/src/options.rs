@@ -23,6 +23,13 @@ pub struct EtcdOptions {
     /// ephemeral locks: how long they outlive a host that died (whole
     /// seconds, at least 2).
     pub session_ttl: Duration,
+    /// The most locks one lease may hold (default 40). A refresh or revoke
+    /// rewrites all of a lease's locks in one etcd transaction, and a
+    /// revoke that hands every lock to a waiter under another lease takes
+    /// three operations and three compares per lock: 40 locks stay within
+    /// etcd's default `--max-txn-ops` of 128. Raise both together. A lock
+    /// past it answers `denied`.
+    pub max_locks_per_lease: usize,
 }
 
 /// Why an etcd store's configuration was refused.
@@ -47,7 +54,7 @@ pub enum ConfigError {
 
 impl EtcdOptions {
     /// Options for `endpoints` with the defaults: prefix `/lockd`, dial 5 s,
-    /// requests 5 s, lease slack 5 s, session 10 s.
+    /// requests 5 s, lease slack 5 s, session 10 s, 40 locks per lease.
     pub fn new<I, S>(endpoints: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -60,6 +67,7 @@ impl EtcdOptions {
             request_timeout: Duration::from_secs(5),
             lease_slack: Duration::from_secs(5),
             session_ttl: Duration::from_secs(10),
+            max_locks_per_lease: 40,
         }
     }
 

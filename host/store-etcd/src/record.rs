@@ -1,10 +1,10 @@
-//! The values stored at lock and waiter keys: small JSON objects, readable
-//! with `etcdctl get --prefix /lockd/`.
+//! The values stored at lock, waiter and lease keys: small JSON objects,
+//! readable with `etcdctl get --prefix /lockd/`.
 
-use lockd_core::{Durability, Grant, LockError, LockInfo};
+use lockd_core::{Durability, Grant, LeaseInfo, LockError, LockInfo};
 use serde::{Deserialize, Serialize};
 
-/// Format version of both records.
+/// Format version of the records.
 const VERSION: u8 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +50,14 @@ pub(crate) struct LockRecord {
     /// The waiter this grant was handed to, so that waiter recognises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiter: Option<String>,
+    /// Held under the lease whose id is `owner`: the lease's record lists
+    /// it, its expiry is the lease's, and only the lease moves it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lease: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The value of a waiter key.
@@ -64,6 +72,83 @@ pub(crate) struct WaiterRecord {
     /// The waiter's session lease: its key's lease, and the lease of an
     /// ephemeral grant handed to it.
     pub session: i64,
+    /// The lease (an id of the lock's namespace) this waiter takes the lock
+    /// under: a hand-off gives it the lease's expiry and durability and
+    /// adds it to the lease's record, or drops the waiter if the lease has
+    /// ended. `owner` is the lease id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+}
+
+/// The value of a lease key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LeaseRecord {
+    pub v: u8,
+    /// Every refresh moves the expiry to now + this.
+    pub ttl_ms: u64,
+    /// The authority on expiry, as for locks; every lock under the lease
+    /// carries the same expiry in its own record.
+    pub expires_at_ms: u64,
+    pub durability: StoredDurability,
+    /// For an ephemeral lease: the session lease of the host that granted
+    /// it, which carries its key and the keys of all its locks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<i64>,
+    /// The names of the locks held under the lease, sorted, without
+    /// duplicates. Every transaction that grants, hands over or releases
+    /// such a lock rewrites this list, guarded by the lease key's
+    /// `mod_revision`.
+    pub locks: Vec<String>,
+}
+
+impl LeaseRecord {
+    pub(crate) fn new(
+        ttl_ms: u64,
+        expires_at_ms: u64,
+        durability: Durability,
+        session: Option<i64>,
+    ) -> Self {
+        LeaseRecord {
+            v: VERSION,
+            ttl_ms,
+            expires_at_ms,
+            durability: durability.into(),
+            session,
+            locks: Vec::new(),
+        }
+    }
+
+    /// Whether the lease has not run out at `now_ms`.
+    pub(crate) fn live(&self, now_ms: u64) -> bool {
+        self.expires_at_ms > now_ms
+    }
+
+    /// Adds `name` to the lock list (kept sorted, without duplicates).
+    pub(crate) fn add(&mut self, name: &str) {
+        if let Err(at) = self.locks.binary_search_by(|n| n.as_str().cmp(name)) {
+            self.locks.insert(at, name.to_string());
+        }
+    }
+
+    /// Removes `name` from the lock list; whether it was there.
+    pub(crate) fn remove(&mut self, name: &str) -> bool {
+        match self.locks.binary_search_by(|n| n.as_str().cmp(name)) {
+            Ok(at) => {
+                self.locks.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub(crate) fn info(&self) -> LeaseInfo {
+        LeaseInfo {
+            ttl_ms: self.ttl_ms,
+            expires_at_ms: self.expires_at_ms,
+            durability: self.durability.into(),
+            locks: self.locks.clone(),
+        }
+    }
 }
 
 impl LockRecord {
@@ -80,6 +165,7 @@ impl LockRecord {
             durability: durability.into(),
             token: None,
             waiter,
+            lease: false,
         }
     }
 }
@@ -91,6 +177,7 @@ impl WaiterRecord {
         ttl_ms: u64,
         durability: Durability,
         session: i64,
+        lease: Option<String>,
     ) -> Self {
         WaiterRecord {
             v: VERSION,
@@ -99,6 +186,7 @@ impl WaiterRecord {
             ttl_ms,
             durability: durability.into(),
             session,
+            lease,
         }
     }
 }
@@ -180,6 +268,22 @@ impl Queued {
     }
 }
 
+/// A lease key as read.
+#[derive(Clone, Debug)]
+pub(crate) struct Leased {
+    pub mod_revision: i64,
+    pub rec: LeaseRecord,
+}
+
+impl Leased {
+    pub(crate) fn from_kv(kv: &etcd_client::KeyValue) -> Result<Leased, LockError> {
+        Ok(Leased {
+            mod_revision: kv.mod_revision(),
+            rec: from_json(kv.key(), kv.value())?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +297,24 @@ mod tests {
             r#"{"v":1,"owner":"o1","expires_at_ms":17,"durability":"ephemeral"}"#
         );
         assert_eq!(from_json::<LockRecord>(b"k", &json).unwrap(), r);
+        let mut leased = r.clone();
+        leased.lease = true;
+        assert!(std::str::from_utf8(&to_json(&leased))
+            .unwrap()
+            .ends_with(r#","lease":true}"#));
+        assert_eq!(
+            from_json::<LockRecord>(b"k", &to_json(&leased)).unwrap(),
+            leased
+        );
+        let mut l = LeaseRecord::new(1_000, 17, Durability::Persistent, None);
+        for n in ["b", "a", "b", "c"] {
+            l.add(n);
+        }
+        assert!(l.remove("c") && !l.remove("c"));
+        assert_eq!(
+            std::str::from_utf8(&to_json(&l)).unwrap(),
+            r#"{"v":1,"ttl_ms":1000,"expires_at_ms":17,"durability":"persistent","locks":["a","b"]}"#
+        );
         assert!(matches!(
             from_json::<LockRecord>(b"k", b"nope"),
             Err(LockError::Unavailable(m)) if m.contains("\"k\"")

@@ -36,18 +36,24 @@ impl StatsCache {
         !self.refreshing.swap(true, Ordering::AcqRel)
     }
 
-    /// Counts lock and waiter keys in one read and keeps the counts. A
-    /// failure keeps the previous counts.
+    /// Counts lock and waiter keys in one read and keeps the counts (lease
+    /// keys are neither). A failure keeps the previous counts.
     pub(crate) async fn refresh(&self, etcd: &Etcd, layout: &Layout) {
         let count =
             |k: Vec<u8>| TxnOp::get(k, Some(GetOptions::new().with_prefix().with_count_only()));
-        let txn = Txn::new().and_then(vec![count(layout.all()), count(layout.all_waiters())]);
+        let txn = Txn::new().and_then(vec![
+            count(layout.all()),
+            count(layout.all_waiters()),
+            count(layout.all_leases()),
+        ]);
         match etcd.txn("stats", txn).await {
             Ok(resp) => {
                 let counts: Vec<u64> = gets(&resp).iter().map(|g| g.count() as u64).collect();
-                if let [all, waiters] = counts[..] {
-                    self.locks
-                        .store(all.saturating_sub(waiters), Ordering::Relaxed);
+                if let [all, waiters, leases] = counts[..] {
+                    self.locks.store(
+                        all.saturating_sub(waiters).saturating_sub(leases),
+                        Ordering::Relaxed,
+                    );
                     self.waiters.store(waiters, Ordering::Relaxed);
                 }
             }

@@ -4,6 +4,7 @@
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lockd_core::{Durability, Grant, Key, LockError, LockInfo, LockOptions};
 
+use super::lease::LeaseEdits;
 use super::{nobody_queued, unchanged, Inner};
 use crate::record::{to_json, Held, LockRecord, Queued};
 use crate::rpc::gets;
@@ -24,7 +25,7 @@ enum Refresh {
     Lapsed,
 }
 
-fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
+pub(super) fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
     now_ms.checked_add(ttl_ms).ok_or_else(|| {
         LockError::InvalidArgument(format!("ttl of {ttl_ms} ms overflows the deadline"))
     })
@@ -81,6 +82,11 @@ impl Inner {
             let now = self.clock.now_ms();
             let expires_at_ms = deadline(now, ttl_ms)?;
             match snap.lock.as_ref().filter(|h| h.live(now)) {
+                // Held under the lease whose id `owner` is: its grant as it
+                // is (only the lease moves its expiry).
+                Some(h) if h.rec.owner == owner && h.rec.lease => {
+                    return Ok(Attempt::Granted(h.grant(), false));
+                }
                 Some(h) if h.rec.owner == owner => {
                     // Lapsed: read again, and grant afresh (a new token) if
                     // nobody queued.
@@ -142,7 +148,12 @@ impl Inner {
         }))
     }
 
-    async fn check_quota(&self, namespace: &str, quota: u64, now: u64) -> Result<(), LockError> {
+    pub(super) async fn check_quota(
+        &self,
+        namespace: &str,
+        quota: u64,
+        now: u64,
+    ) -> Result<(), LockError> {
         let resp = self
             .etcd
             .range(
@@ -169,6 +180,12 @@ impl Inner {
     /// one transaction that holds only if neither changed since the read.
     /// Returns whether it held; `current` (expired, or being unlocked) is
     /// replaced then.
+    ///
+    /// Leases: a live `current` under a lease leaves that lease's record,
+    /// and a waiter under a lease enters its lease's record, in the same
+    /// transaction (guarded by the lease keys' revisions). A waiter whose
+    /// lease has ended is dropped from the queue instead (`false`: read
+    /// again), so no lock is handed to a lease that ended.
     pub(super) async fn hand_off(
         &self,
         lock_key: &[u8],
@@ -176,25 +193,21 @@ impl Inner {
         head: &Queued,
         now: u64,
     ) -> Result<bool, LockError> {
-        let w = &head.rec;
-        let durability: Durability = w.durability.into();
-        let lease = match durability {
-            Durability::Persistent => self.leases.lease_for(&self.etcd, w.ttl_ms).await?,
-            // The waiter's own session: an ephemeral lock belongs to the
-            // host whose caller holds it.
-            Durability::Ephemeral => w.session,
+        let key = self.key_of(lock_key)?;
+        let mut edits = LeaseEdits::default();
+        if let Some(h) = current.filter(|h| h.rec.lease && h.live(now)) {
+            self.release_from_lease(&mut edits, &key, h).await?;
+        }
+        let Some((rec, lease)) = self.grant_for_waiter(&key, head, now, &mut edits).await? else {
+            self.drop_waiter(head).await?;
+            return Ok(false);
         };
-        let rec = LockRecord::fresh(
-            &w.owner,
-            now.saturating_add(w.ttl_ms),
-            durability,
-            Some(w.id.clone()),
-        );
-        let when = vec![
+        let mut when = vec![
             unchanged(lock_key, current),
             Compare::mod_revision(head.key.clone(), CompareOp::Equal, head.mod_revision),
         ];
-        let extra = vec![TxnOp::delete(head.key.clone(), None)];
+        let mut extra = vec![TxnOp::delete(head.key.clone(), None)];
+        edits.apply(&mut when, &mut extra);
         Ok(self
             .put_holder(lock_key, when, &rec, lease, extra)
             .await?
@@ -203,7 +216,7 @@ impl Inner {
 
     /// Writes `rec` at the lock key if `when` holds, with `extra` ops in the
     /// same transaction, and returns the lock as written.
-    async fn put_holder(
+    pub(super) async fn put_holder(
         &self,
         lock_key: &[u8],
         when: Vec<Compare>,
@@ -252,6 +265,13 @@ impl Inner {
             };
             if h.rec.owner != owner {
                 return Err(LockError::NotOwner);
+            }
+            if h.rec.lease {
+                return Err(LockError::InvalidArgument(format!(
+                    "lock {:?} is held under lease {owner:?}, which sets its expiry; \
+                     refresh the lease",
+                    key.name
+                )));
             }
             match self
                 .refresh(&lock_key, &queue, &h, expires_at_ms, ttl_ms)

@@ -45,15 +45,27 @@ impl Inner {
         let result = self
             .lock_flow(&key, &owner, ttl_ms, options, ticket, &mut caller)
             .await;
+        self.answer_lock(&key, &owner, result, caller).await;
+    }
+
+    /// Answers a `lock` (or `lock_in_lease`) caller, or undoes a fresh
+    /// grant nobody is left to receive.
+    pub(super) async fn answer_lock(
+        &self,
+        key: &Key,
+        owner: &str,
+        result: Result<(Grant, bool), LockError>,
+        caller: oneshot::Sender<Result<Grant, LockError>>,
+    ) {
         match result {
             Ok((grant, fresh)) => {
                 if caller.send(Ok(grant)).is_err() && fresh {
                     let undone = self
-                        .unlock_flow(&key, &owner, Some(grant.fencing_token))
+                        .unlock_flow(key, owner, Some(grant.fencing_token))
                         .await;
                     // Nobody waits for this answer; a failure leaves the
                     // lock to expire.
-                    let _ = log_unavailable("undo of an unreceived grant", &key, undone);
+                    let _ = log_unavailable("undo of an unreceived grant", key, undone);
                 }
             }
             // Nobody is left to see the failure: not a store failure to
@@ -62,7 +74,7 @@ impl Inner {
                 tracing::debug!(error = %e, "lock call ended after its caller went away");
             }
             Err(e) => {
-                let _ = caller.send(log_unavailable("lock", &key, Err(e)));
+                let _ = caller.send(log_unavailable("lock", key, Err(e)));
             }
         }
     }
@@ -99,7 +111,9 @@ impl Inner {
             if options.wait_ms == 0 || self.clock.now_ms() >= wait_until || caller.is_closed() {
                 return Err(LockError::Busy(holder));
             }
-            let w = self.enqueue(key, owner, ttl_ms, options.durability).await?;
+            let w = self
+                .enqueue(key, owner, ttl_ms, options.durability, None)
+                .await?;
             // In the queue: the next local caller may go.
             drop(ticket.take());
             match self

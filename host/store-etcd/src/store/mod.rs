@@ -11,9 +11,11 @@
 //!   the queue, a refresh (`extend`, an idempotent `lock`), the quota;
 //! - `queue`: a waiter's key, its watch, and leaving the queue;
 //! - `lock`: the whole `lock` call, in a task of its own;
-//! - `release`: `unlock`, in one round trip when it can be.
+//! - `release`: `unlock`, in one round trip when it can be;
+//! - `lease`: leases, their locks, refresh, revoke and the end watch.
 
 mod grant;
+mod lease;
 mod lock;
 mod queue;
 mod read;
@@ -191,6 +193,22 @@ impl Inner {
             );
         }
         result
+    }
+
+    /// Runs the lease operation `op` on `lease`, logging a failure the
+    /// caller sees as `unavailable`.
+    pub(crate) async fn lease_op<'a, T, F, Fut>(
+        &'a self,
+        op: &'static str,
+        lease: &Key,
+        call: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(&'a Inner) -> Fut,
+        Fut: std::future::Future<Output = Result<T, LockError>>,
+    {
+        let result = call(self).await;
+        log_unavailable(op, lease, result)
     }
 
     /// Releases `owner`'s grant `token` in the background; later calls on

@@ -13,7 +13,7 @@ use crate::rpc::gets;
 
 /// Pause after a watch fails (a leader change, a dropped connection) before
 /// reading again: error backoff, not polling.
-const WATCH_RETRY: Duration = Duration::from_millis(200);
+pub(super) const WATCH_RETRY: Duration = Duration::from_millis(200);
 
 /// This backend's place in a wait queue.
 #[derive(Debug)]
@@ -33,17 +33,20 @@ pub(super) enum WaitEnd {
 }
 
 impl Inner {
-    /// Puts a waiter key (on the session lease) at the back of the queue.
+    /// Puts a waiter key (on the session lease) at the back of the queue;
+    /// with `lease`, a waiter under that lease (`owner` is its id).
     pub(super) async fn enqueue(
         &self,
         key: &Key,
         owner: &str,
         ttl_ms: u64,
         durability: Durability,
+        lease: Option<&str>,
     ) -> Result<Waiter, LockError> {
         let (session, id) = self.session.next_waiter();
         let wkey = self.layout.waiter_key(key, &id);
-        let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session);
+        let lease = lease.map(str::to_string);
+        let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease);
         let txn = Txn::new()
             .when(vec![Compare::version(wkey.clone(), CompareOp::Equal, 0)])
             .and_then(vec![
@@ -92,7 +95,7 @@ impl Inner {
     }
 
     /// Waits for any event on `keys` from `revision` on.
-    async fn watch_any(&self, keys: &[Vec<u8>], revision: i64) -> Result<(), LockError> {
+    pub(super) async fn watch_any(&self, keys: &[Vec<u8>], revision: i64) -> Result<(), LockError> {
         let options = || Some(WatchOptions::new().with_start_revision(revision));
         let Some((first, rest)) = keys.split_first() else {
             return Ok(());

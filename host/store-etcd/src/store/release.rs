@@ -5,6 +5,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lockd_core::{Key, LockError};
 
+use super::lease::LeaseEdits;
 use super::{nobody_queued, unchanged, Inner};
 
 impl Inner {
@@ -74,9 +75,16 @@ impl Inner {
                 None => {
                     // The queue must still be empty: a waiter that joined
                     // since the read makes this a hand-off instead.
-                    let txn = Txn::new()
-                        .when(vec![unchanged(lock_key, Some(h)), nobody_queued(queue)])
-                        .and_then(vec![TxnOp::delete(lock_key.to_vec(), None)]);
+                    let mut when = vec![unchanged(lock_key, Some(h)), nobody_queued(queue)];
+                    let mut ops = vec![TxnOp::delete(lock_key.to_vec(), None)];
+                    if h.rec.lease {
+                        // Out of its lease's record in the same step.
+                        let mut edits = LeaseEdits::default();
+                        let key = self.key_of(lock_key)?;
+                        self.release_from_lease(&mut edits, &key, h).await?;
+                        edits.apply(&mut when, &mut ops);
+                    }
+                    let txn = Txn::new().when(when).and_then(ops);
                     self.etcd.txn("unlock", txn).await?.succeeded()
                 }
             };
