@@ -69,14 +69,22 @@ mod raw {
         path: "../../wit",
         world: "lockd:lock/imports",
         additional_derives: [PartialEq, Eq, Hash],
+        with: {
+            "wasi:io/poll@0.2.0": wasip2::io::poll,
+        },
     });
 }
 
 use raw::lockd::lock::guards as wit_guards;
+use raw::lockd::lock::leases as wit_leases;
 use raw::lockd::lock::locks as wit_locks;
 use raw::lockd::lock::types as wit_types;
 
 pub use wit_types::{Durability, Grant, LockInfo};
+/// The `wasi:io/poll` pollable [`Guard::lost`] and [`Lease::lost`] answer;
+/// wait on it with [`Pollable::block`] or, with other pollables,
+/// [`wasip2::io::poll::poll`].
+pub use wasip2::io::poll::Pollable;
 
 /// Converts a duration to the WIT millisecond count: truncated to whole
 /// milliseconds and saturated at `u32::MAX` (see the crate docs).
@@ -287,6 +295,39 @@ impl Guard {
         Ok(Guard { inner })
     }
 
+    /// Like [`Guard::acquire`], and the host keeps the guard alive: it
+    /// extends it at a third of `ttl` for as long as this instance lives,
+    /// until the guard is released or dropped. If a renewal cannot be made
+    /// before the expiry, the guard is lost ([`Guard::lost`]).
+    ///
+    /// # Errors
+    ///
+    /// The same as [`lock`].
+    pub fn acquire_kept_alive(
+        name: &str,
+        ttl: Duration,
+        options: LockOptions,
+    ) -> Result<Guard, Error> {
+        let inner = wit_guards::Guard::acquire_with(
+            name,
+            to_millis(ttl),
+            wit_guards::GuardOptions {
+                wait_ms: to_millis(options.wait),
+                durability: options.durability,
+                keep_alive: true,
+            },
+        )?;
+        Ok(Guard { inner })
+    }
+
+    /// A pollable that becomes ready once this guard no longer holds its
+    /// lock: it expired without renewal, keep-alive failed until the expiry,
+    /// someone else released it, or it was released. No polling of the host
+    /// is needed: wait on it with [`Pollable::block`] or `poll`.
+    pub fn lost(&self) -> Pollable {
+        self.inner.subscribe_lost()
+    }
+
     /// The fencing token of this grant.
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token()
@@ -331,5 +372,142 @@ impl Guard {
         // Dropping `self.inner` afterwards is a no-op on the host: the
         // resource is already released.
         Ok(self.inner.release()?)
+    }
+}
+
+/// Options for [`Lease::grant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseOptions {
+    /// Whether the lease and its locks survive a host restart.
+    pub durability: Durability,
+    /// The host refreshes the lease at a third of its TTL for as long as
+    /// this instance lives, until it is revoked or dropped.
+    pub keep_alive: bool,
+}
+
+impl Default for LeaseOptions {
+    /// Persistent, without keep-alive.
+    fn default() -> Self {
+        LeaseOptions {
+            durability: Durability::Persistent,
+            keep_alive: false,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// These options, with keep-alive on.
+    pub const fn kept_alive(self) -> Self {
+        LeaseOptions {
+            keep_alive: true,
+            ..self
+        }
+    }
+
+    /// These options, with the given durability.
+    pub const fn with_durability(self, durability: Durability) -> Self {
+        LeaseOptions { durability, ..self }
+    }
+}
+
+/// A lease: one expiry for several locks, refreshed and revoked in one step.
+///
+/// Every lock taken with [`Lease::lock`] is owned by the lease's id and ends
+/// with the lease. Dropping the lease revokes it (releasing all its locks),
+/// and so does the end of the instance that holds it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockd_guest::{Lease, LeaseOptions};
+///
+/// # fn main() -> Result<(), lockd_guest::Error> {
+/// let lease = Lease::grant(Duration::from_secs(10), LeaseOptions::default().kept_alive())?;
+/// let a = lease.lock("accounts/a", Duration::ZERO)?;
+/// let b = lease.lock("accounts/b", Duration::from_secs(1))?;
+/// println!("tokens {} and {}", a.fencing_token, b.fencing_token);
+/// lease.revoke()?; // both released at once
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Lease {
+    inner: wit_leases::Lease,
+}
+
+impl Lease {
+    /// Grants a lease of `ttl` (whole milliseconds, saturating).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a zero or over-long `ttl`; host errors.
+    pub fn grant(ttl: Duration, options: LeaseOptions) -> Result<Lease, Error> {
+        let inner = wit_leases::Lease::grant(
+            to_millis(ttl),
+            wit_leases::LeaseOptions {
+                durability: options.durability,
+                keep_alive: options.keep_alive,
+            },
+        )?;
+        Ok(Lease { inner })
+    }
+
+    /// The id the host generated: the owner of every lock under the lease.
+    pub fn id(&self) -> String {
+        self.inner.id()
+    }
+
+    /// When the lease ends unless refreshed: Unix epoch milliseconds.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.inner.expires_at_ms()
+    }
+
+    /// Takes the lock `name` under this lease, waiting up to `wait` in the
+    /// host's FIFO queue. A lock the lease holds answers its grant.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] if another owner holds it after the wait;
+    /// [`Error::NotHeld`] if the lease has ended.
+    pub fn lock(&self, name: &str, wait: Duration) -> Result<Grant, Error> {
+        Ok(self.inner.lock(name, to_millis(wait))?)
+    }
+
+    /// Releases one lock of the lease; the lease lives on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] or [`Error::NotHeld`] if the lease does not hold it.
+    pub fn unlock(&self, name: &str) -> Result<(), Error> {
+        Ok(self.inner.unlock(name)?)
+    }
+
+    /// Moves the expiry of the lease and all its locks to now + its TTL;
+    /// answers the new expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] once the lease has ended.
+    pub fn refresh(&self) -> Result<u64, Error> {
+        Ok(self.inner.refresh()?)
+    }
+
+    /// Ends the lease and releases all its locks at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] if it had already ended; [`Error::Unavailable`] if
+    /// the store could not record it.
+    pub fn revoke(self) -> Result<(), Error> {
+        Ok(self.inner.revoke()?)
+    }
+
+    /// Whether the lease is still live (asks the host).
+    pub fn is_alive(&self) -> bool {
+        self.inner.is_alive()
+    }
+
+    /// A pollable that becomes ready once the lease has ended: expired,
+    /// revoked by anyone, or not renewed by keep-alive before its expiry.
+    pub fn lost(&self) -> Pollable {
+        self.inner.subscribe_lost()
     }
 }

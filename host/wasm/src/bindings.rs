@@ -10,7 +10,11 @@ wasmtime::component::bindgen!({
     imports: { default: async | trappable },
     with: {
         "lockd:lock/guards.guard": crate::guard::Guard,
+        "lockd:lock/leases.lease": crate::lease::Lease,
+        // The embedder's WASI implementation owns `wasi:io`; a pollable
+        // this capability hands out is one of its `DynPollable`s.
+        "wasi:io": wasmtime_wasi_io::bindings::wasi::io,
     },
 });
 
-pub(crate) use lockd::lock::{guards, locks, types};
+pub(crate) use lockd::lock::{guards, leases, locks, types};

@@ -1,13 +1,13 @@
 //! The Ctx / View pair through which the capability reaches its state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use lockd_core::LockService;
+use lockd_core::{LockError, LockService};
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
 use crate::bindings;
 
-/// Default cap on guards one instance may hold at once.
+/// Default cap on guards and leases one instance may hold at once.
 pub const DEFAULT_MAX_GUARDS: usize = 4096;
 
 /// Per-instance lock state: the service, the namespace the host assigned,
@@ -17,6 +17,8 @@ pub struct LockCtx {
     pub(crate) namespace: String,
     /// Guards not yet released, by id: released when this context drops.
     pub(crate) live_guards: HashMap<u64, (String, String, u64)>,
+    /// Leases not yet revoked, by id: revoked when this context drops.
+    pub(crate) live_leases: HashSet<String>,
     pub(crate) next_guard_id: u64,
     pub(crate) max_guards: usize,
 }
@@ -37,13 +39,15 @@ impl LockCtx {
             service,
             namespace: namespace.into(),
             live_guards: HashMap::new(),
+            live_leases: HashSet::new(),
             next_guard_id: 0,
             max_guards: DEFAULT_MAX_GUARDS,
         }
     }
 
-    /// Caps the guards this instance may hold at once (default
-    /// [`DEFAULT_MAX_GUARDS`]); past it, `acquire` answers `denied`.
+    /// Caps the guards and leases this instance may hold at once (default
+    /// [`DEFAULT_MAX_GUARDS`]); past it, `acquire` and `grant` answer
+    /// `denied`.
     pub fn with_max_guards(mut self, max: usize) -> Self {
         self.max_guards = max;
         self
@@ -58,6 +62,22 @@ impl LockCtx {
     pub fn live_guards(&self) -> usize {
         self.live_guards.len()
     }
+
+    /// How many leases this instance still holds.
+    pub fn live_leases(&self) -> usize {
+        self.live_leases.len()
+    }
+
+    /// `denied` once the instance holds as many guards and leases as allowed.
+    pub(crate) fn check_room(&self) -> Result<(), LockError> {
+        if self.live_guards.len() + self.live_leases.len() >= self.max_guards {
+            return Err(LockError::Denied(format!(
+                "this instance already holds {} guards and leases, the most allowed",
+                self.max_guards
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for LockCtx {
@@ -68,6 +88,21 @@ impl Drop for LockCtx {
         for (_, (name, owner, token)) in self.live_guards.drain() {
             self.service
                 .release_detached(&self.namespace, &name, &owner, token);
+        }
+        if self.live_leases.is_empty() {
+            return;
+        }
+        // A revoke must be awaited; hand it to the runtime the instance ran
+        // on. Without one (a synchronous embedder), the TTL takes over.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for id in self.live_leases.drain() {
+            let service = self.service.clone();
+            let namespace = self.namespace.clone();
+            runtime.spawn(async move {
+                let _ = service.revoke_lease(&namespace, &id).await;
+            });
         }
     }
 }
@@ -100,7 +135,16 @@ impl HasData for HasLockCtx {
     type Data<'a> = LockCtxView<'a>;
 }
 
-/// Adds `lockd:lock/locks` and `lockd:lock/guards` to `linker`.
+/// Adds `lockd:lock/locks`, `lockd:lock/guards` and `lockd:lock/leases` to
+/// `linker`.
+///
+/// `subscribe-lost` hands out `wasi:io/poll` pollables, so the linker needs
+/// `wasi:io` too, from wasmtime-wasi (`wasmtime_wasi::p2::add_to_linker_async`
+/// adds it with the rest of WASI). Keep-alive runs on the tokio runtime the
+/// instance is called from.
 pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    bindings::Imports::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    bindings::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    bindings::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    bindings::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    bindings::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

@@ -3,13 +3,15 @@
 
 use lockd_core::{LockError, LockOptions};
 use wasmtime::component::Resource;
+use wasmtime_wasi_io::poll::{subscribe, DynPollable};
 
 use crate::bindings::{guards, locks, types};
 use crate::ctx::LockCtxView;
 use crate::errors::{durability_from_wit, info_to_wit, to_wit};
 use crate::guard::{fresh_owner, Guard};
+use crate::liveness::{Liveness, Monitor, Subject};
 
-type WitResult<T> = wasmtime::Result<Result<T, types::Error>>;
+pub(crate) type WitResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 fn options_from_wit(options: locks::LockOptions) -> LockOptions {
     LockOptions {
@@ -19,7 +21,7 @@ fn options_from_wit(options: locks::LockOptions) -> LockOptions {
     }
 }
 
-fn grant_to_wit(grant: lockd_core::Grant) -> types::Grant {
+pub(crate) fn grant_to_wit(grant: lockd_core::Grant) -> types::Grant {
     types::Grant {
         fencing_token: grant.fencing_token,
         expires_at_ms: grant.expires_at_ms,
@@ -93,18 +95,18 @@ impl locks::Host for LockCtxView<'_> {
 
 impl guards::Host for LockCtxView<'_> {}
 
-impl guards::HostGuard for LockCtxView<'_> {
-    async fn acquire(
+impl LockCtxView<'_> {
+    /// `acquire` and `acquire-with`: take the lock for a fresh owner and
+    /// hand the guest a guard.
+    async fn acquire_guard(
         &mut self,
         name: String,
         ttl_ms: u32,
-        options: locks::LockOptions,
+        options: LockOptions,
+        keep_alive: bool,
     ) -> WitResult<Resource<Guard>> {
-        if self.ctx.live_guards.len() >= self.ctx.max_guards {
-            return Ok(Err(to_wit(LockError::Denied(format!(
-                "this instance already holds {} guards, the most allowed",
-                self.ctx.max_guards
-            )))));
+        if let Err(e) = self.ctx.check_room() {
+            return Ok(Err(to_wit(e)));
         }
         let owner = match fresh_owner() {
             Ok(owner) => owner,
@@ -115,15 +117,10 @@ impl guards::HostGuard for LockCtxView<'_> {
             }
         };
         let ctx = &mut *self.ctx;
+        let ttl_ms = u64::from(ttl_ms);
         let grant = match ctx
             .service
-            .lock(
-                &ctx.namespace,
-                &name,
-                &owner,
-                u64::from(ttl_ms),
-                options_from_wit(options),
-            )
+            .lock(&ctx.namespace, &name, &owner, ttl_ms, options)
             .await
         {
             Ok(grant) => grant,
@@ -131,33 +128,66 @@ impl guards::HostGuard for LockCtxView<'_> {
         };
         let id = ctx.next_guard_id;
         ctx.next_guard_id += 1;
+        let liveness = Liveness::new(grant.expires_at_ms, ttl_ms);
+        let subject = Subject::Guard {
+            namespace: ctx.namespace.clone(),
+            name: name.clone(),
+            owner: owner.clone(),
+            token: grant.fencing_token,
+        };
+        let monitor = keep_alive
+            .then(|| Monitor::start(ctx.service.clone(), liveness.clone(), subject, true));
         let guard = Guard {
             id,
-            name,
-            owner,
+            name: name.clone(),
+            owner: owner.clone(),
             token: grant.fencing_token,
-            expires_at_ms: grant.expires_at_ms,
             released: false,
+            liveness,
+            monitor,
         };
-        match self.table.push(guard.clone()) {
+        match self.table.push(guard) {
             Ok(resource) => {
                 ctx.live_guards
-                    .insert(id, (guard.name, guard.owner, guard.token));
+                    .insert(id, (name, owner, grant.fencing_token));
                 Ok(Ok(resource))
             }
             Err(e) => {
                 // No handle for the guest: give the lock back at once.
-                ctx.service.release_detached(
-                    &ctx.namespace,
-                    &guard.name,
-                    &guard.owner,
-                    guard.token,
-                );
+                ctx.service
+                    .release_detached(&ctx.namespace, &name, &owner, grant.fencing_token);
                 Ok(Err(to_wit(LockError::Denied(format!(
                     "resource table is full: {e}"
                 )))))
             }
         }
+    }
+}
+
+impl guards::HostGuard for LockCtxView<'_> {
+    async fn acquire(
+        &mut self,
+        name: String,
+        ttl_ms: u32,
+        options: locks::LockOptions,
+    ) -> WitResult<Resource<Guard>> {
+        self.acquire_guard(name, ttl_ms, options_from_wit(options), false)
+            .await
+    }
+
+    async fn acquire_with(
+        &mut self,
+        name: String,
+        ttl_ms: u32,
+        options: guards::GuardOptions,
+    ) -> WitResult<Resource<Guard>> {
+        let lock_options = LockOptions {
+            wait_ms: u64::from(options.wait_ms),
+            durability: durability_from_wit(options.durability),
+            ..LockOptions::default()
+        };
+        self.acquire_guard(name, ttl_ms, lock_options, options.keep_alive)
+            .await
     }
 
     async fn fencing_token(&mut self, guard: Resource<Guard>) -> wasmtime::Result<u64> {
@@ -165,7 +195,7 @@ impl guards::HostGuard for LockCtxView<'_> {
     }
 
     async fn expires_at_ms(&mut self, guard: Resource<Guard>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&guard)?.expires_at_ms)
+        Ok(self.table.get(&guard)?.liveness.expires_at_ms())
     }
 
     async fn owner(&mut self, guard: Resource<Guard>) -> wasmtime::Result<String> {
@@ -173,13 +203,14 @@ impl guards::HostGuard for LockCtxView<'_> {
     }
 
     async fn is_held(&mut self, guard: Resource<Guard>) -> wasmtime::Result<bool> {
-        let g = self.table.get(&guard)?.clone();
-        if g.released {
+        let g = self.table.get(&guard)?;
+        if g.released || g.liveness.is_lost() {
             return Ok(false);
         }
+        let (name, owner, token) = (g.name.clone(), g.owner.clone(), g.token);
         let ctx = &self.ctx;
-        Ok(match ctx.service.get(&ctx.namespace, &g.name).await {
-            Ok(Some(info)) => info.owner == g.owner && info.fencing_token == g.token,
+        Ok(match ctx.service.get(&ctx.namespace, &name).await {
+            Ok(Some(info)) => info.owner == owner && info.fencing_token == token,
             Ok(None) => false,
             // Unknown is not "held": a caller acting on `true` must be right.
             Err(_) => false,
@@ -187,39 +218,70 @@ impl guards::HostGuard for LockCtxView<'_> {
     }
 
     async fn extend(&mut self, guard: Resource<Guard>, ttl_ms: u32) -> WitResult<types::Grant> {
-        let g = self.table.get(&guard)?.clone();
+        let g = self.table.get(&guard)?;
         if g.released {
             return Ok(Err(types::Error::NotHeld));
         }
+        let (name, owner) = (g.name.clone(), g.owner.clone());
         let ctx = &self.ctx;
         let grant = match ctx
             .service
-            .extend(&ctx.namespace, &g.name, &g.owner, u64::from(ttl_ms))
+            .extend(&ctx.namespace, &name, &owner, u64::from(ttl_ms))
             .await
         {
             Ok(grant) => grant,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        self.table.get_mut(&guard)?.expires_at_ms = grant.expires_at_ms;
+        self.table
+            .get(&guard)?
+            .liveness
+            .renewed(grant.expires_at_ms, u64::from(ttl_ms));
         Ok(Ok(grant_to_wit(grant)))
     }
 
     async fn release(&mut self, guard: Resource<Guard>) -> WitResult<()> {
-        let g = self.table.get(&guard)?.clone();
+        let g = self.table.get(&guard)?;
         if g.released {
             return Ok(Err(types::Error::NotHeld));
         }
+        let (id, name, owner, token) = (g.id, g.name.clone(), g.owner.clone(), g.token);
         let ctx = &mut *self.ctx;
         let outcome = ctx
             .service
-            .unlock(&ctx.namespace, &g.name, &g.owner, Some(g.token))
+            .unlock(&ctx.namespace, &name, &owner, Some(token))
             .await;
         // Unless the store could not answer, this guard holds nothing now.
         if !matches!(outcome, Err(LockError::Unavailable(_))) {
-            ctx.live_guards.remove(&g.id);
-            self.table.get_mut(&guard)?.released = true;
+            ctx.live_guards.remove(&id);
+            let g = self.table.get_mut(&guard)?;
+            g.released = true;
+            g.monitor = None;
+            g.liveness.mark_lost();
         }
         Ok(outcome.map_err(to_wit))
+    }
+
+    async fn subscribe_lost(
+        &mut self,
+        guard: Resource<Guard>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        let namespace = self.ctx.namespace.clone();
+        let service = self.ctx.service.clone();
+        let g = self.table.get_mut(&guard)?;
+        if g.monitor.is_none() && !g.released && !g.liveness.is_lost() {
+            // Watch its expiry from now on (keep-alive guards are watched
+            // already).
+            let subject = Subject::Guard {
+                namespace,
+                name: g.name.clone(),
+                owner: g.owner.clone(),
+                token: g.token,
+            };
+            g.monitor = Some(Monitor::start(service, g.liveness.clone(), subject, false));
+        }
+        let pollable = g.liveness.lost_pollable();
+        let pollable = self.table.push(pollable)?;
+        subscribe(self.table, pollable)
     }
 
     async fn drop(&mut self, guard: Resource<Guard>) -> wasmtime::Result<()> {
@@ -233,6 +295,7 @@ impl guards::HostGuard for LockCtxView<'_> {
                 .unlock(&ctx.namespace, &g.name, &g.owner, Some(g.token))
                 .await;
         }
+        g.liveness.mark_lost();
         Ok(())
     }
 }

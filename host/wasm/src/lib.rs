@@ -1,7 +1,7 @@
 //! The lockd lock capability for wasmtime.
 //!
 //! Any wasmtime embedder gives its components the `lockd:lock` interfaces
-//! (`locks` and `guards`) with one call to [`add_to_linker`]. The store's data
+//! (`locks`, `guards` and `leases`) with one call to [`add_to_linker`]. The store's data
 //! holds a [`LockCtx`] — the lock service plus the namespace this instance may
 //! use — and implements [`LockView`] to hand it out.
 //!
@@ -53,6 +53,9 @@ mod ctx;
 mod errors;
 mod guard;
 mod host;
+mod lease;
+mod liveness;
 
 pub use ctx::{add_to_linker, LockCtx, LockCtxView, LockView, DEFAULT_MAX_GUARDS};
 pub use guard::Guard;
+pub use lease::Lease;
