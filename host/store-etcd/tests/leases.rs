@@ -5,6 +5,7 @@
 //! Time is a `ManualClock` shared by every backend of a test; etcd's own
 //! leases run in real time, so the backends get a long lease slack.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -447,9 +448,120 @@ async fn a_lease_holds_at_most_max_locks_per_lease() {
         other => panic!("expected denied, got {other:?}"),
     }
     assert_eq!(holder(&b, "c").await, None);
+    // Nor does it queue for a lock held by another.
+    b.lock(&key("d"), "x", 60_000, opts(0)).await.unwrap();
+    match b.lock_in_lease(&key("d"), &l.name, opts(60_000)).await {
+        Err(LockError::Denied(m)) => assert!(m.contains("max_locks_per_lease"), "{m}"),
+        other => panic!("expected denied, got {other:?}"),
+    }
     // A lock it holds still answers, and room comes back with an unlock.
     assert_eq!(b.lock_in_lease(&key("b"), &l.name, opts(0)).await, Ok(g));
     b.unlock(&key("a"), &l.name, None).await.unwrap();
     b.lock_in_lease(&key("c"), &l.name, opts(0)).await.unwrap();
     assert_eq!(locks_of(&b, &l).await, ["b", "c"]);
+}
+
+/// Two hosts lock, unlock and refresh under one lease at once: every
+/// transaction is guarded by the lease key's revision, so the lease's
+/// record always lists exactly the locks it holds, all with its expiry;
+/// and a revoke racing with grants leaves none of them held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lease_operations_keep_the_record_exact() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let a = connect(&etcd, &clock).await;
+    let b = connect(&etcd, &clock).await;
+    let l = lease("busy");
+    a.grant_lease(&l, 60_000, Durability::Persistent)
+        .await
+        .unwrap();
+    const NAMES: usize = 6;
+    let name = |i: usize| format!("n{}", i % NAMES);
+    let mut tasks = Vec::new();
+    for (host, step) in [(a.clone(), 1), (b.clone(), 5)] {
+        let l = l.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                host.lock_in_lease(&key(&name(i * step)), &l.name, opts(0))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for (host, step) in [(b.clone(), 1), (a.clone(), 7)] {
+        let l = l.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                match host.unlock(&key(&name(i * step + 3)), &l.name, None).await {
+                    Ok(()) | Err(LockError::NotHeld) => {}
+                    other => panic!("unlock: {other:?}"),
+                }
+            }
+        }));
+    }
+    {
+        let (host, l, clock) = (b.clone(), l.clone(), clock.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                clock.advance(10);
+                host.refresh_lease(&l).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let info = a.get_lease(&l).await.unwrap().unwrap();
+    let mut held = Vec::new();
+    for i in 0..NAMES {
+        if let Some((owner, _, expires)) = holder(&a, &name(i)).await {
+            assert_eq!(owner, *l.name);
+            assert_eq!(expires, info.expires_at_ms, "{} lags the lease", name(i));
+            held.push(name(i));
+        }
+    }
+    assert_eq!(info.locks, held, "the record lists exactly the locks held");
+
+    // A revoke racing with grants under the lease: once it answered, none
+    // of the lease's locks is held, and later grants answer not_held.
+    let granted = Arc::new(AtomicUsize::new(0));
+    let grabbing = {
+        let (host, l, granted) = (a.clone(), l.clone(), granted.clone());
+        tokio::spawn(async move {
+            for i in 0.. {
+                match host.lock_in_lease(&key(&name(i)), &l.name, opts(0)).await {
+                    Ok(_) => granted.fetch_add(1, Ordering::SeqCst),
+                    // Revoked: and from now on, always.
+                    Err(LockError::NotHeld) => break,
+                    other => panic!("lock: {other:?}"),
+                };
+            }
+            for i in 0..NAMES {
+                assert_eq!(
+                    host.lock_in_lease(&key(&name(i)), &l.name, opts(0)).await,
+                    Err(LockError::NotHeld)
+                );
+            }
+        })
+    };
+    while granted.load(Ordering::SeqCst) < 5 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let released = b.revoke_lease(&l).await.unwrap();
+    for i in 0..NAMES {
+        assert_eq!(
+            holder(&b, &name(i)).await,
+            None,
+            "{} after the revoke",
+            name(i)
+        );
+    }
+    assert!((1..=NAMES as u64).contains(&released), "{released}");
+    tokio::time::timeout(Duration::from_secs(10), grabbing)
+        .await
+        .expect("grants under a revoked lease kept succeeding")
+        .unwrap();
+    for i in 0..NAMES {
+        assert_eq!(holder(&a, &name(i)).await, None);
+    }
 }

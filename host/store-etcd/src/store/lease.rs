@@ -484,19 +484,21 @@ impl Inner {
             if !l.rec.live(now) {
                 return Err(LockError::NotHeld);
             }
-            match snap.lock.as_ref().filter(|h| h.live(now)) {
-                Some(h) if held_by_lease(h, lease_id, now) => {
-                    return Ok(LeaseAttempt::Granted(h.grant(), false));
-                }
-                Some(h) => return Ok(LeaseAttempt::Busy(h.info(), l.rec)),
-                None => {}
+            let holder = snap.lock.as_ref().filter(|h| h.live(now));
+            if let Some(h) = holder.filter(|h| held_by_lease(h, lease_id, now)) {
+                return Ok(LeaseAttempt::Granted(h.grant(), false));
             }
+            // Full: refused before it could queue (a hand-off to a full
+            // lease would drop the waiter).
             let max = self.options.max_locks_per_lease;
             if !l.rec.locks.iter().any(|n| *n == *key.name) && l.rec.locks.len() >= max {
                 return Err(LockError::Denied(format!(
                     "lease {lease_id:?} already holds {max} locks, the most one lease may \
                      hold on this etcd store (max_locks_per_lease)"
                 )));
+            }
+            if let Some(h) = holder {
+                return Ok(LeaseAttempt::Busy(h.info(), l.rec));
             }
             if let Some(quota) = quota {
                 self.check_quota(&key.namespace, quota, now).await?;
