@@ -98,7 +98,9 @@ use std::cell::Cell;
 
 use serde_json::{json, Map, Value};
 
-use bindings::exports::lockd::lock::guards::{self, GuestGuard};
+use bindings::exports::lockd::lock::guards::{self, GuardOptions, GuestGuard};
+use bindings::exports::lockd::lock::leases::{self, GuestLease, LeaseOptions};
+use wasip2::io::poll::Pollable;
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
 use bindings::exports::lockd::lock::types::{Durability, Error, Grant, LockInfo};
 
@@ -114,10 +116,14 @@ mod bindings {
                 export lockd:lock/types@0.1.0;
                 export lockd:lock/locks@0.1.0;
                 export lockd:lock/guards@0.1.0;
+                export lockd:lock/leases@0.1.0;
             }
         "#,
         path: "../../wit",
         world: "lockd:client/client",
+        with: {
+            "wasi:io/poll@0.2.0": wasip2::io::poll,
+        },
     });
 }
 
@@ -152,6 +158,29 @@ impl locks::Guest for Client {
 
 impl guards::Guest for Client {
     type Guard = Guard;
+}
+
+impl leases::Guest for Client {
+    type Lease = Lease;
+}
+
+/// What `keep-alive` answers here: a component on a foreign host has no
+/// task that could renew in the background (docs/portable.md).
+fn no_keep_alive() -> Error {
+    Error::Denied(
+        "keep-alive needs lockd's own host; composed with lockd-client, refresh or extend \
+         yourself before the TTL runs out"
+            .to_owned(),
+    )
+}
+
+/// A pollable ready at `expires_at_ms` (Unix ms) by this host's clocks:
+/// the loss a composed client can know of without asking the server.
+fn ready_at(expires_at_ms: u64) -> Pollable {
+    let now = wasip2::clocks::wall_clock::now();
+    let now_ms = now.seconds * 1_000 + u64::from(now.nanoseconds / 1_000_000);
+    let wait_ns = expires_at_ms.saturating_sub(now_ms).saturating_mul(1_000_000);
+    wasip2::clocks::monotonic_clock::subscribe_duration(wait_ns)
 }
 
 fn lock(name: &str, owner: &str, ttl_ms: u32, options: LockOptions) -> Result<Grant, Error> {
@@ -262,6 +291,28 @@ impl GuestGuard for Guard {
         }))
     }
 
+    fn acquire_with(
+        name: String,
+        ttl_ms: u32,
+        options: GuardOptions,
+    ) -> Result<guards::Guard, Error> {
+        if options.keep_alive {
+            return Err(no_keep_alive());
+        }
+        let options = LockOptions {
+            wait_ms: options.wait_ms,
+            durability: options.durability,
+        };
+        Self::acquire(name, ttl_ms, options)
+    }
+
+    fn subscribe_lost(&self) -> Pollable {
+        if self.released.get() {
+            return ready_at(0);
+        }
+        ready_at(self.expires_at_ms.get())
+    }
+
     fn fencing_token(&self) -> u64 {
         self.token
     }
@@ -313,6 +364,130 @@ impl Drop for Guard {
             // Not-held or not-owner means the lease already ended, and an
             // unreachable server leaves the lock to its TTL: nobody to tell.
             let _ = unlock(&self.name, &self.owner, Some(self.token));
+        }
+    }
+}
+
+/// The state behind an exported `lease` resource.
+#[derive(Debug)]
+struct Lease {
+    id: String,
+    expires_at_ms: Cell<u64>,
+    /// Revoked by `revoke`: dropping it sends nothing more.
+    revoked: Cell<bool>,
+}
+
+fn lease_call(route: &str, id: &str, word: &str) -> Result<reply::Success, Error> {
+    let config = http::config()?;
+    let body = json!({"namespace": config.namespace, "lease_id": id});
+    let reply = http::post(config, route, &body, 0)?;
+    expect(config, &reply, word)?;
+    Ok(reply)
+}
+
+fn reply_u64(reply: &reply::Success, name: &str) -> Result<u64, Error> {
+    let config = http::config()?;
+    reply::u64_field(&reply.body, name).map_err(|what| {
+        Error::Unavailable(format!(
+            "the lockd server at {} answered {:?} with {what}",
+            config.url, reply.word
+        ))
+    })
+}
+
+impl GuestLease for Lease {
+    fn grant(ttl_ms: u32, options: LeaseOptions) -> Result<leases::Lease, Error> {
+        if options.keep_alive {
+            return Err(no_keep_alive());
+        }
+        let config = http::config()?;
+        let body = json!({
+            "namespace": config.namespace,
+            "ttl_ms": ttl_ms,
+            "durability": durability_word(options.durability),
+        });
+        let reply = http::post(config, "/v1/leases/grant", &body, 0)?;
+        expect(config, &reply, "granted")?;
+        let id = match reply.body.get("lease_id") {
+            Some(Value::String(id)) => id.clone(),
+            _ => {
+                return Err(Error::Unavailable(format!(
+                    "the lockd server at {} answered \"granted\" with no lease_id string",
+                    config.url
+                )))
+            }
+        };
+        let expires_at_ms = reply_u64(&reply, "expires_at_ms")?;
+        Ok(leases::Lease::new(Lease {
+            id,
+            expires_at_ms: Cell::new(expires_at_ms),
+            revoked: Cell::new(false),
+        }))
+    }
+
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn expires_at_ms(&self) -> u64 {
+        self.expires_at_ms.get()
+    }
+
+    fn lock(&self, name: String, wait_ms: u32) -> Result<Grant, Error> {
+        let config = http::config()?;
+        let body = json!({
+            "namespace": config.namespace,
+            "name": name,
+            "lease_id": self.id,
+            "wait_ms": wait_ms,
+        });
+        let reply = http::post(config, "/v1/locks/lock", &body, wait_ms)?;
+        expect(config, &reply, "acquired")?;
+        reply::grant(&config.url, &reply)
+    }
+
+    fn unlock(&self, name: String) -> Result<(), Error> {
+        unlock(&name, &self.id, None)
+    }
+
+    fn refresh(&self) -> Result<u64, Error> {
+        let reply = lease_call("/v1/leases/refresh", &self.id, "refreshed")?;
+        let expires_at_ms = reply_u64(&reply, "expires_at_ms")?;
+        self.expires_at_ms.set(expires_at_ms);
+        Ok(expires_at_ms)
+    }
+
+    fn revoke(&self) -> Result<(), Error> {
+        if self.revoked.get() {
+            return Err(Error::NotHeld);
+        }
+        let outcome = lease_call("/v1/leases/revoke", &self.id, "revoked").map(drop);
+        // Unless the outcome is unknown, this lease holds nothing now.
+        if !matches!(outcome, Err(Error::Unavailable(_))) {
+            self.revoked.set(true);
+        }
+        outcome
+    }
+
+    fn is_alive(&self) -> bool {
+        // Unknown is not "alive": a caller acting on `true` must be right.
+        !self.revoked.get() && lease_call("/v1/leases/get", &self.id, "found").is_ok()
+    }
+
+    fn subscribe_lost(&self) -> Pollable {
+        if self.revoked.get() {
+            return ready_at(0);
+        }
+        ready_at(self.expires_at_ms.get())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.revoked.get() {
+            // Dropping a lease revokes it; if the server cannot be reached,
+            // the TTL ends it.
+            let _ = lease_call("/v1/leases/revoke", &self.id, "revoked");
         }
     }
 }

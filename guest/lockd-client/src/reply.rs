@@ -20,8 +20,8 @@ const QUOTE_BYTES: usize = 200;
 /// A reply whose status word names a success, as a JSON object.
 #[derive(Debug)]
 pub(crate) struct Success {
-    /// The `status` word: `acquired`, `unlocked`, `extended`, `found`, or
-    /// `not_found` (for `get` only).
+    /// The `status` word: `acquired`, `unlocked`, `extended`, `found`,
+    /// `granted`, `refreshed`, `revoked`, or `not_found` (for `get` only).
     pub(crate) word: String,
     pub(crate) body: Map<String, Value>,
 }
@@ -58,7 +58,9 @@ pub(crate) fn read(server: &str, route: &str, http: u16, body: &[u8]) -> Result<
     };
     let success = (200..300).contains(&http);
     match word.as_str() {
-        "acquired" | "unlocked" | "extended" | "found" if success => {
+        "acquired" | "unlocked" | "extended" | "found" | "granted" | "refreshed" | "revoked"
+            if success =>
+        {
             Ok(Success { word, body: map })
         }
         // `get` of a free lock: 404 without a message. A 404 that carries a
@@ -131,7 +133,7 @@ fn lock_info(map: &Map<String, Value>) -> Result<LockInfo, String> {
 
 /// An unsigned 64-bit field, exact: serde_json keeps integers that fit in a
 /// u64 as integers, and a float, a negative number or a string is refused.
-fn u64_field(map: &Map<String, Value>, name: &str) -> Result<u64, String> {
+pub(crate) fn u64_field(map: &Map<String, Value>, name: &str) -> Result<u64, String> {
     map.get(name)
         .and_then(Value::as_u64)
         .ok_or_else(|| format!("no unsigned 64-bit {name}"))
