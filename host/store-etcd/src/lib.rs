@@ -9,13 +9,14 @@
 //!
 //! ```text
 //! <prefix>/<ns>/<name>                {"v":1,"owner":..,"expires_at_ms":..,"durability":..[,"token":..][,"waiter":..]}
-//! <prefix>/.queue/<ns>/<name>/<id>    {"v":1,"id":..,"owner":..,"ttl_ms":..,"durability":..,"session":..}
+//! <prefix>/.queue/<ns>/<name>/<id>    {"v":1,"id":..,"owner":..,"ttl_ms":..,"durability":..,"session":..[,"lease":..]}
+//! <prefix>/.leases/<ns>/<id>          {"v":1,"ttl_ms":..,"expires_at_ms":..,"durability":..[,"session":..],"locks":[..]}
 //! ```
 //!
 //! The prefix defaults to `/lockd`. Namespaces and names are percent-encoded
 //! (every byte outside `[A-Za-z0-9_-]`), so they never contain `/` or start
-//! with `.`: two locks never share a key, and the queue tree never overlaps a
-//! namespace.
+//! with `.`: two locks never share a key, and the queue and lease trees never
+//! overlap a namespace.
 //!
 //! # Semantics, and how etcd provides them
 //!
@@ -23,7 +24,7 @@
 //!   [`Clock`], is the authority: a lock whose expiry passed is free even if
 //!   its key is still in etcd. A grant over such a key replaces it in a
 //!   transaction that compares the key's `mod_revision`.
-//! - **Leases** remove what nobody cleans up. A persistent grant goes on a
+//! - **etcd leases** remove what nobody cleans up. A persistent grant goes on a
 //!   lease that ends no sooner than `ceil((ttl + lease_slack) / 1 s)` seconds
 //!   after it, so etcd deletes the key of a lock whose host died, a little
 //!   after the lock expired. Grants share leases: a host grants a lease a
@@ -79,8 +80,16 @@
 //!   the embedded store's ephemeral locks, it is still written to etcd's disk
 //!   (etcd has no memory-only keys, so it is no cheaper) and it survives a
 //!   restart of etcd itself.
+//! - **Leases** (docs/contract.md#c16-leases; not etcd's leases) are keys of
+//!   their own whose record lists the locks they hold. Every transaction
+//!   that changes what a lease holds rewrites that record too, guarded by
+//!   the lease key's `mod_revision`, so a refresh or a revoke is one
+//!   transaction over the lease and its listed locks (and, for a revoke,
+//!   their queue heads), guarded by all their revisions. The lease and its
+//!   locks share one `expires_at_ms`. See `store/lease.rs`.
 //!
-//! See `docs/design.md` ("The etcd store") for what is and is not guaranteed.
+//! See `docs/design.md` ("The etcd store") for what is and is not guaranteed,
+//! and `docs/scale-out.md` ("lockd leases on etcd").
 #![deny(missing_docs)]
 
 mod endpoints;
