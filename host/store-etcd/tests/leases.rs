@@ -565,3 +565,31 @@ async fn concurrent_lease_operations_keep_the_record_exact() {
         assert_eq!(holder(&a, &name(i)).await, None);
     }
 }
+
+/// C18: a lease whose store stays unreachable past its expiry is lost; not
+/// before the expiry.
+#[tokio::test]
+async fn lease_ended_when_etcd_stays_unreachable_past_the_expiry() {
+    let mut etcd = EtcdCluster::start().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let mut o = options(&etcd);
+    o.request_timeout = Duration::from_millis(500);
+    let b = EtcdBackend::connect(o, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    let l = lease("cut-off");
+    b.grant_lease(&l, 10_000, Durability::Persistent)
+        .await
+        .unwrap();
+    let ended = tokio::spawn(b.lease_ended(&l));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    etcd.kill_member(0);
+    // Unreachable, but the expiry has not come: not lost yet.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!ended.is_finished(), "lost before its expiry");
+    clock.advance(10_000);
+    tokio::time::timeout(Duration::from_secs(5), ended)
+        .await
+        .expect("never lost while etcd stayed unreachable past the expiry")
+        .unwrap();
+}
