@@ -34,6 +34,7 @@ inputs=(
     "$here/conformance.c"
     "$here/build.sh"
     "$repo/wit/lock.wit"
+    "$repo/wit/deps/io/poll.wit"
 )
 exit_if_up_to_date "$NAME" "$repo/target/guest-build" "$out" "${inputs[@]}"
 

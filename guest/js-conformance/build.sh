@@ -28,6 +28,7 @@ inputs=(
     "$here/package-lock.json"
     "$here/build.sh"
     "$repo/wit/lock.wit"
+    "$repo/wit/deps/io/poll.wit"
     "$repo/guest/wit-command/command.wit"
     "$repo/guest/wit-command/deps/wasi-cli/cli.wit"
     "$repo/guest/wit-command/stage.sh"

@@ -36,6 +36,7 @@ inputs=(
     "$here/wit/deps/wasi-io/io.wit"
     "$here/wit/deps/wasi-clocks/clocks.wit"
     "$repo/wit/lock.wit"
+    "$repo/wit/deps/io/poll.wit"
     "$pins/package.json"
     "$pins/package-lock.json"
 )
@@ -78,8 +79,9 @@ mkdir -p "$work"
 # Stage a self-contained WIT directory: this guest's world and WASI packages
 # plus a copy of the lockd:lock contract.
 cp -R "$here/wit" "$work/wit"
-mkdir -p "$work/wit/deps/lockd-lock"
+mkdir -p "$work/wit/deps/lockd-lock" "$work/wit/deps/lockd-wasi-io"
 cp "$repo/wit/lock.wit" "$work/wit/deps/lockd-lock/"
+cp "$repo"/wit/deps/io/*.wit "$work/wit/deps/lockd-wasi-io/"
 
 echo "$NAME: componentize-js -> $out"
 # componentize-js mangles an absolute source path ("/work/x.js" is looked up

@@ -51,6 +51,8 @@ mod raw {
     wit_bindgen::generate!({
         path: "../../wit",
         world: "lockd:lock/imports",
+        // The `wasi:io/poll` the lease and guard interfaces use.
+        generate_all,
     });
 }
 
