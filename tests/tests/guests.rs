@@ -8,6 +8,9 @@ use http_guests::{edge_bench, edge_guard_p3, edge_jobs, http_hostile, js_edge};
 mod hostile;
 #[allow(unused_imports)]
 use hostile::rust_hostile;
+mod leases;
+#[allow(unused_imports)]
+use leases::rust_lease;
 mod lockd_client;
 #[allow(unused_imports)]
 use lockd_client::lockd_client;
