@@ -11,7 +11,8 @@
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
 #
 # componentize-py and componentize-js are installed by the guests' own
-# build scripts into target/ (a venv and a local node_modules). protoc, which
+# build scripts into target/ (a venv and a local node_modules); jco, which the
+# portable tests run, by scripts/install-jco.sh into target/node-jco (below). protoc, which
 # etcd-client's build script runs, comes from the crates.io package
 # protoc-bin-vendored (see .cargo/config.toml and scripts/protoc), so the
 # build needs no system protoc.
@@ -64,4 +65,8 @@ for tool in wit-bindgen:wit-bindgen-cli@0.63.0 wasm-tools:wasm-tools@1.263.0; do
         cargo install --locked --quiet "${tool#*:}"
     fi
 done
+# jco for the portable tests (`jco run` of a lockd-plugged component): npm
+# @bytecodealliance/jco, pinned by tests/jco, into target/node-jco. Installs
+# Node.js first where it is missing; does nothing when it is installed.
+bash "$(dirname "${BASH_SOURCE[0]}")/install-jco.sh" >/dev/null
 log "done"
