@@ -5,7 +5,9 @@ use std::pin::Pin;
 
 use crate::error::LockError;
 use crate::metrics::BackendStats;
-use crate::types::{Durability, Grant, Key, LeaseInfo, ListedLock, LockInfo, LockOptions};
+use crate::types::{
+    Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+};
 
 /// A boxed, sendable future, so that [`LockBackend`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -121,6 +123,22 @@ pub trait LockBackend: Send + Sync + 'static {
     fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
         let _ = lease;
         Box::pin(std::future::ready(()))
+    }
+
+    /// Releases `key` whoever holds it (an operator's `force-unlock`): the
+    /// head of its queue gets it next, and a `force_released` event is
+    /// published. Answers the holder it released; `not_held` if free.
+    fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(LockError::Unavailable(
+            "this lock store does not support force-unlock".to_string(),
+        ))))
+    }
+
+    /// A subscription to the store's events (docs/http.md#events), or
+    /// `None` for a store that publishes none.
+    fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
+        None
     }
 
     /// Gauges and counters for metrics. Called at scrape time, not on any

@@ -28,9 +28,12 @@ use tokio::sync::{oneshot, Notify};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::clock::{Clock, SystemClock};
 use crate::error::LockError;
+use crate::events::EventSender;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
 use crate::metrics::BackendStats;
-use crate::types::{Durability, Grant, Key, LeaseInfo, ListedLock, LockInfo, LockOptions};
+use crate::types::{
+    Durability, EventKind, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+};
 
 mod leases;
 
@@ -70,6 +73,8 @@ pub struct Engine {
     held: NamespaceCounts,
     /// Live leases (docs/contract.md#c16-leases).
     leases: LeaseTable,
+    /// Every change, for whoever subscribed (docs/http.md#events).
+    events: EventSender,
 }
 
 /// Live holders per namespace. A quota check and the increment it guards are
@@ -206,6 +211,9 @@ struct Holder {
     durability: Durability,
     /// The lease the lock is held under, whose id is `owner`.
     lease: Option<Arc<LeaseCell>>,
+    /// When this grant was made (a restart's time for a recovered lock),
+    /// for listings and hold-time metrics.
+    acquired_at_ms: u64,
 }
 
 impl Holder {
@@ -371,6 +379,7 @@ impl Engine {
             next_waiter_id: AtomicU64::new(0),
             held: NamespaceCounts::default(),
             leases: LeaseTable::default(),
+            events: EventSender::default(),
         });
         let now = engine.clock.now_ms();
         for (lease, record) in recovered.leases {
@@ -413,6 +422,7 @@ impl Engine {
                         expires_at_ms: record.expires_at_ms,
                         durability: Durability::Persistent,
                         lease,
+                        acquired_at_ms: now,
                     }),
                     waiters: Queue::default(),
                 },
@@ -458,7 +468,39 @@ impl Engine {
         quota: Option<u64>,
     ) -> Result<(Grant, Ticket), LockError> {
         self.held.try_add(&key.namespace, quota)?;
-        Ok(self.install_counted(shard, key, owner, expires_at_ms, durability, lease))
+        let (grant, ticket) =
+            self.install_counted(shard, key, owner, expires_at_ms, durability, lease);
+        self.emit(EventKind::Acquired, shard, key);
+        Ok((grant, ticket))
+    }
+
+    /// Publishes `kind` about the holder of `key` (which must have one).
+    fn emit(&self, kind: EventKind, shard: &Shard, key: &Key) {
+        self.events.emit(|| {
+            let holder = shard.locks.get(key).and_then(|e| e.holder.as_ref());
+            LockEvent {
+                kind,
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                owner: holder.map_or_else(|| Arc::from(""), |h| Arc::from(&*h.owner)),
+                fencing_token: holder.map_or(0, |h| h.token),
+                at_ms: self.clock.now_ms(),
+                acquired_at_ms: None,
+            }
+        });
+    }
+
+    /// Publishes that `holder` of `key` left, by `kind`.
+    fn emit_left(&self, kind: EventKind, key: &Key, holder: &Holder, now: u64) {
+        self.events.emit(|| LockEvent {
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            owner: Arc::from(&*holder.owner),
+            fencing_token: holder.token,
+            at_ms: now,
+            acquired_at_ms: Some(holder.acquired_at_ms),
+        });
     }
 
     /// [`Engine::install`] for a holder already counted in `held`.
@@ -492,6 +534,7 @@ impl Engine {
             expires_at_ms,
             durability,
             lease,
+            acquired_at_ms: self.clock.now_ms(),
         });
         shard.deadlines.insert((expires_at_ms, key.clone()));
         self.purge.note_deadline(expires_at_ms);
@@ -527,15 +570,25 @@ impl Engine {
         deadlines.remove(&(old, key.clone()));
         deadlines.insert((expires_at_ms, key.clone()));
         self.purge.note_deadline(expires_at_ms);
+        self.events.emit(|| LockEvent {
+            kind: EventKind::Extended,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            owner: Arc::from(&*holder.owner),
+            fencing_token: holder.token,
+            at_ms: self.clock.now_ms(),
+            acquired_at_ms: None,
+        });
         (grant, ticket)
     }
 
     /// Removes the holder of `key` (journaling the delete if persistent) and
     /// hands the lock to the next waiter. Returns the delete's ticket.
-    fn remove_holder(&self, shard: &mut Shard, key: &Key, now: u64) -> Ticket {
+    fn remove_holder(&self, shard: &mut Shard, key: &Key, now: u64, why: EventKind) -> Ticket {
         let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.take()) else {
             return Ticket::ready();
         };
+        self.emit_left(why, key, &holder, now);
         self.held.remove(&key.namespace);
         shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
         if let Some(lease) = &holder.lease {
@@ -558,7 +611,7 @@ impl Engine {
         if expired {
             // Nobody waits on this delete: a record found expired at the next
             // start is dropped anyway.
-            drop(self.remove_holder(shard, key, now));
+            drop(self.remove_holder(shard, key, now, EventKind::Expired));
         }
     }
 
@@ -606,6 +659,7 @@ impl Engine {
                 waiter.lease,
             );
             if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
+                self.emit(EventKind::HandedOff, shard, key);
                 return;
             }
             // The waiter left between the check and the send: undo, try the next.
@@ -854,7 +908,7 @@ impl Engine {
             if *holder.owner != *owner || token.is_some_and(|t| t != holder.token) {
                 return Err(LockError::NotOwner);
             }
-            self.remove_holder(shard, key, now)
+            self.remove_holder(shard, key, now, EventKind::Released)
         };
         ticket.wait().await
     }
@@ -882,6 +936,32 @@ impl Engine {
         };
         ticket.wait().await?;
         Ok(grant)
+    }
+
+    async fn force_unlock_impl(&self, key: &Key) -> Result<LockInfo, LockError> {
+        let (info, ticket) = {
+            let mut guard = self.shard(key);
+            let shard = &mut *guard;
+            let now = self.clock.now_ms();
+            self.settle(shard, key, now);
+            let Some(holder) = shard.locks.get(key).and_then(|e| e.holder.as_ref()) else {
+                return Err(LockError::NotHeld);
+            };
+            let info = holder.info();
+            tracing::warn!(
+                namespace = &*key.namespace,
+                name = &*key.name,
+                owner = %info.owner,
+                token = info.fencing_token,
+                "lock force-released"
+            );
+            (
+                info,
+                self.remove_holder(shard, key, now, EventKind::ForceReleased),
+            )
+        };
+        ticket.wait().await?;
+        Ok(info)
     }
 
     fn get_impl(&self, key: &Key) -> Option<LockInfo> {
@@ -927,7 +1007,7 @@ impl Engine {
             .and_then(|e| e.holder.as_ref())
             .is_some_and(|h| *h.owner == *owner && h.token == token);
         if holds {
-            drop(self.remove_holder(shard, key, now));
+            drop(self.remove_holder(shard, key, now, EventKind::Released));
         }
     }
 
@@ -1153,6 +1233,14 @@ impl LockBackend for Engine {
 
     fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
         self.lease_ended_impl(lease)
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        Box::pin(self.force_unlock_impl(key))
+    }
+
+    fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
+        Some(self.events.subscribe())
     }
 
     fn stats(&self) -> BackendStats {

@@ -35,6 +35,7 @@ mod backend;
 mod clock;
 mod engine;
 mod error;
+mod events;
 mod journal;
 mod limits;
 pub mod metrics;
@@ -45,6 +46,7 @@ pub use backend::{BoxFuture, LockBackend};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
 pub use error::{ErrorKind, LockError};
+pub use events::{EventSender, EVENT_BUFFER};
 pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
 };
@@ -52,5 +54,6 @@ pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics};
 pub use service::{LockService, Quotas};
 pub use types::{
-    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockInfo, LockOptions,
+    Durability, EventKind, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    LockOptions,
 };

@@ -29,6 +29,8 @@ pub enum Op {
     LeaseRevoke,
     /// `lease get`
     LeaseGet,
+    /// `force-unlock`
+    ForceUnlock,
 }
 
 impl Op {
@@ -39,7 +41,7 @@ impl Op {
 }
 
 /// Every operation with its label, in declaration order (`as_str` indexes it).
-const OPS: [(Op, &str); 9] = [
+const OPS: [(Op, &str); 10] = [
     (Op::Lock, "lock"),
     (Op::Unlock, "unlock"),
     (Op::Extend, "extend"),
@@ -49,6 +51,7 @@ const OPS: [(Op, &str); 9] = [
     (Op::LeaseRefresh, "lease_refresh"),
     (Op::LeaseRevoke, "lease_revoke"),
     (Op::LeaseGet, "lease_get"),
+    (Op::ForceUnlock, "force_unlock"),
 ];
 
 /// Outcome labels: `ok`, then the word of every [`ErrorKind`] in its

@@ -10,7 +10,7 @@ use crate::error::LockError;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, Op};
 use crate::types::{
-    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockInfo, LockOptions,
+    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
 
 /// How many locks each namespace may hold at once.
@@ -306,6 +306,24 @@ impl LockService {
             Ok(lease) => self.backend.lease_ended(&lease),
             Err(_) => Box::pin(std::future::ready(())),
         }
+    }
+
+    /// Releases `name` whoever holds it (an operator's force-unlock); the
+    /// head of its queue gets it next. Answers the holder it released.
+    pub async fn force_unlock(&self, namespace: &str, name: &str) -> Result<LockInfo, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.backend.force_unlock(&key).await
+        }
+        .await;
+        self.measured(Op::ForceUnlock, (namespace, name), started, result)
+    }
+
+    /// A subscription to the store's events, or `None` if it publishes
+    /// none; see [`LockBackend::events`].
+    pub fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
+        self.backend.events()
     }
 }
 

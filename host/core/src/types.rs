@@ -110,3 +110,94 @@ pub struct LeaseInfo {
     /// The names of the locks it holds, sorted.
     pub locks: Vec<String>,
 }
+
+/// What changed, in a [`LockEvent`]: see docs/http.md#events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A free lock was granted.
+    Acquired,
+    /// A holder moved its expiry (`extend`, a re-lock, a lease refresh).
+    Extended,
+    /// The holder released it (`unlock`, a guard's drop, a lease revoke).
+    Released,
+    /// Its expiry passed.
+    Expired,
+    /// It passed from a holder to the head of its queue.
+    HandedOff,
+    /// An operator released it, whoever held it (`force-unlock`).
+    ForceReleased,
+    /// A lease was granted.
+    LeaseGranted,
+    /// A lease was revoked (its locks are released in the same step).
+    LeaseRevoked,
+    /// A lease's expiry passed.
+    LeaseExpired,
+}
+
+impl EventKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EventKind; 9] = [
+        EventKind::Acquired,
+        EventKind::Extended,
+        EventKind::Released,
+        EventKind::Expired,
+        EventKind::HandedOff,
+        EventKind::ForceReleased,
+        EventKind::LeaseGranted,
+        EventKind::LeaseRevoked,
+        EventKind::LeaseExpired,
+    ];
+
+    /// The event's `type` word: `acquired`, `extended`, `released`,
+    /// `expired`, `handed_off`, `force_released`, `lease_granted`,
+    /// `lease_revoked` or `lease_expired`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Acquired => "acquired",
+            EventKind::Extended => "extended",
+            EventKind::Released => "released",
+            EventKind::Expired => "expired",
+            EventKind::HandedOff => "handed_off",
+            EventKind::ForceReleased => "force_released",
+            EventKind::LeaseGranted => "lease_granted",
+            EventKind::LeaseRevoked => "lease_revoked",
+            EventKind::LeaseExpired => "lease_expired",
+        }
+    }
+
+    /// The kind whose word is `word`.
+    pub fn from_word(word: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == word)
+    }
+
+    /// Whether the event ends a holder's grant (for hold-time metrics).
+    pub const fn ends_a_grant(self) -> bool {
+        matches!(
+            self,
+            EventKind::Released | EventKind::Expired | EventKind::ForceReleased
+        )
+    }
+}
+
+/// One change to lock state, as a store reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// The lock's (or lease's) namespace.
+    pub namespace: Arc<str>,
+    /// The lock's name; for lease events, the lease id.
+    pub name: Arc<str>,
+    /// The holder the event is about: the new holder for `acquired` and
+    /// `handed_off`, the one that left for `released`, `expired` and
+    /// `force_released`; the lease id for lease events.
+    pub owner: Arc<str>,
+    /// The grant's token; 0 for lease events.
+    pub fencing_token: u64,
+    /// When, Unix epoch milliseconds.
+    pub at_ms: u64,
+    /// When the grant ended by this event was made (`released`,
+    /// `expired`, `force_released`), if the store knows: hold-time
+    /// metrics read it.
+    pub acquired_at_ms: Option<u64>,
+}

@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use lockd_core::{
-    BoxFuture, Durability, Grant, Limits, LockBackend, LockError, LockOptions, LockService,
-    ManualClock,
+    BoxFuture, Durability, EventKind, Grant, Limits, LockBackend, LockError, LockEvent,
+    LockOptions, LockService, ManualClock,
 };
 
 /// A clock reading in 2023, far from any overflow.
@@ -59,6 +59,8 @@ macro_rules! conformance_tests {
             lease_locks_wait_in_the_queue,
             dead_or_foreign_leases_are_not_held,
             leases_across_restart,
+            force_unlock_hands_to_the_queue_head,
+            events_report_every_change,
         );
     };
     (@cases $factory:expr; $($case:ident,)*) => {
@@ -1027,4 +1029,206 @@ pub async fn leases_across_restart(factory: &dyn StoreFactory) {
         "a revoked lease's lock came back"
     );
     assert_eq!(s.get_lease(NS, &kept.id).await.unwrap(), None);
+}
+
+/// Force-unlock releases a lock whoever holds it; the head of the queue gets
+/// it next; the old holder's extend and unlock answer `not_held` or
+/// `not_owner`; a free lock answers `not_held`.
+pub async fn force_unlock_hands_to_the_queue_head(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    assert_eq!(
+        lease_key_error(s.force_unlock(NS, "f").await),
+        LockError::NotHeld
+    );
+    let g = s
+        .lock(NS, "f", "stuck", 60_000, persistent())
+        .await
+        .unwrap();
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(
+                NS,
+                "f",
+                "next",
+                60_000,
+                opts(30_000, Durability::Persistent),
+            )
+            .await
+        })
+    };
+    settle_tasks().await;
+    let released = s.force_unlock(NS, "f").await.unwrap();
+    assert_eq!(
+        (released.owner.as_str(), released.fencing_token),
+        ("stuck", g.fencing_token)
+    );
+    let next = waiter.await.unwrap().unwrap();
+    assert!(next.fencing_token > g.fencing_token);
+    assert_eq!(s.get(NS, "f").await.unwrap().unwrap().owner, "next");
+    assert!(matches!(
+        s.extend(NS, "f", "stuck", 1_000).await,
+        Err(LockError::NotOwner | LockError::NotHeld)
+    ));
+    assert!(matches!(
+        s.unlock(NS, "f", "stuck", Some(g.fencing_token)).await,
+        Err(LockError::NotOwner | LockError::NotHeld)
+    ));
+    // A lock under a lease: released, the lease lives on without it.
+    let lease = s
+        .grant_lease(NS, 60_000, Durability::Persistent)
+        .await
+        .unwrap();
+    s.lock_in_lease(NS, "l", &lease.id, 0).await.unwrap();
+    assert_eq!(s.force_unlock(NS, "l").await.unwrap().owner, lease.id);
+    assert_eq!(s.get(NS, "l").await.unwrap(), None);
+    assert_eq!(
+        s.get_lease(NS, &lease.id).await.unwrap().unwrap().locks,
+        Vec::<String>::new()
+    );
+}
+
+/// Waits (bounded) for the next event about `NS`, skipping others.
+async fn next_event(events: &mut tokio::sync::broadcast::Receiver<LockEvent>) -> LockEvent {
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+            .await
+            .expect("no event within 10 s")
+            .expect("the event stream ended or lagged");
+        if &*event.namespace == NS {
+            return event;
+        }
+    }
+}
+
+/// Every change is an event, in order: acquired, extended, hand-off,
+/// released, expired, force-released, and the lease's grant, revoke and
+/// expiry; each names the lock, its holder and its token.
+pub async fn events_report_every_change(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let Some(mut events) = s.events() else {
+        panic!("this store publishes no events");
+    };
+    let expect = |event: LockEvent, kind: EventKind, name: &str, owner: &str, token: u64| {
+        assert_eq!(
+            (event.kind, &*event.name, &*event.owner, event.fencing_token),
+            (kind, name, owner, token),
+            "{event:?}"
+        );
+    };
+    let g1 = s.lock(NS, "e", "o1", 10_000, persistent()).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Acquired,
+        "e",
+        "o1",
+        g1.fencing_token,
+    );
+    s.extend(NS, "e", "o1", 20_000).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Extended,
+        "e",
+        "o1",
+        g1.fencing_token,
+    );
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock(NS, "e", "o2", 100, opts(30_000, Durability::Persistent))
+                .await
+        })
+    };
+    settle_tasks().await;
+    s.unlock(NS, "e", "o1", None).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Released,
+        "e",
+        "o1",
+        g1.fencing_token,
+    );
+    let g2 = waiter.await.unwrap().unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::HandedOff,
+        "e",
+        "o2",
+        g2.fencing_token,
+    );
+    clock.advance(100);
+    // Expiry is found by the store's own timer, or by the next read.
+    let _ = s.get(NS, "e").await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Expired,
+        "e",
+        "o2",
+        g2.fencing_token,
+    );
+    let g3 = s.lock(NS, "e", "o3", 10_000, persistent()).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Acquired,
+        "e",
+        "o3",
+        g3.fencing_token,
+    );
+    s.force_unlock(NS, "e").await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::ForceReleased,
+        "e",
+        "o3",
+        g3.fencing_token,
+    );
+    let lease = s
+        .grant_lease(NS, 1_000, Durability::Ephemeral)
+        .await
+        .unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::LeaseGranted,
+        &lease.id,
+        &lease.id,
+        0,
+    );
+    let gl = s.lock_in_lease(NS, "le", &lease.id, 0).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::Acquired,
+        "le",
+        &lease.id,
+        gl.fencing_token,
+    );
+    s.revoke_lease(NS, &lease.id).await.unwrap();
+    let mut both = [next_event(&mut events).await, next_event(&mut events).await];
+    both.sort_by_key(|e| e.kind == EventKind::LeaseRevoked);
+    let [released, revoked] = both;
+    expect(
+        released,
+        EventKind::Released,
+        "le",
+        &lease.id,
+        gl.fencing_token,
+    );
+    expect(revoked, EventKind::LeaseRevoked, &lease.id, &lease.id, 0);
+    let short = s.grant_lease(NS, 100, Durability::Ephemeral).await.unwrap();
+    expect(
+        next_event(&mut events).await,
+        EventKind::LeaseGranted,
+        &short.id,
+        &short.id,
+        0,
+    );
+    clock.advance(100);
+    expect(
+        next_event(&mut events).await,
+        EventKind::LeaseExpired,
+        &short.id,
+        &short.id,
+        0,
+    );
 }

@@ -20,7 +20,7 @@ use super::{deadline, Engine, FxBuild, Shard};
 use crate::backend::BoxFuture;
 use crate::error::LockError;
 use crate::journal::{JournalOp, LeaseRecord};
-use crate::types::{Durability, Key, LeaseInfo};
+use crate::types::{Durability, EventKind, Key, LeaseInfo, LockEvent};
 
 /// Every lease id starts with this; a cheap test keeps the plain `lock` path
 /// from looking up the lease table.
@@ -272,7 +272,20 @@ impl Engine {
             cell.mark_ended();
             return Err(e);
         }
+        self.emit_lease(EventKind::LeaseGranted, &cell, self.clock.now_ms());
         Ok(expires_at_ms)
+    }
+
+    fn emit_lease(&self, kind: EventKind, cell: &LeaseCell, now: u64) {
+        self.events.emit(|| LockEvent {
+            kind,
+            namespace: cell.key.namespace.clone(),
+            name: cell.key.name.clone(),
+            owner: cell.key.name.clone(),
+            fencing_token: 0,
+            at_ms: now,
+            acquired_at_ms: None,
+        });
     }
 
     /// Locks the shards of every lock of `cell` and answers them with its
@@ -319,6 +332,16 @@ impl Engine {
                     shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
                     holder.expires_at_ms = expires_at_ms;
                     shard.deadlines.insert((expires_at_ms, key.clone()));
+                    let token = holder.token;
+                    self.events.emit(|| LockEvent {
+                        kind: EventKind::Extended,
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        owner: cell.key.name.clone(),
+                        fencing_token: token,
+                        at_ms: now,
+                        acquired_at_ms: None,
+                    });
                 }
             }
             self.leases.move_deadline(&cell, old, expires_at_ms);
@@ -365,6 +388,7 @@ impl Engine {
                 };
                 self.held.remove(&key.namespace);
                 shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
+                self.emit_left(EventKind::Released, key, &holder, now);
                 ops.push(JournalOp::Delete(key.clone()));
             }
             // One commit for the lease and all its locks. Submitted before
@@ -374,6 +398,7 @@ impl Engine {
                 let shard = shards.of(self.shard_index(key));
                 self.hand_off(shard, key, now);
             }
+            self.emit_lease(EventKind::LeaseRevoked, &cell, now);
             (keys.len() as u64, ticket)
         };
         cell.mark_ended();
@@ -427,6 +452,7 @@ impl Engine {
             drop(self.journal_if_persistent(cell.durability, || {
                 JournalOp::DeleteLease(cell.key.clone())
             }));
+            self.emit_lease(EventKind::LeaseExpired, &cell, now);
             cell.mark_ended();
         }
         earliest
