@@ -5,7 +5,8 @@
 // `ok <step>`, or `FAIL <step>: <detail>` and exits 1 at once. It exits 0 only
 // if every step passed, and leaves `<prefix>/held` locked by owner `c` for
 // 60 s (printing `held <token>`), so the host can check that persistent state
-// outlives the instance.
+// outlives the instance. Step 13 runs a lease: it prints `lease <id>` and
+// leaves nothing of the lease held.
 //
 // Built by build.sh: bindings from `wit-bindgen c wit --world imports`, an
 // ordinary `main` compiled with clang for wasm32-wasi (wasi-libc), and the
@@ -162,6 +163,35 @@ static void must_be_free(int step, const char *name, const char *why) {
     }
 }
 
+// Fails the step unless get(name) shows owner `owner` (not NUL-terminated),
+// token `token` and expiry `expiry`, persistent.
+static void must_be_owned(int step, const char *name, const imports_string_t *owner,
+                          uint64_t token, uint64_t expiry) {
+    lockd_lock_locks_option_lock_info_t info;
+    lock_error_t e;
+    if (!do_get(name, &info, &e)) fail_err(step, "get", &e);
+    if (!info.is_some) fail(step, "%s: expected held, get returned none", name);
+    if (!(str_eq(&info.val.owner, owner) && info.val.fencing_token == token &&
+          info.val.expires_at_ms == expiry &&
+          info.val.durability == LOCKD_LOCK_TYPES_DURABILITY_PERSISTENT)) {
+        fail(step,
+             "%s: expected owner \"%.*s\" token %" PRIu64 " expiry %" PRIu64
+             ", got owner \"%.*s\" token %" PRIu64 " expiry %" PRIu64 " durability %d",
+             name, (int)owner->len, (const char *)owner->ptr, token, expiry,
+             (int)info.val.owner.len, (const char *)info.val.owner.ptr, info.val.fencing_token,
+             info.val.expires_at_ms, (int)info.val.durability);
+    }
+    lockd_lock_locks_option_lock_info_free(&info);
+}
+
+// Whether a fresh lost pollable of the lease is ready now.
+static bool lost_ready(lockd_lock_leases_borrow_lease_t lease) {
+    wasi_io_poll_own_pollable_t lost = lockd_lock_leases_method_lease_subscribe_lost(lease);
+    bool ready = wasi_io_poll_method_pollable_ready(wasi_io_poll_borrow_pollable(lost));
+    wasi_io_poll_pollable_drop_own(lost);
+    return ready;
+}
+
 static char *name_of(const char *suffix) {
     size_t n = strlen(PREFIX) + 1 + strlen(suffix) + 1;
     char *s = malloc(n);
@@ -305,9 +335,87 @@ int main(int argc, char **argv) {
     printf("held %" PRIu64 "\n", grant.fencing_token);
     passed(12);
 
+    // 13. A lease owns two locks with its id as their owner and its expiry;
+    // refresh moves both, revoke frees both, and a revoked lease locks
+    // nothing. Without keep-alive: the scenario refreshes the lease itself,
+    // and a composed lockd-client on a foreign host answers keep-alive with
+    // `denied`.
+    char *lnames[2] = {name_of("lease/a"), name_of("lease/b")};
+    lockd_lock_leases_lease_options_t lopts = {LOCKD_LOCK_TYPES_DURABILITY_PERSISTENT, false};
+    lockd_lock_leases_own_lease_t lease;
+    if (!lockd_lock_leases_static_lease_grant(TTL, &lopts, &lease, &e)) fail_err(13, "grant", &e);
+    lockd_lock_leases_borrow_lease_t lb = lockd_lock_leases_borrow_lease(lease);
+    imports_string_t lease_id;
+    lockd_lock_leases_method_lease_id(lb, &lease_id);
+    uint64_t lexpiry = lockd_lock_leases_method_lease_expires_at_ms(lb);
+    printf("lease %.*s\n", (int)lease_id.len, (const char *)lease_id.ptr);
+    // Flush before the next call that returns a string: the host allocates it
+    // through cabi_realloc, an export of this command module, which runs the
+    // module's destructors and so flushes stdio, and a write from inside
+    // cabi_realloc traps ("cannot leave component instance").
+    fflush(stdout);
+    if (!(lease_id.len == 6 + 32 && memcmp(lease_id.ptr, "lease-", 6) == 0)) {
+        fail(13, "lease id \"%.*s\"", (int)lease_id.len, (const char *)lease_id.ptr);
+    }
+    uint64_t ltokens[2];
+    for (int i = 0; i < 2; i++) {
+        imports_string_t n = str(lnames[i]);
+        if (!lockd_lock_leases_method_lease_lock(lb, &n, 0, &grant, &e)) fail_err(13, "lock", &e);
+        if (grant.expires_at_ms != lexpiry) {
+            fail(13, "%s: expiry %" PRIu64 ", lease expires at %" PRIu64, lnames[i],
+                 grant.expires_at_ms, lexpiry);
+        }
+        ltokens[i] = grant.fencing_token;
+    }
+    // Locking again under the lease answers the same grant.
+    imports_string_t la = str(lnames[0]);
+    if (!lockd_lock_leases_method_lease_lock(lb, &la, 0, &grant, &e)) fail_err(13, "re-lock", &e);
+    if (!(grant.fencing_token == ltokens[0] && grant.expires_at_ms == lexpiry)) {
+        fail(13, "re-lock under the lease: token %" PRIu64 " expiry %" PRIu64, grant.fencing_token,
+             grant.expires_at_ms);
+    }
+    for (int i = 0; i < 2; i++) must_be_owned(13, lnames[i], &lease_id, ltokens[i], lexpiry);
+    // Another owner is refused, and told the lease holds it.
+    if (do_lock(lnames[0], "o4", TTL, PERSISTENT, &grant, &e)) fail(13, "expected busy, got a grant");
+    if (!(e.tag == LOCKD_LOCK_TYPES_ERROR_BUSY && str_eq(&e.val.busy.owner, &lease_id))) {
+        fail(13, "expected busy by the lease, got %s", describe(&e, buf, sizeof buf));
+    }
+    lockd_lock_types_error_free(&e);
+    if (!lockd_lock_leases_method_lease_is_alive(lb)) fail(13, "is-alive false on a live lease");
+    if (lost_ready(lb)) fail(13, "lost pollable ready on a live lease");
+
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    nanosleep(&tick, NULL);
+    uint64_t refreshed;
+    if (!lockd_lock_leases_method_lease_refresh(lb, &refreshed, &e)) fail_err(13, "refresh", &e);
+    if (!(refreshed > lexpiry && lockd_lock_leases_method_lease_expires_at_ms(lb) == refreshed)) {
+        fail(13, "refresh answered %" PRIu64 " (was %" PRIu64 "), expires-at-ms %" PRIu64, refreshed,
+             lexpiry, lockd_lock_leases_method_lease_expires_at_ms(lb));
+    }
+    for (int i = 0; i < 2; i++) must_be_owned(13, lnames[i], &lease_id, ltokens[i], refreshed);
+
+    if (!lockd_lock_leases_method_lease_revoke(lb, &e)) fail_err(13, "revoke", &e);
+    for (int i = 0; i < 2; i++) must_be_free(13, lnames[i], "held after revoke");
+    if (lockd_lock_leases_method_lease_is_alive(lb)) fail(13, "is-alive true after revoke");
+    if (!lost_ready(lb)) fail(13, "lost pollable not ready after revoke");
+    if (lockd_lock_leases_method_lease_lock(lb, &la, 0, &grant, &e)) {
+        fail(13, "lock under the revoked lease: expected not-held, got a grant");
+    }
+    if (e.tag != LOCKD_LOCK_TYPES_ERROR_NOT_HELD) {
+        fail(13, "lock under the revoked lease: expected not-held, got %s",
+             describe(&e, buf, sizeof buf));
+    }
+    lockd_lock_types_error_free(&e);
+    must_be_free(13, lnames[0], "held after a lock under the revoked lease");
+    imports_string_free(&lease_id);
+    lockd_lock_leases_lease_drop_own(lease); // already revoked: nothing more happens
+    passed(13);
+
     free(a);
     free(b);
     free(g);
     free(held);
+    free(lnames[0]);
+    free(lnames[1]);
     return 0;
 }

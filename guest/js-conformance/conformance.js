@@ -5,7 +5,8 @@
 // `ok <step>`, or `FAIL <step>: <detail>` and exits 1 at once. It exits 0 only
 // if every step passed, and leaves `<prefix>/held` locked by owner `js` for
 // 60 s (printing `held <token>`), so the host can check that persistent state
-// outlives the instance.
+// outlives the instance. Step 13 runs a lease: it prints `lease <id>` and
+// leaves nothing of the lease held.
 //
 // Built with componentize-js 0.23 (see build.sh). Conventions of its
 // bindings, as used below:
@@ -19,12 +20,16 @@
 
 import { lock, unlock, extend, get } from 'lockd:lock/locks@0.1.0';
 import { Guard } from 'lockd:lock/guards@0.1.0';
+import { Lease } from 'lockd:lock/leases@0.1.0';
 import { getArguments } from 'wasi:cli/environment@0.2.10';
 
 const TTL = 10000;
 const PERSISTENT = { waitMs: 0, durability: 'persistent' };
 const EPHEMERAL = { waitMs: 0, durability: 'ephemeral' };
 const U64_MAX = (1n << 64n) - 1n;
+// Without keep-alive: the scenario refreshes the lease itself, and a
+// composed lockd-client on a foreign host answers keep-alive with `denied`.
+const LEASE = { durability: 'persistent', keepAlive: false };
 
 class Failed extends Error {
   constructor(step, detail) {
@@ -206,6 +211,94 @@ async function scenario(p) {
   grant = expectOk(12, call(lock, held, 'js', 60000, PERSISTENT));
   say(`held ${grant.fencingToken}`);
   passed(12);
+
+  // 13. A lease owns two locks with its id as their owner and its expiry;
+  // refresh moves both, revoke frees both, and a revoked lease locks
+  // nothing.
+  const names = [`${p}/lease/a`, `${p}/lease/b`];
+  const lease = expectOk(13, call((...xs) => Lease.grant(...xs), TTL, LEASE));
+  try {
+    const leaseId = lease.id();
+    const expiry = lease.expiresAtMs();
+    say(`lease ${leaseId}`);
+    if (!(leaseId.startsWith('lease-') && leaseId.length === 6 + 32)) {
+      throw new Failed(13, `lease id ${show(leaseId)}`);
+    }
+    const tokens = [];
+    for (const name of names) {
+      grant = expectOk(13, call((n, w) => lease.lock(n, w), name, 0));
+      if (grant.expiresAtMs !== expiry) {
+        throw new Failed(13, `${name}: ${show(grant)}, lease expires at ${expiry}`);
+      }
+      tokens.push(grant.fencingToken);
+    }
+    // Locking again under the lease answers the same grant.
+    grant = expectOk(13, call((n, w) => lease.lock(n, w), names[0], 0));
+    if (!(grant.fencingToken === tokens[0] && grant.expiresAtMs === expiry)) {
+      throw new Failed(13, `re-lock under the lease: ${show(grant)}`);
+    }
+    const ownedUntil = (until) => {
+      names.forEach((name, i) => {
+        const held = expectOk(13, call(get, name));
+        if (!(held && held.owner === leaseId && held.fencingToken === tokens[i] &&
+              held.expiresAtMs === until && held.durability === 'persistent')) {
+          throw new Failed(13, `${name}: expected owner ${leaseId} token ${tokens[i]} ` +
+                               `expiry ${until}, got ${show(held)}`);
+        }
+      });
+    };
+    ownedUntil(expiry);
+    // Another owner is refused, and told the lease holds it.
+    r = call(lock, names[0], 'o4', TTL, PERSISTENT);
+    if (!(isErr(r, 'busy') && r.err.val.owner === leaseId)) {
+      throw new Failed(13, `expected busy by ${leaseId}, got ${show(r)}`);
+    }
+    if (!lease.isAlive()) {
+      throw new Failed(13, 'isAlive() false on a live lease');
+    }
+    let lost = lease.subscribeLost();
+    const readyBefore = lost.ready();
+    lost[Symbol.dispose]();
+    if (readyBefore) {
+      throw new Failed(13, 'lost pollable ready on a live lease');
+    }
+
+    await sleep(20);
+    const refreshed = expectOk(13, call(() => lease.refresh()));
+    if (!(refreshed > expiry && lease.expiresAtMs() === refreshed)) {
+      throw new Failed(13, `refresh answered ${refreshed} (was ${expiry}), ` +
+                           `expiresAtMs() ${lease.expiresAtMs()}`);
+    }
+    ownedUntil(refreshed);
+
+    expectOk(13, call(() => lease.revoke()));
+    for (const name of names) {
+      info = expectOk(13, call(get, name));
+      if (info !== undefined && info !== null) {
+        throw new Failed(13, `${name} held after revoke: ${show(info)}`);
+      }
+    }
+    if (lease.isAlive()) {
+      throw new Failed(13, 'isAlive() true after revoke');
+    }
+    lost = lease.subscribeLost();
+    const readyAfter = lost.ready();
+    lost[Symbol.dispose]();
+    if (!readyAfter) {
+      throw new Failed(13, 'lost pollable not ready after revoke');
+    }
+    r = call((n, w) => lease.lock(n, w), names[0], 0);
+    if (!isErr(r, 'not-held')) {
+      throw new Failed(13, `lock under the revoked lease: expected not-held, got ${show(r)}`);
+    }
+    info = expectOk(13, call(get, names[0]));
+    if (info !== undefined && info !== null) {
+      throw new Failed(13, `${names[0]} held after a lock under the revoked lease`);
+    }
+  } finally {
+    lease[Symbol.dispose](); // already revoked: nothing more happens
+  }
+  passed(13);
 }
 
 export const run = {

@@ -5,7 +5,8 @@ so one host can run the scenario many times. For each step it prints
 `ok <step>`, or `FAIL <step>: <detail>` and exits 1 at once. It exits 0 only
 if every step passed, and leaves `<prefix>/held` locked by owner `python` for
 60 s (printing `held <token>`), so the host can check that persistent state
-outlives the instance.
+outlives the instance. Step 13 runs a lease: it prints `lease <id>` and
+leaves nothing of the lease held.
 
 Built with componentize-py (see build.sh). A WIT `result` error arrives as the
 exception `componentize_py_types.Err`, whose `.value` is one of the
@@ -20,17 +21,22 @@ from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import environment, locks
 from wit_world.imports.guards import Guard
+from wit_world.imports.leases import Lease, LeaseOptions
 from wit_world.imports.locks import LockOptions
 from wit_world.imports.types import (
     Durability,
     Error_Busy,
     Error_InvalidArgument,
+    Error_NotHeld,
     Error_NotOwner,
 )
 
 TTL = 10_000
 PERSISTENT = LockOptions(wait_ms=0, durability=Durability.PERSISTENT)
 EPHEMERAL = LockOptions(wait_ms=0, durability=Durability.EPHEMERAL)
+# Without keep-alive: the scenario refreshes the lease itself, and a
+# composed lockd-client on a foreign host answers keep-alive with `denied`.
+LEASE = LeaseOptions(durability=Durability.PERSISTENT, keep_alive=False)
 
 
 class Failed(Exception):
@@ -183,6 +189,87 @@ def scenario(p: str) -> None:
     grant = expect_ok(12, call(locks.lock, held, "python", 60_000, PERSISTENT))
     say(f"held {grant.fencing_token}")
     passed(12)
+
+    # 13. A lease owns two locks with its id as their owner and its expiry;
+    # refresh moves both, revoke frees both, and a revoked lease locks
+    # nothing. Leaving the `with` block drops the lease (already revoked).
+    la, lb = f"{p}/lease/a", f"{p}/lease/b"
+    kind, lease = call(Lease.grant, TTL, LEASE)
+    if kind != "ok":
+        raise Failed(13, f"grant: unexpected error {lease!r}")
+    with lease:
+        lease_id, expiry = lease.id(), lease.expires_at_ms()
+        say(f"lease {lease_id}")
+        if not (lease_id.startswith("lease-") and len(lease_id) == 6 + 32):
+            raise Failed(13, f"lease id {lease_id!r}")
+        tokens = {}
+        for name in (la, lb):
+            grant = expect_ok(13, call(lease.lock, name, 0))
+            if grant.expires_at_ms != expiry:
+                raise Failed(13, f"{name}: {grant!r}, lease expires at {expiry}")
+            tokens[name] = grant.fencing_token
+        # Locking again under the lease answers the same grant.
+        again = expect_ok(13, call(lease.lock, la, 0))
+        if (again.fencing_token, again.expires_at_ms) != (tokens[la], expiry):
+            raise Failed(13, f"re-lock under the lease: {again!r}")
+        for name in (la, lb):
+            info = expect_ok(13, call(locks.get, name))
+            if not (
+                info is not None
+                and info.owner == lease_id
+                and info.fencing_token == tokens[name]
+                and info.expires_at_ms == expiry
+                and info.durability == Durability.PERSISTENT
+            ):
+                raise Failed(
+                    13,
+                    f"{name}: expected owner {lease_id!r} token {tokens[name]} "
+                    f"expiry {expiry}, got {info!r}",
+                )
+        # Another owner is refused, and told the lease holds it.
+        kind, v = call(locks.lock, la, "o4", TTL, PERSISTENT)
+        if not (kind == "err" and isinstance(v, Error_Busy) and v.value.owner == lease_id):
+            raise Failed(13, f"expected busy by {lease_id!r}, got {kind} {v!r}")
+        if not lease.is_alive():
+            raise Failed(13, "is_alive() false on a live lease")
+        with lease.subscribe_lost() as lost:
+            if lost.ready():
+                raise Failed(13, "lost pollable ready on a live lease")
+
+        time.sleep(0.02)
+        refreshed = expect_ok(13, call(lease.refresh))
+        if not (refreshed > expiry and lease.expires_at_ms() == refreshed):
+            raise Failed(
+                13,
+                f"refresh answered {refreshed} (was {expiry}), "
+                f"expires_at_ms() {lease.expires_at_ms()}",
+            )
+        for name in (la, lb):
+            info = expect_ok(13, call(locks.get, name))
+            if not (
+                info is not None
+                and info.owner == lease_id
+                and info.fencing_token == tokens[name]
+                and info.expires_at_ms == refreshed
+            ):
+                raise Failed(13, f"{name} after refresh to {refreshed}: {info!r}")
+
+        expect_ok(13, call(lease.revoke))
+        for name in (la, lb):
+            info = expect_ok(13, call(locks.get, name))
+            if info is not None:
+                raise Failed(13, f"{name} held after revoke: {info!r}")
+        if lease.is_alive():
+            raise Failed(13, "is_alive() true after revoke")
+        with lease.subscribe_lost() as lost:
+            if not lost.ready():
+                raise Failed(13, "lost pollable not ready after revoke")
+        kind, v = call(lease.lock, la, 0)
+        if not (kind == "err" and isinstance(v, Error_NotHeld)):
+            raise Failed(13, f"lock under the revoked lease: expected not-held, got {kind} {v!r}")
+        if expect_ok(13, call(locks.get, la)) is not None:
+            raise Failed(13, f"{la} held after a lock under the revoked lease")
+    passed(13)
 
 
 class Run(exports.Run):

@@ -18,6 +18,7 @@ use lockd_client::lockd_client;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{run_guest, text};
+use lockd_core::metrics::Op;
 use lockd_core::{Durability, Journal, JournalOp, Limits, LockOptions, LockService};
 use lockd_tests::foreach_guest;
 
@@ -59,10 +60,14 @@ fn open(path: &std::path::Path) -> LockService {
     LockService::new(lockd_redb::open(path).unwrap(), Limits::default())
 }
 
-/// The 12-step scenario of a conformance guest, then the store: `P/held`
-/// held by the guest's language, with exact u64 tokens above 2^53, and still
-/// held after the store is closed and reopened.
-async fn conformance(path: &str, language: &str) {
+/// The conformance scenario of a guest (`steps` of them: 12, or 13 with the
+/// lease step), then the store: `P/held` held by the guest's language, with
+/// exact u64 tokens above 2^53, and still held after the store is closed and
+/// reopened. With step 13, the guest granted, refreshed and revoked one
+/// lease (the store counted each once), whose id it printed: that lease is
+/// gone, before and after the reopen, and none of its `P/lease/` locks is
+/// held.
+async fn conformance(path: &str, language: &str, steps: u32) {
     let dir = tempfile::tempdir().unwrap();
     let store = store_above_doubles(&dir).await;
     let service = open(&store);
@@ -75,12 +80,16 @@ async fn conformance(path: &str, language: &str) {
         text(&out.stderr),
         out.trap
     );
-    for step in 1..=12 {
+    for step in 1..=steps {
         assert!(
             stdout.lines().any(|l| l == format!("ok {step}")),
             "step {step} missing:\n{stdout}"
         );
     }
+    assert!(
+        !stdout.lines().any(|l| l == format!("ok {}", steps + 1)),
+        "a step past {steps}: update the step count\n{stdout}"
+    );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     let printed: u64 = stdout
         .lines()
@@ -88,6 +97,28 @@ async fn conformance(path: &str, language: &str) {
         .expect("no `held <token>` line")
         .parse()
         .unwrap();
+    let lease_id = stdout.lines().find_map(|l| l.strip_prefix("lease "));
+    if steps >= 13 {
+        let lease_id = lease_id.expect("no `lease <id>` line");
+        assert!(
+            lease_id.starts_with("lease-") && lease_id.len() == 38,
+            "{lease_id}"
+        );
+        assert_eq!(
+            service.get_lease(language, lease_id).await.unwrap(),
+            None,
+            "the revoked lease is still live"
+        );
+        let metrics = service.metrics();
+        for op in [Op::LeaseGrant, Op::LeaseRefresh, Op::LeaseRevoke] {
+            assert_eq!(metrics.count(op, "ok"), 1, "{op:?}");
+        }
+        // The lock under the revoked lease.
+        assert_eq!(metrics.count(Op::Lock, "not_held"), 1);
+        assert_eq!(service.list(language, "P/lease/").await.unwrap(), vec![]);
+    } else {
+        assert_eq!(lease_id, None, "{stdout}");
+    }
 
     let held = service
         .get(language, "P/held")
@@ -128,6 +159,11 @@ async fn conformance(path: &str, language: &str) {
         (after.owner.as_str(), after.fencing_token),
         (language, printed)
     );
+    if let Some(lease_id) = lease_id {
+        // A revoke is on disk: the persistent lease and its locks stay gone.
+        assert_eq!(service.get_lease(language, lease_id).await.unwrap(), None);
+        assert_eq!(service.list(language, "P/").await.unwrap().len(), 1);
+    }
     let next = service
         .lock(language, "P/next", "test", 1_000, LockOptions::default())
         .await
@@ -137,22 +173,22 @@ async fn conformance(path: &str, language: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_conformance() {
-    conformance(lockd_tests::RUST_CONFORMANCE, "rust").await;
+    conformance(lockd_tests::RUST_CONFORMANCE, "rust", 12).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_conformance() {
-    conformance(lockd_tests::PYTHON_CONFORMANCE, "python").await;
+    conformance(lockd_tests::PYTHON_CONFORMANCE, "python", 13).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_conformance() {
-    conformance(lockd_tests::JS_CONFORMANCE, "js").await;
+    conformance(lockd_tests::JS_CONFORMANCE, "js", 13).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_conformance() {
-    conformance(lockd_tests::C_CONFORMANCE, "c").await;
+    conformance(lockd_tests::C_CONFORMANCE, "c", 13).await;
 }
 
 /// A trap ends the instance, and the guard it held is released.
