@@ -419,14 +419,15 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             let request = LockRequest {
                 namespace: Some(namespace),
                 name,
-                owner,
-                ttl_ms: ttl,
+                owner: Some(owner),
+                ttl_ms: Some(ttl),
                 wait_ms: wait,
                 durability: Some(if ephemeral {
                     DurabilityWord::Ephemeral
                 } else {
                     DurabilityWord::Persistent
                 }),
+                lease_id: None,
             };
             let answer = client.post(LockRequest::PATH, &request)?;
             let name = request.name;

@@ -769,12 +769,16 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 8] = [
+const SERVER_ROUTES: [(&str, &str); 12] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
     ("post", "/v1/locks/get"),
     ("get", "/v1/locks"),
+    ("post", "/v1/leases/grant"),
+    ("post", "/v1/leases/refresh"),
+    ("post", "/v1/leases/revoke"),
+    ("post", "/v1/leases/get"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
@@ -803,8 +807,22 @@ fn probe(what: &'static str, body: Option<Value>, valid: bool) -> Probe {
 const TOKEN: &str = "doc-token";
 
 /// Requests for `method path`: valid ones first, then invalid ones. Each is
-/// sent in order; some set up the state the next needs.
-fn probes(method: &str, path: &str) -> Vec<Probe> {
+/// sent in order; some set up the state the next needs (leases are granted
+/// on `server` as the probes are made).
+fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
+    let live_lease = || {
+        let body = json!({"ttl_ms": 60_000}).to_string();
+        let r = request(
+            "POST",
+            &server.url,
+            "/v1/leases/grant",
+            Some(&body),
+            Some(TOKEN),
+        );
+        assert_eq!(r.code, 200, "{}", r.body);
+        r.json["lease_id"].as_str().unwrap().to_string()
+    };
+    let dead_lease = "lease-00000000000000000000000000000000";
     let no_token = |what| Probe {
         what,
         query: "",
@@ -850,8 +868,23 @@ fn probes(method: &str, path: &str) -> Vec<Probe> {
                     true,
                 ),
                 probe(
+                    "lock under a lease",
+                    Some(json!({"name": "leased", "lease_id": live_lease(), "wait_ms": 0})),
+                    true,
+                ),
+                probe(
+                    "lock under a dead lease",
+                    Some(json!({"name": "leased2", "lease_id": dead_lease})),
+                    true,
+                ),
+                probe(
                     "ttl 0",
                     Some(json!({"name": "l", "owner": "o", "ttl_ms": 0})),
+                    false,
+                ),
+                probe(
+                    "owner and lease_id",
+                    Some(json!({"name": "l", "owner": "o", "lease_id": dead_lease})),
                     false,
                 ),
                 malformed,
@@ -918,6 +951,40 @@ fn probes(method: &str, path: &str) -> Vec<Probe> {
             },
             no_token("no token"),
         ],
+        ("post", "/v1/leases/grant") => {
+            with_body_no_token.body = Some(json!({"ttl_ms": 1000}).to_string());
+            vec![
+                probe("grant", Some(json!({"ttl_ms": 60_000})), true),
+                probe(
+                    "grant with every field",
+                    Some(json!({"namespace": "n", "ttl_ms": 60_000, "durability": "ephemeral"})),
+                    true,
+                ),
+                probe("ttl 0", Some(json!({"ttl_ms": 0})), false),
+                malformed,
+                too_large,
+                with_body_no_token,
+            ]
+        }
+        ("post", "/v1/leases/refresh" | "/v1/leases/revoke" | "/v1/leases/get") => {
+            with_body_no_token.body = Some(json!({"lease_id": dead_lease}).to_string());
+            vec![
+                probe("live", Some(json!({"lease_id": live_lease()})), true),
+                probe(
+                    "not live",
+                    Some(json!({"namespace": "n", "lease_id": dead_lease})),
+                    true,
+                ),
+                probe(
+                    "unknown field",
+                    Some(json!({"lease_id": dead_lease, "name": "l"})),
+                    false,
+                ),
+                malformed,
+                too_large,
+                with_body_no_token,
+            ]
+        }
         ("get", "/metrics") | ("get", "/openapi.json") => vec![
             Probe {
                 what: "read",
@@ -959,6 +1026,21 @@ fn resolve<'a>(doc: &'a Value, mut v: &'a Value) -> &'a Value {
 /// schema does not declare.
 fn check_schema(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     let schema = resolve(doc, schema);
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        let failures: Vec<String> = alternatives
+            .iter()
+            .filter_map(|alternative| check_schema(doc, alternative, value, at).err())
+            .collect();
+        return if failures.len() + 1 == alternatives.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{at}: {value} matches {} of oneOf's {} schemas: {failures:?}",
+                alternatives.len() - failures.len(),
+                alternatives.len()
+            ))
+        };
+    }
     if let Some(options) = schema["enum"].as_array() {
         if !options.contains(value) {
             return Err(format!("{at}: {value} is not one of {options:?}"));
@@ -1036,7 +1118,7 @@ fn openapi_matches_server() {
         let open = operation["security"] == json!([]);
         assert_eq!(open, path == "/healthz", "{method} {path}: security");
         let (mut valid_seen, mut invalid_seen) = (false, false);
-        for p in probes(method, path) {
+        for p in probes(method, path, &server) {
             if p.valid {
                 if let Some(body) = &p.body {
                     let schema = &operation["requestBody"]["content"]["application/json"]["schema"];

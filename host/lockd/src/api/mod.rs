@@ -20,8 +20,9 @@ use serde::Serialize;
 
 use crate::http_body::{full, Body};
 use wire::{
-    BusyReply, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply, ListQuery, ListReply,
-    LockRequest, Status, StatusReply, UnlockRequest,
+    BusyReply, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply, LeaseFoundReply,
+    LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply,
+    ListQuery, ListReply, LockHolder, LockRequest, Status, StatusReply, UnlockRequest,
 };
 
 /// Largest request body accepted, in bytes.
@@ -51,6 +52,10 @@ enum Route {
     Extend,
     Get,
     List,
+    LeaseGrant,
+    LeaseRefresh,
+    LeaseRevoke,
+    LeaseGet,
     Metrics,
     Healthz,
     OpenApi,
@@ -64,6 +69,10 @@ impl Route {
             ExtendRequest::PATH => Route::Extend,
             GetRequest::PATH => Route::Get,
             wire::LIST_PATH => Route::List,
+            LeaseGrantRequest::PATH => Route::LeaseGrant,
+            LeaseRequest::REFRESH_PATH => Route::LeaseRefresh,
+            LeaseRequest::REVOKE_PATH => Route::LeaseRevoke,
+            LeaseRequest::GET_PATH => Route::LeaseGet,
             "/metrics" => Route::Metrics,
             "/healthz" => Route::Healthz,
             "/openapi.json" => Route::OpenApi,
@@ -73,7 +82,14 @@ impl Route {
 
     fn method(self) -> Method {
         match self {
-            Route::Lock | Route::Unlock | Route::Extend | Route::Get => Method::POST,
+            Route::Lock
+            | Route::Unlock
+            | Route::Extend
+            | Route::Get
+            | Route::LeaseGrant
+            | Route::LeaseRefresh
+            | Route::LeaseRevoke
+            | Route::LeaseGet => Method::POST,
             Route::List | Route::Metrics | Route::Healthz | Route::OpenApi => Method::GET,
         }
     }
@@ -150,6 +166,10 @@ impl Api {
             Route::Extend => self.extend(req).await,
             Route::Get => self.get(req).await,
             Route::List => self.list(req.uri().query().unwrap_or("")).await,
+            Route::LeaseGrant => self.grant_lease(req).await,
+            Route::LeaseRefresh => self.refresh_lease(req).await,
+            Route::LeaseRevoke => self.revoke_lease(req).await,
+            Route::LeaseGet => self.get_lease(req).await,
             Route::Metrics => Ok(text(
                 StatusCode::OK,
                 METRICS_CONTENT_TYPE,
@@ -209,20 +229,30 @@ impl Api {
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
         let r: LockRequest = read_json(req).await?;
-        let options = LockOptions {
-            wait_ms: r.wait_ms.unwrap_or(0),
-            durability: r.durability.map_or(Durability::Persistent, Into::into),
-            ..LockOptions::default()
-        };
+        let holder = r.holder().map_err(invalid_argument)?;
+        let wait_ms = r.wait_ms.unwrap_or(0);
         let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
         record_namespace(namespace);
         // A waiting lock parks here, in the engine's FIFO queue. If the client
         // hangs up, hyper drops this future and the waiter leaves the queue.
-        let grant = self
-            .service
-            .lock(namespace, &r.name, &r.owner, r.ttl_ms, options)
-            .await
-            .map_err(|e| error_response(&e))?;
+        let grant = match holder {
+            LockHolder::Owner { owner, ttl_ms } => {
+                let options = LockOptions {
+                    wait_ms,
+                    durability: r.durability.map_or(Durability::Persistent, Into::into),
+                    ..LockOptions::default()
+                };
+                self.service
+                    .lock(namespace, &r.name, owner, ttl_ms, options)
+                    .await
+                    .map_err(|e| error_response(&e))?
+            }
+            LockHolder::Lease { lease_id } => self
+                .service
+                .lock_in_lease(namespace, &r.name, lease_id, wait_ms)
+                .await
+                .map_err(|e| lease_error(&e, lease_id))?,
+        };
         Ok(json_response(StatusCode::OK, &GrantReply::acquired(grant)))
     }
 
@@ -286,6 +316,83 @@ impl Api {
         })
     }
 
+    async fn grant_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: LeaseGrantRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
+        let durability = r.durability.map_or(Durability::Persistent, Into::into);
+        let grant = self
+            .service
+            .grant_lease(namespace, r.ttl_ms, durability)
+            .await
+            .map_err(|e| error_response(&e))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &LeaseGrantedReply::from(grant),
+        ))
+    }
+
+    async fn refresh_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: LeaseRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
+        let expires_at_ms = self
+            .service
+            .refresh_lease(namespace, &r.lease_id)
+            .await
+            .map_err(|e| lease_error(&e, &r.lease_id))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &LeaseRefreshedReply::new(expires_at_ms),
+        ))
+    }
+
+    async fn revoke_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: LeaseRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
+        let released = self
+            .service
+            .revoke_lease(namespace, &r.lease_id)
+            .await
+            .map_err(|e| lease_error(&e, &r.lease_id))?;
+        Ok(json_response(
+            StatusCode::OK,
+            &LeaseRevokedReply::new(released),
+        ))
+    }
+
+    async fn get_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: LeaseRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
+        let info = self
+            .service
+            .get_lease(namespace, &r.lease_id)
+            .await
+            .map_err(|e| lease_error(&e, &r.lease_id))?;
+        // Unlike a free lock (404 `not_found`), a lease that is not live is
+        // `not_held`, as every other lease route answers it.
+        let info = info.ok_or_else(|| lease_error(&LockError::NotHeld, &r.lease_id))?;
+        Ok(json_response(StatusCode::OK, &LeaseFoundReply::from(info)))
+    }
+
     async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
         let query = ListQuery::parse(query).map_err(invalid_argument)?;
         let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
@@ -303,6 +410,23 @@ impl Api {
 /// [`kind`](LockError::kind), the body a [`BusyReply`] (with the holder) or
 /// an [`ErrorReply`].
 pub fn error_response(err: &LockError) -> Response<Body> {
+    error_response_saying(err, err.to_string())
+}
+
+/// [`error_response`] for a call that names a lease: `not_held` there means
+/// the lease is not live, and the message says so.
+fn lease_error(err: &LockError, lease_id: &str) -> Response<Body> {
+    match err {
+        LockError::NotHeld => error_response_saying(
+            err,
+            format!("lease {lease_id:?} is not live: unknown, revoked or expired"),
+        ),
+        _ => error_response(err),
+    }
+}
+
+/// [`error_response`] with `message` in place of the error's own.
+fn error_response_saying(err: &LockError, message: String) -> Response<Body> {
     let kind = err.kind();
     let code = match kind {
         ErrorKind::Busy | ErrorKind::NotOwner | ErrorKind::NotHeld => StatusCode::CONFLICT,
@@ -313,7 +437,6 @@ pub fn error_response(err: &LockError) -> Response<Body> {
         // surface, which is what `unavailable` (its status word) says.
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
-    let message = err.to_string();
     match err {
         LockError::Busy(holder) => {
             record_outcome(kind.as_str());
@@ -442,6 +565,10 @@ mod tests {
             "/v1/locks/extend",
             "/v1/locks/get",
             "/v1/locks",
+            "/v1/leases/grant",
+            "/v1/leases/refresh",
+            "/v1/leases/revoke",
+            "/v1/leases/get",
             "/metrics",
             "/healthz",
             "/openapi.json",

@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use lockd_core::{Durability, ErrorKind, Grant, LockInfo};
+use lockd_core::{Durability, ErrorKind, Grant, LeaseGrant, LeaseInfo, LockInfo};
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -32,21 +32,118 @@ pub struct LockRequest {
     pub namespace: Option<String>,
     /// The lock name.
     pub name: String,
-    /// Who takes the lock.
-    pub owner: String,
-    /// Lease length in milliseconds.
-    pub ttl_ms: u64,
+    /// Who takes the lock; `None` with `lease_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Lease length in milliseconds; given with `owner`, `None` with
+    /// `lease_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
     /// How long to wait in the lock's FIFO queue; 0 if `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
-    /// Durability of a fresh grant; persistent if `None`.
+    /// Durability of a fresh grant; persistent if `None`. `None` with
+    /// `lease_id` (the lease's durability applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<DurabilityWord>,
+    /// Take the lock under this lease (docs/contract.md#c16-leases), in
+    /// place of `owner` and `ttl_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
 }
 
 impl LockRequest {
     /// Where it is posted.
     pub const PATH: &'static str = "/v1/locks/lock";
+
+    /// Who would hold the lock: exactly one of `owner` (with `ttl_ms`) and
+    /// `lease_id` (without `ttl_ms` and `durability`). The error says which
+    /// fields are wrong, as serde's do.
+    pub fn holder(&self) -> Result<LockHolder<'_>, String> {
+        match (&self.owner, &self.lease_id) {
+            (Some(owner), None) => match self.ttl_ms {
+                Some(ttl_ms) => Ok(LockHolder::Owner { owner, ttl_ms }),
+                None => Err("missing field `ttl_ms` (a lock with `owner` needs it)".to_string()),
+            },
+            (None, Some(lease_id)) => {
+                if self.ttl_ms.is_some() {
+                    Err(
+                        "`ttl_ms` is not allowed with `lease_id`: the lock has the lease's expiry"
+                            .to_string(),
+                    )
+                } else if self.durability.is_some() {
+                    Err(
+                        "`durability` is not allowed with `lease_id`: the lock has the lease's durability"
+                            .to_string(),
+                    )
+                } else {
+                    Ok(LockHolder::Lease { lease_id })
+                }
+            }
+            (Some(_), Some(_)) => {
+                Err("`owner` and `lease_id` were both given; give exactly one".to_string())
+            }
+            (None, None) => Err("missing field `owner` (or `lease_id`)".to_string()),
+        }
+    }
+}
+
+/// Who takes a lock of a [`LockRequest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockHolder<'a> {
+    /// A plain lock.
+    Owner {
+        /// The owner.
+        owner: &'a str,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// A lock under a lease, owned by the lease id.
+    Lease {
+        /// The lease.
+        lease_id: &'a str,
+    },
+}
+
+/// `POST /v1/leases/grant`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrantRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lease's TTL in milliseconds; every refresh moves its expiry to
+    /// now + this.
+    pub ttl_ms: u64,
+    /// Durability of the lease and its locks; persistent if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityWord>,
+}
+
+impl LeaseGrantRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = "/v1/leases/grant";
+}
+
+/// `POST /v1/leases/refresh`, `/v1/leases/revoke` and `/v1/leases/get`:
+/// one lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lease's id, as granted.
+    pub lease_id: String,
+}
+
+impl LeaseRequest {
+    /// Where a refresh is posted.
+    pub const REFRESH_PATH: &'static str = "/v1/leases/refresh";
+    /// Where a revoke is posted.
+    pub const REVOKE_PATH: &'static str = "/v1/leases/revoke";
+    /// Where a get is posted.
+    pub const GET_PATH: &'static str = "/v1/leases/get";
 }
 
 /// `POST /v1/locks/unlock`
@@ -160,7 +257,8 @@ pub enum Status {
     Unlocked,
     /// `extended`: `extend` moved the expiry.
     Extended,
-    /// `found`: `get` found a holder, or `list` answered.
+    /// `found`: `get` found a holder, `list` answered, or a lease's `get`
+    /// found it live.
     Found,
     /// `not_found`: `get` of a free lock, or a path that is not a route.
     NotFound,
@@ -180,11 +278,17 @@ pub enum Status {
     Unavailable,
     /// `ok`: `/healthz`.
     Ok,
+    /// `granted`: a lease was granted.
+    Granted,
+    /// `refreshed`: a lease's expiry moved.
+    Refreshed,
+    /// `revoked`: a lease ended and its locks were released.
+    Revoked,
 }
 
 impl Status {
     /// Every status word.
-    pub const ALL: [Status; 13] = [
+    pub const ALL: [Status; 16] = [
         Status::Acquired,
         Status::Unlocked,
         Status::Extended,
@@ -198,6 +302,9 @@ impl Status {
         Status::Denied,
         Status::Unavailable,
         Status::Ok,
+        Status::Granted,
+        Status::Refreshed,
+        Status::Revoked,
     ];
 
     /// The word on the wire. The words of lock errors are those of
@@ -217,6 +324,9 @@ impl Status {
             Status::Denied => ErrorKind::Denied.as_str(),
             Status::Unavailable => ErrorKind::Unavailable.as_str(),
             Status::Ok => "ok",
+            Status::Granted => "granted",
+            Status::Refreshed => "refreshed",
+            Status::Revoked => "revoked",
         }
     }
 
@@ -467,6 +577,93 @@ impl From<lockd_core::ListedLock> for ListedLock {
             fencing_token: lock.info.fencing_token,
             name: lock.name,
             owner: lock.info.owner,
+        }
+    }
+}
+
+/// `granted`: a new lease (`POST /v1/leases/grant`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrantedReply {
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The lease's id: the owner of every lock taken under it.
+    pub lease_id: String,
+    /// `granted`.
+    pub status: Status,
+}
+
+impl From<LeaseGrant> for LeaseGrantedReply {
+    fn from(grant: LeaseGrant) -> Self {
+        LeaseGrantedReply {
+            expires_at_ms: grant.expires_at_ms,
+            lease_id: grant.id,
+            status: Status::Granted,
+        }
+    }
+}
+
+/// `refreshed`: the lease's new expiry (`POST /v1/leases/refresh`), which
+/// is also that of every lock under it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRefreshedReply {
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// `refreshed`.
+    pub status: Status,
+}
+
+impl LeaseRefreshedReply {
+    /// The answer to a refresh that moved the expiry to `expires_at_ms`.
+    pub fn new(expires_at_ms: u64) -> Self {
+        LeaseRefreshedReply {
+            expires_at_ms,
+            status: Status::Refreshed,
+        }
+    }
+}
+
+/// `revoked`: the lease ended (`POST /v1/leases/revoke`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRevokedReply {
+    /// How many locks the revoke released.
+    pub released: u64,
+    /// `revoked`.
+    pub status: Status,
+}
+
+impl LeaseRevokedReply {
+    /// The answer to a revoke that released `released` locks.
+    pub fn new(released: u64) -> Self {
+        LeaseRevokedReply {
+            released,
+            status: Status::Revoked,
+        }
+    }
+}
+
+/// `found`: a live lease (`POST /v1/leases/get`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseFoundReply {
+    /// Whether the lease and its locks survive a restart.
+    pub durability: DurabilityWord,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The names of the locks it holds, sorted.
+    pub locks: Vec<String>,
+    /// `found`.
+    pub status: Status,
+    /// Its TTL in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl From<LeaseInfo> for LeaseFoundReply {
+    fn from(info: LeaseInfo) -> Self {
+        LeaseFoundReply {
+            durability: info.durability.into(),
+            expires_at_ms: info.expires_at_ms,
+            locks: info.locks,
+            status: Status::Found,
+            ttl_ms: info.ttl_ms,
         }
     }
 }
@@ -859,10 +1056,11 @@ mod tests {
         let lock = LockRequest {
             namespace: Some("ns".to_string()),
             name: "a".to_string(),
-            owner: "o".to_string(),
-            ttl_ms: 10,
+            owner: Some("o".to_string()),
+            ttl_ms: Some(10),
             wait_ms: None,
             durability: Some(DurabilityWord::Persistent),
+            lease_id: None,
         };
         let text = serde_json::to_string(&lock).unwrap();
         assert_eq!(
@@ -907,6 +1105,9 @@ mod tests {
                 Status::Denied => "denied",
                 Status::Unavailable => "unavailable",
                 Status::Ok => "ok",
+                Status::Granted => "granted",
+                Status::Refreshed => "refreshed",
+                Status::Revoked => "revoked",
             };
             assert!(seen.insert(word), "{word} twice");
             assert_eq!(status.as_str(), word);
@@ -1017,8 +1218,8 @@ mod tests {
                 "`fencing_token`: invalid type: null",
             ),
             (
-                r#"{"status":"granted","fencing_token":1,"expires_at_ms":5}"#,
-                "`status`: unknown variant `granted`",
+                r#"{"status":"given","fencing_token":1,"expires_at_ms":5}"#,
+                "`status`: unknown variant `given`",
             ),
             (r#"{"status":"acquired","#, "not JSON"),
             ("[1]", "expected struct GrantReply"),
@@ -1058,6 +1259,98 @@ mod tests {
                 .starts_with("`durability`: unknown variant `forever`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_lock_names_exactly_one_holder() {
+        let parse = |body: &str| serde_json::from_str::<LockRequest>(body).unwrap();
+        assert_eq!(
+            parse(r#"{"name":"a","owner":"o","ttl_ms":5}"#).holder(),
+            Ok(LockHolder::Owner {
+                owner: "o",
+                ttl_ms: 5
+            })
+        );
+        assert_eq!(
+            parse(r#"{"name":"a","lease_id":"l","wait_ms":5}"#).holder(),
+            Ok(LockHolder::Lease { lease_id: "l" })
+        );
+        for (body, needle) in [
+            (r#"{"name":"a","ttl_ms":5}"#, "missing field `owner`"),
+            (r#"{"name":"a","owner":"o"}"#, "missing field `ttl_ms`"),
+            (
+                r#"{"name":"a","owner":"o","lease_id":"l"}"#,
+                "`owner` and `lease_id` were both given",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","ttl_ms":5}"#,
+                "`ttl_ms` is not allowed with `lease_id`",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","durability":"ephemeral"}"#,
+                "`durability` is not allowed with `lease_id`",
+            ),
+        ] {
+            let err = parse(body).holder().unwrap_err();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+        // Written without the fields not given.
+        let lease = LockRequest {
+            namespace: None,
+            name: "a".to_string(),
+            owner: None,
+            ttl_ms: None,
+            wait_ms: Some(1),
+            durability: None,
+            lease_id: Some("l".to_string()),
+        };
+        assert_eq!(
+            serde_json::to_string(&lease).unwrap(),
+            r#"{"name":"a","wait_ms":1,"lease_id":"l"}"#
+        );
+    }
+
+    #[test]
+    fn lease_bodies_round_trip() {
+        let grant: LeaseGrantRequest =
+            serde_json::from_str(r#"{"ttl_ms":5,"durability":"ephemeral"}"#).unwrap();
+        assert_eq!(grant.durability, Some(DurabilityWord::Ephemeral));
+        assert!(serde_json::from_str::<LeaseGrantRequest>(r#"{"ttl_ms":5,"ttl":1}"#).is_err());
+        assert!(serde_json::from_str::<LeaseGrantRequest>(r#"{}"#).is_err());
+        assert!(serde_json::from_str::<LeaseRequest>(r#"{"lease_id":"l","name":"a"}"#).is_err());
+        assert_eq!(
+            serde_json::to_string(&LeaseGrantedReply::from(LeaseGrant {
+                id: "lease-1".to_string(),
+                expires_at_ms: 42,
+            }))
+            .unwrap(),
+            r#"{"expires_at_ms":42,"lease_id":"lease-1","status":"granted"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&LeaseRefreshedReply::new(42)).unwrap(),
+            r#"{"expires_at_ms":42,"status":"refreshed"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&LeaseRevokedReply::new(2)).unwrap(),
+            r#"{"released":2,"status":"revoked"}"#
+        );
+        let found = LeaseFoundReply::from(LeaseInfo {
+            ttl_ms: 10,
+            expires_at_ms: 42,
+            durability: Durability::Persistent,
+            locks: vec!["a".to_string(), "b".to_string()],
+        });
+        let text = serde_json::to_string(&found).unwrap();
+        assert_eq!(
+            text,
+            r#"{"durability":"persistent","expires_at_ms":42,"locks":["a","b"],"status":"found","ttl_ms":10}"#
+        );
+        assert_eq!(parse_reply::<LeaseFoundReply>(&text).unwrap(), found);
+        let err = parse_reply::<LeaseFoundReply>(
+            r#"{"durability":"persistent","expires_at_ms":42,"locks":["a",7],"status":"found","ttl_ms":10}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("`locks[1]`"), "{err}");
     }
 
     #[test]
