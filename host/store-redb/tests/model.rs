@@ -28,6 +28,60 @@ fn redb_store_matches_the_model_across_restarts() {
     let tally = model::check_against_model("redb", CASES, true, RedbFactory::on_tmpfs);
     // Restarts with live locks are what this store adds to the model run.
     assert!(tally.restarts > 0 && tally.survived_restart > 0, "{tally}");
+    assert!(tally.leases_survived_restart > 0, "{tally}");
+}
+
+/// A hand-written lease restart sequence: a persistent lease and its locks
+/// come back with the lease's refreshed expiry (past the expiry its locks
+/// were written with), an ephemeral lease and its lock do not, and a revoke
+/// after the restart stays revoked across the next one.
+#[test]
+fn a_fixed_lease_restart_sequence_matches_the_model() {
+    use lockd_core::Durability::{Ephemeral, Persistent};
+    let ops = vec![
+        Op::LeaseGrant {
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        Op::LeaseLock { name: 0, lease: 0 },
+        Op::LeaseLock { name: 1, lease: 0 },
+        Op::LeaseGrant {
+            ttl_ms: 2_000,
+            durability: Ephemeral,
+        },
+        // Lease 0 is now the ephemeral one, 1 the persistent one.
+        Op::LeaseLock { name: 2, lease: 0 },
+        Op::Advance { ms: 500 },
+        Op::LeaseRefresh { lease: 1 },
+        Op::Advance { ms: 600 },
+        Op::Restart,
+        Op::List,
+        Op::LeaseGet { lease: 1 },
+        Op::LeaseGet { lease: 0 },
+        Op::LeaseLock { name: 2, lease: 0 },
+        Op::Lock {
+            name: 2,
+            owner: 0,
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        Op::LeaseRevoke { lease: 1 },
+        Op::Restart,
+        Op::List,
+        Op::LeaseRefresh { lease: 1 },
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let tally = runtime
+        .block_on(model::run(&RedbFactory::on_tmpfs(), &ops))
+        .unwrap();
+    assert_eq!(tally.lease_locks, 3, "{tally}");
+    assert_eq!(tally.survived_restart, 3, "{tally}");
+    assert_eq!(tally.leases_survived_restart, 1, "{tally}");
+    assert_eq!(tally.lease_reads_live, 1, "{tally}");
+    assert_eq!(tally.lease_revoked_locks, 2, "{tally}");
+    assert_eq!(tally.lease_not_live, 2, "{tally}");
 }
 
 /// A hand-written restart sequence: a persistent lock comes back with its

@@ -41,7 +41,26 @@
 //!    *and* token.
 //! 10. **Restart** (crash and reopen, persistent stores only). Persistent
 //!     live holders survive with owner, token and expiry; ephemeral ones
-//!     vanish. A store that keeps nothing loses every holder.
+//!     vanish. A store that keeps nothing loses every holder. Persistent
+//!     live leases survive with their latest (refreshed) expiry, and their
+//!     locks with them; ephemeral leases and their locks are gone.
+//! 11. **Leases** (docs/contract.md#c16-leases). `grant_lease` answers an id
+//!     the model cannot predict (`lease-` and 32 lowercase hex digits, never
+//!     one seen before; the model maps its handle to it) and expiry
+//!     `now + ttl`. A lease is live while not revoked and `now < expiry`.
+//!     `lock_in_lease` under a lease that is not live answers `not_held`;
+//!     otherwise it is a `lock` whose owner is the lease id, whose expiry and
+//!     durability are the lease's (a fresh grant, rule 3), and a lock the
+//!     lease already holds answers its grant unchanged. A plain `lock` whose
+//!     owner is a live lease's id is the same call (its ttl and durability
+//!     are ignored); by a dead lease's id it is an ordinary `lock`. Refresh
+//!     of a live lease moves it and every lock under it to `now + ttl`;
+//!     revoke frees all its locks and answers how many; both answer
+//!     `not_held` otherwise. `get_lease` answers ttl, expiry, durability and
+//!     the sorted names of its locks, or nothing. `unlock` by the lease id
+//!     frees one lock (rule 6); `extend` of a lock held under a lease answers
+//!     `invalid_argument` (after rule 7's `not_held` and `not_owner`).
+//!     A lease's locks expire with it (rule 1, one shared expiry).
 //!
 //! Waiting (`wait > 0`) needs concurrency and is left to the conformance
 //! suite's FIFO tests; every generated `lock` uses wait 0.
@@ -52,8 +71,8 @@ use std::fmt;
 use proptest::prelude::*;
 
 use lockd_core::{
-    Durability, Grant, Limits, ListedLock, LockError, LockInfo, LockOptions, LockService,
-    ManualClock,
+    Durability, Grant, LeaseGrant, LeaseInfo, Limits, ListedLock, LockError, LockInfo, LockOptions,
+    LockService, ManualClock,
 };
 
 use crate::conformance::{StoreFactory, START_MS};
@@ -86,6 +105,16 @@ pub fn owners() -> [String; 3] {
 /// picks the name's latest holder (live or expired; the first owner if the
 /// name was never held).
 pub const HOLDER: usize = 3;
+
+/// The lease index of the lease ops that picks an id never granted (a
+/// well-formed `lease-` id nobody holds). Any other index picks among the
+/// leases granted so far, live or not, the latest first (modulo their
+/// number); with none granted yet, the unknown id.
+pub const UNKNOWN_LEASE: usize = 7;
+
+/// The id [`UNKNOWN_LEASE`] picks: well formed, and (128 random bits aside)
+/// never granted.
+pub const UNKNOWN_LEASE_ID: &str = "lease-00000000000000000000000000000000";
 
 /// Which token an [`Op::Unlock`] passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +161,14 @@ pub enum InvalidCall {
     Extend,
     /// `get`
     Get,
+    /// `grant_lease`: every bad argument becomes a bad ttl (empty-kind ones
+    /// 0, long-kind ones one over the maximum, `HugeTtl` `u64::MAX`).
+    GrantLease,
+    /// `lock_in_lease`: a bad owner is a bad lease id; a bad ttl a bad name.
+    LockInLease,
+    /// `refresh_lease`: every bad argument becomes a bad lease id (empty or
+    /// over-long).
+    RefreshLease,
 }
 
 /// One step of a sequence. Indices pick from [`names`] and [`owners`]
@@ -208,6 +245,54 @@ pub enum Op {
     },
     /// Drops every handle on the store and reopens it (same file, same clock).
     Restart,
+    /// `grant_lease`; the model maps its next handle to the id granted.
+    LeaseGrant {
+        /// The lease's ttl.
+        ttl_ms: u64,
+        /// Its durability.
+        durability: Durability,
+    },
+    /// `lock_in_lease` with wait 0.
+    LeaseLock {
+        /// Index into [`names`].
+        name: usize,
+        /// Which lease (see [`UNKNOWN_LEASE`]).
+        lease: usize,
+    },
+    /// `refresh_lease`.
+    LeaseRefresh {
+        /// Which lease.
+        lease: usize,
+    },
+    /// `revoke_lease`.
+    LeaseRevoke {
+        /// Which lease.
+        lease: usize,
+    },
+    /// `get_lease`.
+    LeaseGet {
+        /// Which lease.
+        lease: usize,
+    },
+    /// `unlock` of one lock by a lease's id.
+    LeaseUnlock {
+        /// Index into [`names`].
+        name: usize,
+        /// Which lease.
+        lease: usize,
+        /// Which token to pass.
+        token: TokenArg,
+    },
+    /// A plain `extend` by a lease's id (of a lock held under the lease:
+    /// `invalid_argument`).
+    LeaseExtend {
+        /// Index into [`names`].
+        name: usize,
+        /// Which lease.
+        lease: usize,
+        /// New lease length from now.
+        ttl_ms: u64,
+    },
     /// A call with one argument out of limits.
     Invalid {
         /// Which call.
@@ -269,6 +354,35 @@ pub enum Call {
         /// Token.
         token: u64,
     },
+    /// [`LockService::grant_lease`].
+    GrantLease {
+        /// The lease's ttl.
+        ttl_ms: u64,
+        /// Its durability.
+        durability: Durability,
+    },
+    /// [`LockService::lock_in_lease`] with wait 0.
+    LockInLease {
+        /// Name.
+        name: String,
+        /// The lease id.
+        lease_id: String,
+    },
+    /// [`LockService::refresh_lease`].
+    RefreshLease {
+        /// The lease id.
+        lease_id: String,
+    },
+    /// [`LockService::revoke_lease`].
+    RevokeLease {
+        /// The lease id.
+        lease_id: String,
+    },
+    /// [`LockService::get_lease`].
+    GetLease {
+        /// The lease id.
+        lease_id: String,
+    },
 }
 
 /// A successful reply.
@@ -284,6 +398,14 @@ pub enum Reply {
     Listed(Vec<ListedLock>),
     /// From `release_detached`, which answers nothing.
     Sent,
+    /// From `grant_lease`.
+    LeaseGranted(LeaseGrant),
+    /// From `refresh_lease`: the new expiry.
+    LeaseRefreshed(u64),
+    /// From `revoke_lease`: how many locks it released.
+    LeaseRevoked(u64),
+    /// From `get_lease`.
+    LeaseFound(Option<LeaseInfo>),
 }
 
 /// What a store answered to a [`Call`].
@@ -326,6 +448,26 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
             service.release_detached(NAMESPACE, name, owner, *token);
             Ok(Reply::Sent)
         }
+        Call::GrantLease { ttl_ms, durability } => service
+            .grant_lease(NAMESPACE, *ttl_ms, *durability)
+            .await
+            .map(Reply::LeaseGranted),
+        Call::LockInLease { name, lease_id } => service
+            .lock_in_lease(NAMESPACE, name, lease_id, 0)
+            .await
+            .map(Reply::Granted),
+        Call::RefreshLease { lease_id } => service
+            .refresh_lease(NAMESPACE, lease_id)
+            .await
+            .map(Reply::LeaseRefreshed),
+        Call::RevokeLease { lease_id } => service
+            .revoke_lease(NAMESPACE, lease_id)
+            .await
+            .map(Reply::LeaseRevoked),
+        Call::GetLease { lease_id } => service
+            .get_lease(NAMESPACE, lease_id)
+            .await
+            .map(Reply::LeaseFound),
     }
 }
 
@@ -334,8 +476,11 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
 struct Holder {
     owner: String,
     token: u64,
+    /// Under a lease, always the lease's expiry (rule 11).
     expires_at_ms: u64,
     durability: Durability,
+    /// The model's handle of the lease it is held under.
+    lease: Option<usize>,
 }
 
 impl Holder {
@@ -347,6 +492,23 @@ impl Holder {
             durability: self.durability,
         }
     }
+}
+
+/// A lease as the model knows it: every lease ever granted, by handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Lease {
+    /// The id the store generated.
+    id: String,
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    durability: Durability,
+    /// Revoked, or lost in a restart.
+    ended: bool,
+}
+
+/// Whether `owner` has the form of a lease id (docs/contract.md#c16-leases).
+fn is_lease_id(owner: &str) -> bool {
+    owner.starts_with("lease-")
 }
 
 /// A guard acquired and not yet released or dropped.
@@ -368,6 +530,14 @@ enum Expect {
     Fresh {
         name: String,
         owner: String,
+        expires_at_ms: u64,
+        durability: Durability,
+        lease: Option<usize>,
+    },
+    /// A new lease (rule 11): this expiry, and an id checked by form and
+    /// novelty.
+    FreshLease {
+        ttl_ms: u64,
         expires_at_ms: u64,
         durability: Durability,
     },
@@ -402,6 +572,31 @@ pub struct Tally {
     pub restarts: u64,
     /// Locks that were live across a restart and checked after it.
     pub survived_restart: u64,
+    /// Leases granted.
+    pub leases_granted: u64,
+    /// Fresh grants under a lease (`lock_in_lease`, or a plain `lock` by a
+    /// live lease's id); also counted in `fresh`.
+    pub lease_locks: u64,
+    /// Successful lease refreshes, and how many locks they moved.
+    pub lease_refreshes: u64,
+    /// Locks moved by those refreshes.
+    pub lease_refreshed_locks: u64,
+    /// Successful revokes.
+    pub lease_revokes: u64,
+    /// Locks released by those revokes.
+    pub lease_revoked_locks: u64,
+    /// `get_lease` answers that found a live lease.
+    pub lease_reads_live: u64,
+    /// Unlocks by a lease id that freed one of its locks.
+    pub lease_unlocks: u64,
+    /// `extend` of a lock held under a lease, refused `invalid_argument`.
+    pub lease_extend_refused: u64,
+    /// Lease calls (lock, refresh, revoke) under a lease that was not live.
+    pub lease_not_live: u64,
+    /// Leases that expired with locks under them (a clock move).
+    pub leases_expired_holding: u64,
+    /// Leases that were live across a restart.
+    pub leases_survived_restart: u64,
 }
 
 impl Tally {
@@ -420,6 +615,18 @@ impl Tally {
         self.reads_free += other.reads_free;
         self.restarts += other.restarts;
         self.survived_restart += other.survived_restart;
+        self.leases_granted += other.leases_granted;
+        self.lease_locks += other.lease_locks;
+        self.lease_refreshes += other.lease_refreshes;
+        self.lease_refreshed_locks += other.lease_refreshed_locks;
+        self.lease_revokes += other.lease_revokes;
+        self.lease_revoked_locks += other.lease_revoked_locks;
+        self.lease_reads_live += other.lease_reads_live;
+        self.lease_unlocks += other.lease_unlocks;
+        self.lease_extend_refused += other.lease_extend_refused;
+        self.lease_not_live += other.lease_not_live;
+        self.leases_expired_holding += other.leases_expired_holding;
+        self.leases_survived_restart += other.leases_survived_restart;
     }
 }
 
@@ -429,7 +636,10 @@ impl fmt::Display for Tally {
             f,
             "{} ops: {} fresh grants, {} re-locks, {} busy, {} unlocked, {} extended, \
              {} not_owner, {} not_held, {} invalid, {} reads held / {} free, \
-             {} restarts ({} locks carried across)",
+             {} restarts ({} locks carried across); leases: {} granted, {} locks taken under one, \
+             {} refreshes ({} locks moved), {} revokes ({} locks released), {} live reads, \
+             {} unlocks by lease id, {} extends refused, {} calls on a dead lease, \
+             {} expired holding locks, {} carried across a restart",
             self.ops,
             self.fresh,
             self.relocks,
@@ -442,7 +652,19 @@ impl fmt::Display for Tally {
             self.reads_held,
             self.reads_free,
             self.restarts,
-            self.survived_restart
+            self.survived_restart,
+            self.leases_granted,
+            self.lease_locks,
+            self.lease_refreshes,
+            self.lease_refreshed_locks,
+            self.lease_revokes,
+            self.lease_revoked_locks,
+            self.lease_reads_live,
+            self.lease_unlocks,
+            self.lease_extend_refused,
+            self.lease_not_live,
+            self.leases_expired_holding,
+            self.leases_survived_restart
         )
     }
 }
@@ -464,6 +686,8 @@ pub struct Model {
     guards: Vec<Guard>,
     /// Guards ever acquired, to make fresh owners.
     guards_made: u64,
+    /// Every lease granted, by handle (its index), live or not.
+    leases: Vec<Lease>,
     tally: Tally,
 }
 
@@ -480,6 +704,7 @@ impl Model {
             highest_token: 0,
             guards: Vec::new(),
             guards_made: 0,
+            leases: Vec::new(),
             tally: Tally::default(),
         }
     }
@@ -501,9 +726,34 @@ impl Model {
         self.holders.get_mut(name).filter(|h| now < h.expires_at_ms)
     }
 
+    /// Rule 11: whether lease `handle` is live.
+    fn lease_live(&self, handle: usize) -> bool {
+        let lease = &self.leases[handle];
+        !lease.ended && self.now_ms < lease.expires_at_ms
+    }
+
+    /// The handle of the live lease whose id is `id`, if any.
+    fn live_lease_by_id(&self, id: &str) -> Option<usize> {
+        (0..self.leases.len()).find(|&i| self.leases[i].id == id && self.lease_live(i))
+    }
+
+    /// The names of the live locks held under lease `handle`, sorted.
+    fn lease_locks(&self, handle: usize) -> Vec<String> {
+        self.holders
+            .iter()
+            .filter(|(_, h)| h.lease == Some(handle) && self.now_ms < h.expires_at_ms)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// The clock moved by `ms`.
     pub fn advance(&mut self, ms: u64) {
+        let expiring = (0..self.leases.len())
+            .filter(|&i| self.lease_live(i) && !self.lease_locks(i).is_empty())
+            .collect::<Vec<_>>();
         self.now_ms = self.now_ms.saturating_add(ms);
+        self.tally.leases_expired_holding +=
+            expiring.iter().filter(|&&i| !self.lease_live(i)).count() as u64;
         self.tally.ops += 1;
     }
 
@@ -514,13 +764,30 @@ impl Model {
         self.holders.retain(|_, h| {
             keeps && h.durability == Durability::Persistent && now < h.expires_at_ms
         });
+        for lease in &mut self.leases {
+            if !(keeps && lease.durability == Durability::Persistent && now < lease.expires_at_ms) {
+                lease.ended = true;
+            }
+        }
         self.tally.ops += 1;
         self.tally.restarts += 1;
         self.tally.survived_restart += self.holders.len() as u64;
+        self.tally.leases_survived_restart += (0..self.leases.len())
+            .filter(|&i| self.lease_live(i))
+            .count() as u64;
     }
 
     fn guard_index(&self, guard: usize) -> Option<usize> {
         (!self.guards.is_empty()).then(|| guard % self.guards.len())
+    }
+
+    /// The id a lease index picks (see [`UNKNOWN_LEASE`]).
+    fn lease_id(&self, lease: usize) -> String {
+        let n = self.leases.len();
+        if lease == UNKNOWN_LEASE || n == 0 {
+            return UNKNOWN_LEASE_ID.to_string();
+        }
+        self.leases[n - 1 - lease % n].id.clone()
     }
 
     /// The concrete call `op` makes in the current state, or `None` for an
@@ -602,6 +869,38 @@ impl Model {
                     token: g.token,
                 }
             }
+            Op::LeaseGrant { ttl_ms, durability } => Call::GrantLease { ttl_ms, durability },
+            Op::LeaseLock { name: n, lease } => Call::LockInLease {
+                name: name(n),
+                lease_id: self.lease_id(lease),
+            },
+            Op::LeaseRefresh { lease } => Call::RefreshLease {
+                lease_id: self.lease_id(lease),
+            },
+            Op::LeaseRevoke { lease } => Call::RevokeLease {
+                lease_id: self.lease_id(lease),
+            },
+            Op::LeaseGet { lease } => Call::GetLease {
+                lease_id: self.lease_id(lease),
+            },
+            Op::LeaseUnlock {
+                name: n,
+                lease,
+                token,
+            } => Call::Unlock {
+                name: name(n),
+                owner: self.lease_id(lease),
+                token: self.token_arg(&name(n), token),
+            },
+            Op::LeaseExtend {
+                name: n,
+                lease,
+                ttl_ms,
+            } => Call::Extend {
+                name: name(n),
+                owner: self.lease_id(lease),
+                ttl_ms,
+            },
             Op::Advance { .. } | Op::Restart => return None,
             Op::Invalid {
                 call,
@@ -629,6 +928,49 @@ impl Model {
     fn invalid_call(&self, call: InvalidCall, bad: BadArg, name: String, owner: String) -> Call {
         let long_name = "ä".repeat(256) + "x";
         let long_owner = "ö".repeat(128) + "x";
+        match call {
+            InvalidCall::GrantLease => {
+                return Call::GrantLease {
+                    ttl_ms: match bad {
+                        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
+                        BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => {
+                            self.limits.max_ttl_ms + 1
+                        }
+                        BadArg::HugeTtl => u64::MAX,
+                    },
+                    durability: Durability::Persistent,
+                }
+            }
+            InvalidCall::LockInLease => {
+                return match bad {
+                    BadArg::EmptyOwner => Call::LockInLease {
+                        name: name.clone(),
+                        lease_id: String::new(),
+                    },
+                    BadArg::LongOwner => Call::LockInLease {
+                        name: name.clone(),
+                        lease_id: long_owner.clone(),
+                    },
+                    BadArg::EmptyName | BadArg::ZeroTtl => Call::LockInLease {
+                        name: String::new(),
+                        lease_id: self.lease_id(0),
+                    },
+                    BadArg::LongName | BadArg::LongTtl | BadArg::HugeTtl => Call::LockInLease {
+                        name: long_name.clone(),
+                        lease_id: self.lease_id(0),
+                    },
+                }
+            }
+            InvalidCall::RefreshLease => {
+                return Call::RefreshLease {
+                    lease_id: match bad {
+                        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => String::new(),
+                        _ => long_owner.clone(),
+                    },
+                }
+            }
+            _ => {}
+        }
         let ttl_ms = 1_000;
         // Arguments the call does not take become a bad name (see BadArg).
         let (name, owner, ttl_ms) = match (call, bad) {
@@ -666,6 +1008,9 @@ impl Model {
                 ttl_ms,
             },
             InvalidCall::Get => Call::Get { name },
+            InvalidCall::GrantLease | InvalidCall::LockInLease | InvalidCall::RefreshLease => {
+                unreachable!("lease calls are made above")
+            }
         }
     }
 
@@ -693,6 +1038,10 @@ impl Model {
                 if !self.valid(name, Some(owner), Some(*ttl_ms)) {
                     return Expect::Invalid;
                 }
+                // Rule 11: by a live lease's id, a lock under that lease.
+                if let Some(lease) = self.live_lease_by_id(owner) {
+                    return self.lock_in_lease(name, lease);
+                }
                 let expires_at_ms = now + ttl_ms;
                 match self.live_mut(name) {
                     // Rule 4: same token, new expiry, durability unchanged.
@@ -711,6 +1060,7 @@ impl Model {
                         owner: owner.clone(),
                         expires_at_ms,
                         durability: *durability,
+                        lease: None,
                     },
                 }
             }
@@ -742,6 +1092,8 @@ impl Model {
                 match self.live_mut(name) {
                     None => Expect::Exactly(Err(LockError::NotHeld)),
                     Some(h) if h.owner != *owner => Expect::Exactly(Err(LockError::NotOwner)),
+                    // Rule 11: its expiry is the lease's.
+                    Some(h) if h.lease.is_some() => Expect::Invalid,
                     Some(h) => {
                         h.expires_at_ms = now + ttl_ms;
                         Expect::Exactly(Ok(Reply::Granted(Grant {
@@ -780,6 +1132,91 @@ impl Model {
                 }
                 Expect::Exactly(Ok(Reply::Sent))
             }
+            // Rule 11.
+            Call::GrantLease { ttl_ms, durability } => {
+                if !self.valid("n", None, Some(*ttl_ms)) {
+                    return Expect::Invalid;
+                }
+                Expect::FreshLease {
+                    ttl_ms: *ttl_ms,
+                    expires_at_ms: now + ttl_ms,
+                    durability: *durability,
+                }
+            }
+            Call::LockInLease { name, lease_id } => {
+                if !self.valid(name, Some(lease_id), None) {
+                    return Expect::Invalid;
+                }
+                match self.live_lease_by_id(lease_id) {
+                    Some(lease) => self.lock_in_lease(name, lease),
+                    None => Expect::Exactly(Err(LockError::NotHeld)),
+                }
+            }
+            Call::RefreshLease { lease_id } => {
+                if !self.valid("n", Some(lease_id), None) {
+                    return Expect::Invalid;
+                }
+                let Some(lease) = self.live_lease_by_id(lease_id) else {
+                    return Expect::Exactly(Err(LockError::NotHeld));
+                };
+                let expires_at_ms = now + self.leases[lease].ttl_ms;
+                self.leases[lease].expires_at_ms = expires_at_ms;
+                for h in self.holders.values_mut() {
+                    if h.lease == Some(lease) && now < h.expires_at_ms {
+                        h.expires_at_ms = expires_at_ms;
+                    }
+                }
+                Expect::Exactly(Ok(Reply::LeaseRefreshed(expires_at_ms)))
+            }
+            Call::RevokeLease { lease_id } => {
+                if !self.valid("n", Some(lease_id), None) {
+                    return Expect::Invalid;
+                }
+                let Some(lease) = self.live_lease_by_id(lease_id) else {
+                    return Expect::Exactly(Err(LockError::NotHeld));
+                };
+                let locks = self.lease_locks(lease);
+                for name in &locks {
+                    self.holders.remove(name);
+                }
+                self.leases[lease].ended = true;
+                Expect::Exactly(Ok(Reply::LeaseRevoked(locks.len() as u64)))
+            }
+            Call::GetLease { lease_id } => {
+                if !self.valid("n", Some(lease_id), None) {
+                    return Expect::Invalid;
+                }
+                let info = self.live_lease_by_id(lease_id).map(|lease| {
+                    let l = &self.leases[lease];
+                    LeaseInfo {
+                        ttl_ms: l.ttl_ms,
+                        expires_at_ms: l.expires_at_ms,
+                        durability: l.durability,
+                        locks: self.lease_locks(lease),
+                    }
+                });
+                Expect::Exactly(Ok(Reply::LeaseFound(info)))
+            }
+        }
+    }
+
+    /// Rule 11: `lock` of `name` under the live lease `lease`, wait 0.
+    fn lock_in_lease(&mut self, name: &str, lease: usize) -> Expect {
+        let l = &self.leases[lease];
+        match self.live(name) {
+            // Held under it already: its grant, unchanged.
+            Some(h) if h.owner == l.id => Expect::Exactly(Ok(Reply::Granted(Grant {
+                fencing_token: h.token,
+                expires_at_ms: h.expires_at_ms,
+            }))),
+            Some(h) => Expect::Exactly(Err(LockError::Busy(h.info()))),
+            None => Expect::Fresh {
+                name: name.to_string(),
+                owner: l.id.clone(),
+                expires_at_ms: l.expires_at_ms,
+                durability: l.durability,
+                lease: Some(lease),
+            },
         }
     }
 
@@ -787,7 +1224,7 @@ impl Model {
     /// `op`, and moves the model on. The error says what differed.
     pub fn check(&mut self, op: &Op, call: &Call, outcome: &Outcome) -> Result<(), String> {
         // Kept to explain a mismatch; formatted only then.
-        let before = self.holders.clone();
+        let before = (self.holders.clone(), self.leases.clone());
         let expect = self.transition(call);
         let mismatch = |why: &str, expect: &dyn fmt::Debug| {
             Err(format!(
@@ -810,6 +1247,7 @@ impl Model {
                 owner,
                 expires_at_ms,
                 durability,
+                lease,
             } => {
                 let Ok(Reply::Granted(grant)) = outcome else {
                     return mismatch("a free lock was not granted (rule 3)", &expect);
@@ -848,11 +1286,53 @@ impl Model {
                         token: grant.fencing_token,
                         expires_at_ms: *expires_at_ms,
                         durability: *durability,
+                        lease: *lease,
                     },
                 );
             }
+            Expect::FreshLease {
+                ttl_ms,
+                expires_at_ms,
+                durability,
+            } => {
+                let Ok(Reply::LeaseGranted(grant)) = outcome else {
+                    return mismatch("a lease was not granted (rule 11)", &expect);
+                };
+                if grant.expires_at_ms != *expires_at_ms {
+                    return mismatch("lease granted with the wrong expiry (rule 11)", &expect);
+                }
+                let hex = grant.id.strip_prefix("lease-").unwrap_or("");
+                let well_formed = hex.len() == 32
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if !well_formed {
+                    return mismatch(
+                        "a lease id not of the form lease-<32 hex> (rule 11)",
+                        &expect,
+                    );
+                }
+                if grant.id == UNKNOWN_LEASE_ID || self.leases.iter().any(|l| l.id == grant.id) {
+                    return mismatch("a lease id granted twice (rule 11)", &expect);
+                }
+                self.leases.push(Lease {
+                    id: grant.id.clone(),
+                    ttl_ms: *ttl_ms,
+                    expires_at_ms: *expires_at_ms,
+                    durability: *durability,
+                    ended: false,
+                });
+            }
         }
         let fresh = matches!(expect, Expect::Fresh { .. });
+        let fresh_in_lease = matches!(expect, Expect::Fresh { lease: Some(_), .. });
+        let extend_of_leased = matches!(
+            (&expect, call),
+            (Expect::Invalid, Call::Extend { owner, .. }) if self.live_lease_by_id(owner).is_some()
+        );
+        let t = &mut self.tally;
+        t.lease_locks += u64::from(fresh_in_lease);
+        t.lease_extend_refused += u64::from(extend_of_leased);
         self.after(op, call, outcome, fresh)
     }
 
@@ -876,11 +1356,35 @@ impl Model {
             Ok(Reply::Listed(l)) if l.is_empty() => t.reads_free += 1,
             Ok(Reply::Listed(_)) => t.reads_held += 1,
             Ok(Reply::Sent) => {}
+            Ok(Reply::LeaseGranted(_)) => t.leases_granted += 1,
+            Ok(Reply::LeaseRefreshed(_)) => t.lease_refreshes += 1,
+            Ok(Reply::LeaseRevoked(n)) => {
+                t.lease_revokes += 1;
+                t.lease_revoked_locks += n;
+            }
+            Ok(Reply::LeaseFound(Some(_))) => t.lease_reads_live += 1,
+            Ok(Reply::LeaseFound(None)) => t.reads_free += 1,
             Err(LockError::Busy(_)) => t.busy += 1,
             Err(LockError::NotOwner) => t.not_owner += 1,
             Err(LockError::NotHeld) => t.not_held += 1,
             Err(LockError::InvalidArgument(_)) => t.invalid += 1,
             Err(_) => {}
+        }
+        match (call, outcome) {
+            (
+                Call::LockInLease { .. } | Call::RefreshLease { .. } | Call::RevokeLease { .. },
+                Err(LockError::NotHeld),
+            ) => t.lease_not_live += 1,
+            (Call::Unlock { owner, .. }, Ok(Reply::Unlocked)) if is_lease_id(owner) => {
+                t.lease_unlocks += 1
+            }
+            _ => {}
+        }
+        if let (Call::RefreshLease { lease_id }, Ok(Reply::LeaseRefreshed(_))) = (call, outcome) {
+            let moved = self
+                .live_lease_by_id(lease_id)
+                .map_or(0, |lease| self.lease_locks(lease).len());
+            self.tally.lease_refreshed_locks += moved as u64;
         }
         match *op {
             Op::GuardAcquire { .. } => {
@@ -971,6 +1475,12 @@ fn ttl() -> impl Strategy<Value = u64> {
     prop_oneof![3 => 1..=MAX_GEN_TTL_MS, 1 => 1..=5u64]
 }
 
+/// Leases lean longer than plain locks, so that several locks gather under
+/// one before it expires; a few milliseconds now and then for the boundary.
+fn lease_ttl() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => MAX_GEN_TTL_MS / 4..=MAX_GEN_TTL_MS, 1 => 1..=5u64]
+}
+
 fn advance() -> impl Strategy<Value = u64> {
     prop_oneof![3 => 0..=MAX_GEN_ADVANCE_MS, 1 => 0..=5u64]
 }
@@ -992,7 +1502,12 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
         Just(InvalidCall::Unlock),
         Just(InvalidCall::Extend),
         Just(InvalidCall::Get),
+        Just(InvalidCall::GrantLease),
+        Just(InvalidCall::LockInLease),
+        Just(InvalidCall::RefreshLease),
     ];
+    // Mostly the latest leases; one in eight the unknown id.
+    let lease = 0..=UNKNOWN_LEASE;
     let bad = prop_oneof![
         Just(BadArg::EmptyName),
         Just(BadArg::LongName),
@@ -1006,7 +1521,7 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
         8 => (name.clone(), caller.clone(), ttl(), durability()).prop_map(
             |(name, owner, ttl_ms, durability)| Op::Lock { name, owner, ttl_ms, durability }
         ),
-        4 => (name.clone(), caller.clone(), token)
+        4 => (name.clone(), caller.clone(), token.clone())
             .prop_map(|(name, owner, token)| Op::Unlock { name, owner, token }),
         3 => (name.clone(), caller, ttl())
             .prop_map(|(name, owner, ttl_ms)| Op::Extend { name, owner, ttl_ms }),
@@ -1019,8 +1534,18 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
         2 => guard.clone().prop_map(|guard| Op::GuardIsHeld { guard }),
         1 => guard.prop_map(|guard| Op::GuardDrop { guard }),
         5 => advance().prop_map(|ms| Op::Advance { ms }),
-        1 => (call, bad, name, owner)
+        1 => (call, bad, name.clone(), owner)
             .prop_map(|(call, bad, name, owner)| Op::Invalid { call, bad, name, owner }),
+        2 => (lease_ttl(), durability())
+            .prop_map(|(ttl_ms, durability)| Op::LeaseGrant { ttl_ms, durability }),
+        6 => (name.clone(), lease.clone()).prop_map(|(name, lease)| Op::LeaseLock { name, lease }),
+        2 => lease.clone().prop_map(|lease| Op::LeaseRefresh { lease }),
+        1 => lease.clone().prop_map(|lease| Op::LeaseRevoke { lease }),
+        2 => lease.clone().prop_map(|lease| Op::LeaseGet { lease }),
+        1 => (name.clone(), lease.clone(), token.clone())
+            .prop_map(|(name, lease, token)| Op::LeaseUnlock { name, lease, token }),
+        1 => (name, lease, ttl())
+            .prop_map(|(name, lease, ttl_ms)| Op::LeaseExtend { name, lease, ttl_ms }),
     ];
     if restarts {
         prop_oneof![16 => base, 1 => Just(Op::Restart)].boxed()
@@ -1094,5 +1619,18 @@ pub fn check_against_model<F: StoreFactory>(
         tally.not_owner > 0 && tally.not_held > 0 && tally.invalid > 0,
         "{tally}"
     );
+    assert!(
+        tally.leases_granted > 0 && tally.lease_locks > 0 && tally.lease_reads_live > 0,
+        "{tally}"
+    );
+    assert!(
+        tally.lease_refreshed_locks > 0 && tally.lease_revoked_locks > 0,
+        "{tally}"
+    );
+    assert!(
+        tally.lease_unlocks > 0 && tally.lease_extend_refused > 0 && tally.lease_not_live > 0,
+        "{tally}"
+    );
+    assert!(tally.leases_expired_holding > 0, "{tally}");
     tally
 }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lockd_core::{
-    BackendStats, BoxFuture, Engine, EngineOptions, Grant, Key, ListedLock, LockBackend, LockError,
-    LockInfo, LockOptions, ManualClock, NullJournal, Recovered,
+    BackendStats, BoxFuture, Clock, Durability, Engine, EngineOptions, Grant, Key, LeaseInfo,
+    ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NullJournal, Recovered,
 };
 use lockd_testing::model::{self, Op};
 use lockd_testing::{MemoryFactory, StoreFactory};
@@ -112,6 +112,90 @@ fn a_fixed_sequence_matches_the_model() {
     assert_eq!(tally.invalid, 1, "{tally}");
 }
 
+/// A hand-written lease sequence through rule 11: locks gathered under a
+/// lease, refreshed together, one unlocked by the lease id, extend refused,
+/// revoke, and an ephemeral lease that expires holding a lock.
+#[test]
+fn a_fixed_lease_sequence_matches_the_model() {
+    use lockd_core::Durability::{Ephemeral, Persistent};
+    use lockd_testing::model::{BadArg, InvalidCall, TokenArg, HOLDER, UNKNOWN_LEASE};
+    let ops = vec![
+        Op::LeaseGrant {
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        Op::LeaseLock { name: 0, lease: 0 },
+        Op::LeaseLock { name: 1, lease: 0 },
+        // Held under it already: the same grant.
+        Op::LeaseLock { name: 0, lease: 0 },
+        Op::Lock {
+            name: 1,
+            owner: 0,
+            ttl_ms: 100,
+            durability: Persistent,
+        },
+        Op::Advance { ms: 600 },
+        Op::LeaseRefresh { lease: 0 },
+        Op::LeaseExtend {
+            name: 0,
+            lease: 0,
+            ttl_ms: 10,
+        },
+        Op::Get { name: 1 },
+        Op::LeaseGet { lease: 0 },
+        Op::LeaseUnlock {
+            name: 1,
+            lease: 0,
+            token: TokenArg::Current,
+        },
+        // A plain lock by the lease id of a lock it holds: unchanged.
+        Op::Lock {
+            name: 0,
+            owner: HOLDER,
+            ttl_ms: 5,
+            durability: Ephemeral,
+        },
+        Op::LeaseRevoke { lease: 0 },
+        Op::LeaseRefresh { lease: 0 },
+        Op::Get { name: 0 },
+        Op::LeaseGrant {
+            ttl_ms: 100,
+            durability: Ephemeral,
+        },
+        Op::LeaseLock { name: 2, lease: 0 },
+        Op::Advance { ms: 100 },
+        Op::Get { name: 2 },
+        Op::LeaseLock { name: 2, lease: 0 },
+        Op::LeaseLock {
+            name: 0,
+            lease: UNKNOWN_LEASE,
+        },
+        Op::Invalid {
+            call: InvalidCall::GrantLease,
+            bad: BadArg::ZeroTtl,
+            name: 0,
+            owner: 0,
+        },
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let tally = runtime.block_on(model::run(&MemoryFactory, &ops)).unwrap();
+    assert_eq!(tally.leases_granted, 2, "{tally}");
+    assert_eq!(tally.lease_locks, 3, "{tally}");
+    assert_eq!(tally.relocks, 2, "{tally}");
+    assert_eq!(tally.busy, 1, "{tally}");
+    assert_eq!(tally.lease_refreshes, 1, "{tally}");
+    assert_eq!(tally.lease_refreshed_locks, 2, "{tally}");
+    assert_eq!(tally.lease_extend_refused, 1, "{tally}");
+    assert_eq!(tally.lease_reads_live, 1, "{tally}");
+    assert_eq!(tally.lease_unlocks, 1, "{tally}");
+    assert_eq!(tally.lease_revoked_locks, 1, "{tally}");
+    assert_eq!(tally.lease_not_live, 3, "{tally}");
+    assert_eq!(tally.leases_expired_holding, 1, "{tally}");
+    assert_eq!(tally.invalid, 2, "{tally}");
+}
+
 // Negative controls: each injects one bug the model must catch, so a model
 // that accepted anything could not pass.
 
@@ -126,11 +210,20 @@ enum Bug {
     ExtendKeepsExpiry,
     /// A restart seeds tokens from a constant instead of above the old ones.
     TokensRestartLow,
+    /// `revoke_lease` of a lease holding locks answers success, but its
+    /// first lock stays held by the lease id (revoked, then taken again by
+    /// the lease id until the lease's old expiry): what a revoke that is not
+    /// one atomic step can leave behind.
+    RevokeLeavesOneLock,
+    /// `lock_in_lease` under a lease that is not live is granted anyway (a
+    /// plain lock by the lease id, for the lease's ttl).
+    DeadLeaseLocks,
 }
 
 struct Faulty {
     inner: Arc<dyn LockBackend>,
     bug: Bug,
+    clock: ManualClock,
     /// For `GetIgnoresExpiry`: the last holder `get` saw per key.
     seen: Mutex<HashMap<Key, LockInfo>>,
 }
@@ -207,6 +300,75 @@ impl LockBackend for Faulty {
         self.inner.release_detached(key, owner, token);
     }
 
+    fn grant_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<u64, LockError>> {
+        self.inner.grant_lease(lease, ttl_ms, durability)
+    }
+
+    fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        self.inner.refresh_lease(lease)
+    }
+
+    fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
+        if !matches!(self.bug, Bug::RevokeLeavesOneLock) {
+            return self.inner.revoke_lease(lease);
+        }
+        Box::pin(async move {
+            let info = self.inner.get_lease(lease).await?;
+            let released = self.inner.revoke_lease(lease).await?;
+            if let Some(LeaseInfo {
+                locks,
+                expires_at_ms,
+                durability,
+                ..
+            }) = info
+            {
+                if let Some(first) = locks.first() {
+                    let key = Key::new(lease.namespace.clone(), first.as_str());
+                    let ttl_ms = expires_at_ms - self.clock.now_ms();
+                    let options = LockOptions {
+                        durability,
+                        ..LockOptions::default()
+                    };
+                    self.inner.lock(&key, &lease.name, ttl_ms, options).await?;
+                }
+            }
+            Ok(released)
+        })
+    }
+
+    fn get_lease<'a>(
+        &'a self,
+        lease: &'a Key,
+    ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
+        self.inner.get_lease(lease)
+    }
+
+    fn lock_in_lease<'a>(
+        &'a self,
+        key: &'a Key,
+        lease_id: &'a str,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        if !matches!(self.bug, Bug::DeadLeaseLocks) {
+            return self.inner.lock_in_lease(key, lease_id, options);
+        }
+        Box::pin(async move {
+            match self.inner.lock_in_lease(key, lease_id, options).await {
+                Err(LockError::NotHeld) => self.inner.lock(key, lease_id, 1_000, options).await,
+                other => other,
+            }
+        })
+    }
+
+    fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
+        self.inner.lease_ended(lease)
+    }
+
     fn stats(&self) -> BackendStats {
         self.inner.stats()
     }
@@ -225,12 +387,13 @@ impl StoreFactory for Bug {
             let inner: Arc<dyn LockBackend> = Engine::new(
                 Arc::new(NullJournal),
                 recovered,
-                Arc::new(clock),
+                Arc::new(clock.clone()),
                 EngineOptions::default(),
             );
             let faulty: Arc<dyn LockBackend> = Arc::new(Faulty {
                 inner,
                 bug: *self,
+                clock,
                 seen: Mutex::new(HashMap::new()),
             });
             faulty
@@ -288,4 +451,16 @@ fn extend_keeping_the_old_expiry_is_caught() {
 fn tokens_going_back_after_a_restart_are_caught() {
     let reason = caught(Bug::TokensRestartLow, true);
     assert!(reason.contains("rule 3"), "{reason}");
+}
+
+#[test]
+fn a_revoke_that_leaves_a_lock_held_is_caught() {
+    let reason = caught(Bug::RevokeLeavesOneLock, false);
+    assert!(reason.contains("LeaseRevoke"), "{reason}");
+}
+
+#[test]
+fn a_lock_under_a_dead_lease_is_caught() {
+    let reason = caught(Bug::DeadLeaseLocks, false);
+    assert!(reason.contains("LockInLease"), "{reason}");
 }
