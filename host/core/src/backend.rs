@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::LockError;
-use crate::metrics::BackendStats;
+use crate::metrics::{BackendStats, NamespaceStats};
 use crate::types::{
     Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
@@ -139,6 +139,13 @@ pub trait LockBackend: Send + Sync + 'static {
     /// `None` for a store that publishes none.
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         None
+    }
+
+    /// Held locks and waiters per namespace, for the per-namespace gauges.
+    /// Called at scrape time. A store that cannot count cheaply answers
+    /// nothing (the default).
+    fn namespace_stats(&self) -> Vec<NamespaceStats> {
+        Vec::new()
     }
 
     /// Gauges and counters for metrics. Called at scrape time, not on any

@@ -51,7 +51,7 @@ pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
 };
 pub use limits::Limits;
-pub use metrics::{BackendStats, Metrics};
+pub use metrics::{BackendStats, Metrics, NamespaceStats};
 pub use service::{LockService, Quotas};
 pub use types::{
     Durability, EventKind, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,

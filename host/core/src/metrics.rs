@@ -2,8 +2,10 @@
 //! every surface (wasm, REST) is measured the same way, and rendered in the
 //! Prometheus text format.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::error::{ErrorKind, LockError};
@@ -117,6 +119,81 @@ impl Histogram {
 pub struct Metrics {
     ops: [[AtomicU64; OUTCOMES.len()]; OPS.len()],
     latency: [Histogram; OPS.len()],
+    /// The namespaces with a label of their own.
+    namespaces: NamespaceLabels,
+    /// `lockd_wait_seconds`, by namespace label and outcome.
+    wait: Mutex<BTreeMap<(String, &'static str), Histogram>>,
+    /// `lockd_hold_seconds`, by namespace label.
+    hold: Mutex<BTreeMap<String, Histogram>>,
+}
+
+/// At most this many namespaces get a label of their own in the
+/// per-namespace metrics; the rest are counted under [`OTHER_NAMESPACES`].
+/// However many namespaces a server sees, a scrape stays bounded.
+pub const MAX_NAMESPACE_LABELS: usize = 32;
+
+/// The `namespace` label of every namespace past the first
+/// [`MAX_NAMESPACE_LABELS`].
+pub const OTHER_NAMESPACES: &str = "_other";
+
+/// First come, first labelled: the first [`MAX_NAMESPACE_LABELS`]
+/// namespaces seen keep their names as labels.
+#[derive(Default)]
+struct NamespaceLabels(Mutex<Vec<String>>);
+
+impl NamespaceLabels {
+    fn label(&self, namespace: &str) -> String {
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.iter().any(|n| n == namespace) {
+            return namespace.to_string();
+        }
+        if known.len() < MAX_NAMESPACE_LABELS {
+            known.push(namespace.to_string());
+            return namespace.to_string();
+        }
+        OTHER_NAMESPACES.to_string()
+    }
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn render_histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    let mut cumulative = 0;
+    for (b, bound) in BUCKETS_S.iter().enumerate() {
+        cumulative += h.buckets[b].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+    }
+    let count = h.count.load(Ordering::Relaxed);
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+}
+
+/// Locks held and waiters of one namespace and durability, for the
+/// per-namespace gauges.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceStats {
+    /// The namespace.
+    pub namespace: String,
+    /// Held persistent locks.
+    pub persistent: u64,
+    /// Held ephemeral locks.
+    pub ephemeral: u64,
+    /// Callers waiting in its queues.
+    pub waiters: u64,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -130,6 +207,70 @@ impl Metrics {
         let i = op as usize;
         self.ops[i][outcome_index(result)].fetch_add(1, Ordering::Relaxed);
         self.latency[i].observe(elapsed);
+    }
+
+    /// Records the time a `lock` call that was allowed to wait spent before
+    /// its answer (a grant or a timeout), in `lockd_wait_seconds`.
+    pub(crate) fn record_wait<T>(
+        &self,
+        namespace: &str,
+        elapsed: Duration,
+        result: &Result<T, LockError>,
+    ) {
+        let key = (
+            self.namespaces.label(namespace),
+            OUTCOMES[outcome_index(result)],
+        );
+        self.wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_default()
+            .observe(elapsed);
+    }
+
+    /// Records how long a grant was held, in `lockd_hold_seconds`.
+    pub fn record_hold(&self, namespace: &str, held: Duration) {
+        let label = self.namespaces.label(namespace);
+        self.hold
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(label)
+            .or_default()
+            .observe(held);
+    }
+
+    /// Appends the per-namespace gauges of `stats`, folding namespaces past
+    /// the first [`MAX_NAMESPACE_LABELS`] into [`OTHER_NAMESPACES`].
+    pub fn render_namespaces(&self, stats: &[NamespaceStats], out: &mut String) {
+        let mut folded: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        for ns in stats {
+            let row = folded
+                .entry(self.namespaces.label(&ns.namespace))
+                .or_default();
+            row.0 += ns.persistent;
+            row.1 += ns.ephemeral;
+            row.2 += ns.waiters;
+        }
+        out.push_str("# HELP lockd_locks_held Locks held, by namespace and durability.\n");
+        out.push_str("# TYPE lockd_locks_held gauge\n");
+        for (ns, (persistent, ephemeral, _)) in &folded {
+            let ns = escape_label(ns);
+            let _ = writeln!(
+                out,
+                "lockd_locks_held{{namespace=\"{ns}\",durability=\"persistent\"}} {persistent}"
+            );
+            let _ = writeln!(
+                out,
+                "lockd_locks_held{{namespace=\"{ns}\",durability=\"ephemeral\"}} {ephemeral}"
+            );
+        }
+        out.push_str("# HELP lockd_queue_depth Callers waiting in lock queues, by namespace.\n");
+        out.push_str("# TYPE lockd_queue_depth gauge\n");
+        for (ns, (_, _, waiters)) in &folded {
+            let ns = escape_label(ns);
+            let _ = writeln!(out, "lockd_queue_depth{{namespace=\"{ns}\"}} {waiters}");
+        }
     }
 
     /// How many `op` calls ended with `outcome` (a label of [`OUTCOMES`]).
@@ -182,6 +323,32 @@ impl Metrics {
                 "lockd_operation_duration_seconds_count{{op=\"{op}\"}} {count}"
             );
         }
+        out.push_str(
+            "# HELP lockd_wait_seconds Time a lock call allowed to wait spent before its grant or timeout, by namespace and outcome.\n",
+        );
+        out.push_str("# TYPE lockd_wait_seconds histogram\n");
+        for ((ns, outcome), h) in self
+            .wait
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let labels = format!("namespace=\"{}\",outcome=\"{outcome}\"", escape_label(ns));
+            render_histogram(out, "lockd_wait_seconds", &labels, h);
+        }
+        out.push_str(
+            "# HELP lockd_hold_seconds Time from a grant to its release or expiry, by namespace.\n",
+        );
+        out.push_str("# TYPE lockd_hold_seconds histogram\n");
+        for (ns, h) in self
+            .hold
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let labels = format!("namespace=\"{}\"", escape_label(ns));
+            render_histogram(out, "lockd_hold_seconds", &labels, h);
+        }
     }
 }
 
@@ -204,12 +371,6 @@ impl BackendStats {
     /// Appends the gauges and counters in Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let rows = [
-            (
-                "lockd_locks_held",
-                "gauge",
-                "Locks currently held.",
-                self.locks_held,
-            ),
             (
                 "lockd_waiters",
                 "gauge",
@@ -275,5 +436,44 @@ mod tests {
         metrics.record::<()>(Op::Get, Duration::ZERO, &Err(LockError::NotHeld));
         assert_eq!(metrics.count(Op::Get, "not_held"), 1);
         assert_eq!(metrics.count(Op::Get, "ok"), 0);
+    }
+
+    #[test]
+    fn namespace_labels_stay_bounded() {
+        let metrics = Metrics::default();
+        for i in 0..100 {
+            metrics.record_hold(&format!("ns-{i}"), Duration::from_millis(i));
+            metrics.record_wait::<()>("ns-1", Duration::from_millis(3), &Err(LockError::NotHeld));
+        }
+        let stats: Vec<NamespaceStats> = (0..100)
+            .map(|i| NamespaceStats {
+                namespace: format!("ns-{i}"),
+                persistent: 1,
+                ephemeral: 2,
+                waiters: 3,
+            })
+            .collect();
+        let mut out = String::new();
+        metrics.render(&mut out);
+        metrics.render_namespaces(&stats, &mut out);
+        let holds = out
+            .lines()
+            .filter(|l| l.starts_with("lockd_hold_seconds_count"))
+            .count();
+        assert_eq!(holds, MAX_NAMESPACE_LABELS + 1, "{out}");
+        // The 68 namespaces past the first 32 are folded into one label.
+        assert!(
+            out.contains("lockd_hold_seconds_count{namespace=\"_other\"} 68"),
+            "{out}"
+        );
+        assert!(
+            out.contains("lockd_queue_depth{namespace=\"_other\"} 204"),
+            "{out}"
+        );
+        assert!(out.contains("lockd_locks_held{namespace=\"ns-0\",durability=\"ephemeral\"} 2"));
+        assert!(
+            out.contains("lockd_wait_seconds_count{namespace=\"ns-1\",outcome=\"not_held\"} 100")
+        );
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

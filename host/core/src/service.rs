@@ -37,6 +37,52 @@ pub struct LockService {
     limits: Arc<Limits>,
     quotas: Arc<Quotas>,
     metrics: Arc<Metrics>,
+    force_watchers: Arc<ForceWatchers>,
+}
+
+/// Who waits to hear that an owner's lock was force-released, by namespace
+/// and owner. One task reads the store's events for all of them.
+#[derive(Default)]
+struct ForceWatchers {
+    waiting: std::sync::Mutex<HashMap<(String, String), Vec<tokio::sync::oneshot::Sender<()>>>>,
+    registered: std::sync::atomic::AtomicU64,
+}
+
+impl ForceWatchers {
+    fn register(&self, namespace: &str, owner: &str) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Watchers whose holder went away are dropped now and then, so the
+        // map stays the size of the live watchers.
+        let n = self
+            .registered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % 1024 == 1023 {
+            waiting.retain(|_, senders| {
+                senders.retain(|s| !s.is_closed());
+                !senders.is_empty()
+            });
+        }
+        waiting
+            .entry((namespace.to_string(), owner.to_string()))
+            .or_default()
+            .push(tx);
+        rx
+    }
+
+    fn fire(&self, namespace: &str, owner: &str) {
+        let senders = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(namespace.to_string(), owner.to_string()));
+        for tx in senders.into_iter().flatten() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 impl std::fmt::Debug for LockService {
@@ -50,12 +96,27 @@ impl std::fmt::Debug for LockService {
 
 impl LockService {
     /// A service over `backend`, with no quotas.
+    ///
+    /// Within a tokio runtime, it also follows the store's events to measure
+    /// hold times (`lockd_hold_seconds`); that task ends with the store.
     pub fn new(backend: Arc<dyn LockBackend>, limits: Limits) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        let force_watchers = Arc::new(ForceWatchers::default());
+        if let (Ok(runtime), Some(events)) =
+            (tokio::runtime::Handle::try_current(), backend.events())
+        {
+            runtime.spawn(follow_events(
+                events,
+                Arc::downgrade(&metrics),
+                Arc::downgrade(&force_watchers),
+            ));
+        }
         LockService {
             backend,
             limits: Arc::new(limits),
             quotas: Arc::new(Quotas::default()),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
+            force_watchers,
         }
     }
 
@@ -81,6 +142,8 @@ impl LockService {
         let mut out = String::new();
         self.metrics.render(&mut out);
         self.backend.stats().render(&mut out);
+        self.metrics
+            .render_namespaces(&self.backend.namespace_stats(), &mut out);
         out
     }
 
@@ -135,6 +198,10 @@ impl LockService {
             self.backend.lock(&key, owner, ttl_ms, options).await
         }
         .await;
+        if options.wait_ms > 0 {
+            self.metrics
+                .record_wait(namespace, started.elapsed(), &result);
+        }
         self.measured(Op::Lock, (namespace, name), started, result)
     }
 
@@ -296,6 +363,10 @@ impl LockService {
             self.backend.lock_in_lease(&key, lease_id, options).await
         }
         .await;
+        if wait_ms > 0 {
+            self.metrics
+                .record_wait(namespace, started.elapsed(), &result);
+        }
         self.measured(Op::Lock, (namespace, name), started, result)
     }
 
@@ -320,6 +391,19 @@ impl LockService {
         self.measured(Op::ForceUnlock, (namespace, name), started, result)
     }
 
+    /// Completes once a lock held by `owner` in `namespace` is
+    /// force-released (for a lease, `owner` is its id): how a holder hears
+    /// of it at once. Never completes for a store without events, or outside
+    /// a tokio runtime.
+    pub fn force_released(&self, namespace: &str, owner: &str) -> BoxFuture<'static, ()> {
+        let rx = self.force_watchers.register(namespace, owner);
+        Box::pin(async move {
+            if rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+
     /// A subscription to the store's events, or `None` if it publishes
     /// none; see [`LockBackend::events`].
     pub fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
@@ -334,4 +418,37 @@ fn fresh_lease_id() -> Result<String, LockError> {
     getrandom::fill(&mut bytes)
         .map_err(|e| LockError::Unavailable(format!("no randomness for a lease id: {e}")))?;
     Ok(format!("lease-{:032x}", u128::from_be_bytes(bytes)))
+}
+
+/// Follows a store's events: records how long each grant was held, and
+/// tells force-release watchers. Ends when the store (the channel) or the
+/// service is gone. A lag loses some samples, never the store's time.
+async fn follow_events(
+    mut events: tokio::sync::broadcast::Receiver<LockEvent>,
+    metrics: std::sync::Weak<Metrics>,
+    watchers: std::sync::Weak<ForceWatchers>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                let (Some(metrics), Some(watchers)) = (metrics.upgrade(), watchers.upgrade())
+                else {
+                    return;
+                };
+                if let (true, Some(acquired)) = (event.kind.ends_a_grant(), event.acquired_at_ms) {
+                    let held =
+                        std::time::Duration::from_millis(event.at_ms.saturating_sub(acquired));
+                    metrics.record_hold(&event.namespace, held);
+                }
+                if event.kind == crate::types::EventKind::ForceReleased {
+                    watchers.fire(&event.namespace, &event.owner);
+                }
+            }
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "the service fell behind its store's events: hold-time samples (and a force-release notice) may be lost");
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
 }

@@ -158,12 +158,25 @@ impl Monitor {
             tokio::select! {
                 () = ended => {}
                 () = watch_until_lost(&service, &liveness, &subject, keep_alive) => {}
+                () = force_released(&service, &subject) => {}
             }
             if !liveness.is_lost() {
                 tracing::debug!(?subject, "lease or guard lost");
             }
             liveness.mark_lost();
         }))
+    }
+}
+
+/// Completes when an operator force-releases the subject's lock (for a
+/// lease, any of its locks): the holder hears it at once rather than at its
+/// next renewal.
+async fn force_released(service: &LockService, subject: &Subject) {
+    match subject {
+        Subject::Guard {
+            namespace, owner, ..
+        } => service.force_released(namespace, owner).await,
+        Subject::Lease { namespace, id } => service.force_released(namespace, id).await,
     }
 }
 

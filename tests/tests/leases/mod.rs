@@ -396,3 +396,33 @@ impl LockBackend for Flaky {
         Box::pin(std::future::pending())
     }
 }
+
+/// An operator's force-unlock of a guard's lock: the guest's lost pollable
+/// is ready at once, long before the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_fires_when_the_lock_is_force_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = redb_service(&dir);
+    let guest = spawn_guest(
+        &service,
+        "fr",
+        ["guard-lost", "F/g", "60000"].map(String::from).to_vec(),
+    );
+    let info = held(&service, "fr", "F/g").await;
+    // Give the guest time to block on its pollable.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!guest.is_finished());
+    let forced = Instant::now();
+    assert_eq!(service.force_unlock("fr", "F/g").await.unwrap(), info);
+    let out = tokio::time::timeout(Duration::from_secs(10), guest)
+        .await
+        .expect("the lost pollable never became ready")
+        .unwrap();
+    let stdout = succeeded(&out);
+    assert!(stdout.contains("lost held=false"), "{stdout}");
+    assert!(
+        forced.elapsed() < Duration::from_secs(2),
+        "lost took {:?}",
+        forced.elapsed()
+    );
+}

@@ -188,14 +188,26 @@ impl Drop for Server {
 }
 
 /// The value of `series` in Prometheus text `metrics`.
+///
+/// A `series` without labels names a whole family: the sum of its samples
+/// (`lockd_locks_held` is kept per namespace and durability).
 pub fn metric_value(metrics: &str, series: &str) -> u64 {
-    metrics
+    let samples: Vec<u64> = metrics
         .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no metric {series} in:\n{metrics}"))
-        .trim()
-        .parse()
-        .unwrap()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(series)?;
+            let value = match rest.strip_prefix(' ') {
+                Some(value) => value,
+                None if !series.contains('{') && rest.starts_with('{') => {
+                    rest.split_once("} ")?.1
+                }
+                None => return None,
+            };
+            Some(value.trim().parse().unwrap())
+        })
+        .collect();
+    assert!(!samples.is_empty(), "no metric {series} in:\n{metrics}");
+    samples.iter().sum()
 }
 
 /// An HTTP answer.
