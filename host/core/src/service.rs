@@ -40,11 +40,14 @@ pub struct LockService {
     force_watchers: Arc<ForceWatchers>,
 }
 
+/// Holders waiting for news of a force-release, by namespace and owner.
+type Waiting = HashMap<(String, String), Vec<tokio::sync::oneshot::Sender<()>>>;
+
 /// Who waits to hear that an owner's lock was force-released, by namespace
 /// and owner. One task reads the store's events for all of them.
 #[derive(Default)]
 struct ForceWatchers {
-    waiting: std::sync::Mutex<HashMap<(String, String), Vec<tokio::sync::oneshot::Sender<()>>>>,
+    waiting: std::sync::Mutex<Waiting>,
     registered: std::sync::atomic::AtomicU64,
 }
 
