@@ -17,7 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand, ValueEnum};
 use lockd::api::wire::{
     self, BusyReply, DurabilityWord, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply,
-    ListQuery, ListReply, ListedLock, LockRequest, Status, StatusReply, UnlockRequest,
+    LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest,
+    LeaseRevokedReply, ListQuery, ListReply, ListedLock, LockRequest, Status, StatusReply,
+    UnlockRequest,
 };
 use lockd::api::DEFAULT_NAMESPACE;
 use lockd_core::ErrorKind;
@@ -58,11 +60,16 @@ pub enum ClientCommand {
         /// The lock name.
         name: String,
         /// Who takes it; use the same owner to unlock, extend or re-lock.
-        #[arg(long)]
-        owner: String,
+        #[arg(long, required_unless_present = "lease")]
+        owner: Option<String>,
         /// Lease length.
-        #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
-        ttl: u64,
+        #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION",
+              required_unless_present = "lease")]
+        ttl: Option<u64>,
+        /// Take it under this lease (from 'lockd lease grant') instead of
+        /// --owner and --ttl: the lease id owns it, with the lease's expiry.
+        #[arg(long, value_name = "LEASE_ID", conflicts_with_all = ["owner", "ttl", "ephemeral"])]
+        lease: Option<String>,
         /// Wait this long in the lock's FIFO queue if it is held.
         #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
         wait: Option<u64>,
@@ -128,6 +135,61 @@ pub enum ClientCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Leases: one expiry for several locks (take locks under a lease with
+    /// the REST API's `lease_id`).
+    Lease {
+        #[command(subcommand)]
+        command: LeaseCommand,
+    },
+}
+
+/// `lockd lease ...`
+#[derive(Subcommand, Debug)]
+pub enum LeaseCommand {
+    /// Grant a lease and print its id.
+    Grant {
+        /// The lease's TTL; each refresh moves its expiry to now + this.
+        #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
+        ttl: u64,
+        /// Keep the lease and its locks in memory only (lost if the server restarts).
+        #[arg(long)]
+        ephemeral: bool,
+        /// The namespace of the lease and its locks.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move the expiry of a lease and of all its locks to now + its TTL.
+    Refresh {
+        /// The lease id.
+        id: String,
+        /// The namespace of the lease.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// End a lease and release all its locks at once.
+    Revoke {
+        /// The lease id.
+        id: String,
+        /// The namespace of the lease.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Show a lease's expiry, durability and locks (exit 1 if it is not live).
+    Get {
+        /// The lease id.
+        id: String,
+        /// The namespace of the lease.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 /// Runs one client command; returns the process exit code.
@@ -143,12 +205,12 @@ pub fn run(command: ClientCommand) -> i32 {
 
 /// A failed command: one stderr line and an exit code.
 #[derive(Debug)]
-struct Failure {
-    code: i32,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) code: i32,
+    pub(crate) message: String,
 }
 
-fn fail(code: i32, message: impl Into<String>) -> Failure {
+pub(crate) fn fail(code: i32, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
@@ -158,13 +220,13 @@ fn fail(code: i32, message: impl Into<String>) -> Failure {
 /// A lockd answer: the route asked, the raw body and its status word. The
 /// rest of the body is parsed by [`Client::reply`] or [`Client::refused`],
 /// into the type the status word promises.
-struct Answer {
+pub(crate) struct Answer {
     route: String,
     body: String,
     status: Status,
 }
 
-struct Client {
+pub(crate) struct Client {
     server: String,
     agent: ureq::Agent,
     auth_token: Option<String>,
@@ -172,13 +234,18 @@ struct Client {
 }
 
 impl Client {
-    fn new(conn: Conn, wait_ms: u64) -> Result<Client, Failure> {
-        let server = normalize_server(&conn.server)?;
+    pub(crate) fn new(conn: Conn, wait_ms: u64) -> Result<Client, Failure> {
         // A waiting lock is answered after up to `wait_ms`; leave room for it.
         let timeout = Duration::from_millis(wait_ms).saturating_add(Duration::from_secs(60));
+        Client::with_timeout(conn, timeout)
+    }
+
+    /// A client whose every request gives up after `timeout`.
+    pub(crate) fn with_timeout(conn: Conn, timeout: Duration) -> Result<Client, Failure> {
+        let server = normalize_server(&conn.server)?;
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_connect(Some(timeout.min(Duration::from_secs(10))))
             .timeout_global(Some(timeout))
             .build();
         Ok(Client {
@@ -189,7 +256,7 @@ impl Client {
         })
     }
 
-    fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
+    pub(crate) fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
         let body = serde_json::to_string(body)
             .map_err(|e| fail(2, format!("cannot encode the request to {path}: {e}")))?;
         let mut request = self.agent.post(format!("{}{path}", self.server));
@@ -384,7 +451,7 @@ impl Client {
 
     /// The success body of `answer`, if its status is `expected`; else the
     /// failure it reports.
-    fn expect<T: DeserializeOwned>(
+    pub(crate) fn expect<T: DeserializeOwned>(
         &self,
         name: &str,
         answer: &Answer,
@@ -410,6 +477,7 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             name,
             owner,
             ttl,
+            lease,
             wait,
             ephemeral,
             namespace,
@@ -419,18 +487,25 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             let request = LockRequest {
                 namespace: Some(namespace),
                 name,
-                owner: Some(owner),
-                ttl_ms: Some(ttl),
+                owner,
+                ttl_ms: ttl,
                 wait_ms: wait,
-                durability: Some(if ephemeral {
+                // Under a lease, the lease's durability applies.
+                durability: lease.is_none().then_some(if ephemeral {
                     DurabilityWord::Ephemeral
                 } else {
                     DurabilityWord::Persistent
                 }),
-                lease_id: None,
+                lease_id: lease,
             };
             let answer = client.post(LockRequest::PATH, &request)?;
             let name = request.name;
+            if let Some(id) = &request.lease_id {
+                if answer.status == Status::NotHeld {
+                    let _: ErrorReply = client.reply(&answer)?;
+                    return Err(lease_not_live(id));
+                }
+            }
             let grant: GrantReply = client.expect(&name, &answer, Status::Acquired)?;
             client.text(|| {
                 format!(
@@ -540,7 +615,100 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             client.text(|| table(&list.locks, namespace, prefix));
             Ok(0)
         }
+        ClientCommand::Lease { command } => lease(command),
     }
+}
+
+fn lease_not_live(id: &str) -> Failure {
+    fail(
+        1,
+        format!(
+            "lease {id} is not live (unknown, revoked or expired, or in another namespace); \
+             grant a new one with 'lockd lease grant'"
+        ),
+    )
+}
+
+fn lease(command: LeaseCommand) -> Result<i32, Failure> {
+    let (path, id, namespace, conn) = match command {
+        LeaseCommand::Grant {
+            ttl,
+            ephemeral,
+            namespace,
+            conn,
+        } => {
+            let client = Client::new(conn, 0)?;
+            let request = LeaseGrantRequest {
+                namespace: Some(namespace),
+                ttl_ms: ttl,
+                durability: Some(if ephemeral {
+                    DurabilityWord::Ephemeral
+                } else {
+                    DurabilityWord::Persistent
+                }),
+            };
+            let answer = client.post(LeaseGrantRequest::PATH, &request)?;
+            let granted: LeaseGrantedReply = client.expect("lease", &answer, Status::Granted)?;
+            // The id alone, so that `ID=$(lockd lease grant --ttl 30s)` works.
+            client.text(|| granted.lease_id.clone());
+            return Ok(0);
+        }
+        LeaseCommand::Refresh {
+            id,
+            namespace,
+            conn,
+        } => (LeaseRequest::REFRESH_PATH, id, namespace, conn),
+        LeaseCommand::Revoke {
+            id,
+            namespace,
+            conn,
+        } => (LeaseRequest::REVOKE_PATH, id, namespace, conn),
+        LeaseCommand::Get {
+            id,
+            namespace,
+            conn,
+        } => (LeaseRequest::GET_PATH, id, namespace, conn),
+    };
+    let client = Client::new(conn, 0)?;
+    let request = LeaseRequest {
+        namespace: Some(namespace),
+        lease_id: id,
+    };
+    let answer = client.post(path, &request)?;
+    let id = request.lease_id;
+    if answer.status == Status::NotHeld {
+        let _: ErrorReply = client.reply(&answer)?;
+        return Err(lease_not_live(&id));
+    }
+    match path {
+        LeaseRequest::REFRESH_PATH => {
+            let r: LeaseRefreshedReply = client.expect(&id, &answer, Status::Refreshed)?;
+            client.text(|| format!("refreshed {id} expires {}", rfc3339(r.expires_at_ms)));
+        }
+        LeaseRequest::REVOKE_PATH => {
+            let r: LeaseRevokedReply = client.expect(&id, &answer, Status::Revoked)?;
+            let s = if r.released == 1 { "" } else { "s" };
+            client.text(|| format!("revoked {id}, released {} lock{s}", r.released));
+        }
+        _ => {
+            let r: LeaseFoundReply = client.expect(&id, &answer, Status::Found)?;
+            client.text(|| {
+                let locks = if r.locks.is_empty() {
+                    "no locks".to_string()
+                } else {
+                    format!("locks: {}", r.locks.join(", "))
+                };
+                format!(
+                    "{id} expires in {} (ttl {}.{}s, {}), {locks}",
+                    remaining(r.expires_at_ms),
+                    r.ttl_ms / 1000,
+                    r.ttl_ms % 1000 / 100,
+                    r.durability,
+                )
+            });
+        }
+    }
+    Ok(0)
 }
 
 /// Adds `http://` to a bare `host:port` and drops a trailing slash.
