@@ -113,6 +113,41 @@
 //!    A waiter that was eventually granted gives no usable evidence: from
 //!    the client's side one cannot tell when its request joined the queue.
 //!
+//! # Leases (docs/contract.md#c16-leases)
+//!
+//! Lease calls ([`OpKind::LeaseGrant`], [`OpKind::LeaseRefresh`],
+//! [`OpKind::LeaseRevoke`], [`OpKind::LeaseGet`]) name no lock: their
+//! `owner` is the lease id (for a grant, the id is in the answer). A lock
+//! taken under a lease is an ordinary `lock` whose owner is the lease id,
+//! and the rules above judge it as any other lock, except for its certain
+//! window, which follows the lease:
+//!
+//! - A persistent lease is live on a prefix of time from its grant (once
+//!   revoked or expired it never lives again), and its expiry never goes
+//!   back: a refresh sets `now + ttl`, a lock under it answers the lease's
+//!   current expiry, and an acknowledged refresh is durable. Every
+//!   acknowledged answer that carries the lease's expiry (grant, refresh,
+//!   lease `get`, a lock under it) was given while it was live with an
+//!   expiry of at least that value from then on. So the lease is certainly
+//!   live from its grant's completion until the largest acknowledged expiry
+//!   (less [`MARGIN_MS`]), or until the first *possible revoke* (an
+//!   acknowledged or unknown-outcome revoke, unless it certainly took effect
+//!   before an acknowledged answer showing the lease live was invoked).
+//! - A lock under it is held from its acknowledgement until the lease's
+//!   certain end, or the lock's own first possible release (an unlock by
+//!   the lease id, as for any owner), whichever comes first.
+//!
+//! Rule 1 then reports a lease's lock lost before its expiry (seen free, or
+//! held by another, while the lease was certainly live), and a lease call
+//! within the lease's certain window answering `not_held`, or a lease `get`
+//! that omits a lock certainly held under it ([`Rule::LostGrant`]). Rule 3
+//! covers lease locks' tokens like any others.
+//!
+//! 6. **A revoked lease holds nothing** ([`Rule::HeldAfterRevoke`]). After
+//!    an acknowledged revoke completed, no call invoked later shows any lock
+//!    held by the lease id (a grant, `busy`, `found`), and no lease call
+//!    finds the lease live (`refreshed`, a lease `found`).
+//!
 //! Every rule only flags what a correct server cannot produce under the
 //! stated assumptions (one wall clock within [`MARGIN_MS`], persistent
 //! locks, all calls of the run recorded), so a legitimate history, with
@@ -193,6 +228,17 @@ pub enum OpKind {
     },
     /// `get(name)`.
     Get,
+    /// `POST /v1/leases/grant`, persistent. Names no lock.
+    LeaseGrant {
+        /// The lease's TTL.
+        ttl_ms: u64,
+    },
+    /// `POST /v1/leases/refresh` of the lease `owner`.
+    LeaseRefresh,
+    /// `POST /v1/leases/revoke` of the lease `owner`.
+    LeaseRevoke,
+    /// `POST /v1/leases/get` of the lease `owner`.
+    LeaseGet,
 }
 
 impl OpKind {
@@ -204,7 +250,22 @@ impl OpKind {
             OpKind::Extend { .. } => "extend",
             OpKind::Unlock { .. } => "unlock",
             OpKind::Get => "get",
+            OpKind::LeaseGrant { .. } => "l.grant",
+            OpKind::LeaseRefresh => "l.refresh",
+            OpKind::LeaseRevoke => "l.revoke",
+            OpKind::LeaseGet => "l.get",
         }
+    }
+
+    /// Whether it is a call on a lease rather than on a lock.
+    pub fn is_lease_call(&self) -> bool {
+        matches!(
+            self,
+            OpKind::LeaseGrant { .. }
+                | OpKind::LeaseRefresh
+                | OpKind::LeaseRevoke
+                | OpKind::LeaseGet
+        )
     }
 }
 
@@ -244,6 +305,30 @@ pub enum Outcome {
     },
     /// `get` found it free.
     NotFound,
+    /// A lease was granted.
+    LeaseGranted {
+        /// Its id.
+        lease_id: String,
+        /// Its expiry.
+        expires_at_ms: u64,
+    },
+    /// A lease was refreshed.
+    LeaseRefreshed {
+        /// Its new expiry (and its locks').
+        expires_at_ms: u64,
+    },
+    /// A lease was revoked.
+    LeaseRevoked {
+        /// How many locks it released.
+        released: u64,
+    },
+    /// A lease `get` found it live.
+    LeaseFound {
+        /// Its expiry.
+        expires_at_ms: u64,
+        /// The names of its locks.
+        locks: Vec<String>,
+    },
     /// May or may not have taken effect: a connection error after the
     /// request may have been sent, a timeout, `unavailable`, or in flight at
     /// a kill.
@@ -261,6 +346,10 @@ impl Outcome {
             Outcome::NotHeld => "not_held",
             Outcome::Found { .. } => "found",
             Outcome::NotFound => "not_found",
+            Outcome::LeaseGranted { .. } => "granted",
+            Outcome::LeaseRefreshed { .. } => "refreshed",
+            Outcome::LeaseRevoked { .. } => "revoked",
+            Outcome::LeaseFound { .. } => "found",
             Outcome::Unknown => "unknown",
         }
     }
@@ -300,6 +389,9 @@ impl Op {
     /// `(owner, token)` of the lease this answer shows alive: a grant or
     /// extend (the caller's), a `busy` or a `found`.
     fn alive(&self) -> Option<(&str, u64)> {
+        if self.kind.is_lease_call() {
+            return None;
+        }
         match &self.outcome {
             Outcome::Ok { token, .. } => Some((&self.owner, *token)),
             other => other.shown_holder(),
@@ -343,6 +435,10 @@ impl fmt::Display for Op {
             }
             OpKind::Unlock { token: None } => write!(f, "unlock({}, {})", self.name, self.owner)?,
             OpKind::Get => write!(f, "get({})", self.name)?,
+            OpKind::LeaseGrant { ttl_ms } => write!(f, "lease grant(ttl {ttl_ms})")?,
+            OpKind::LeaseRefresh => write!(f, "lease refresh({})", self.owner)?,
+            OpKind::LeaseRevoke => write!(f, "lease revoke({})", self.owner)?,
+            OpKind::LeaseGet => write!(f, "lease get({})", self.owner)?,
         }
         match &self.outcome {
             Outcome::Ok {
@@ -362,6 +458,18 @@ impl fmt::Display for Op {
                 token,
                 expires_at_ms,
             } => write!(f, " -> found {owner} token {token} expires {expires_at_ms}"),
+            Outcome::LeaseGranted {
+                lease_id,
+                expires_at_ms,
+            } => write!(f, " -> granted {lease_id} expires {expires_at_ms}"),
+            Outcome::LeaseRefreshed { expires_at_ms } => {
+                write!(f, " -> refreshed expires {expires_at_ms}")
+            }
+            Outcome::LeaseRevoked { released } => write!(f, " -> revoked, released {released}"),
+            Outcome::LeaseFound {
+                expires_at_ms,
+                locks,
+            } => write!(f, " -> found expires {expires_at_ms} locks {locks:?}"),
             other => write!(f, " -> {}", other.word()),
         }
     }
@@ -485,6 +593,9 @@ pub enum Rule {
     LostUnlock,
     /// A waiter was passed over or not woken.
     FifoOrder,
+    /// A lock was seen held by a lease, or the lease live, after the lease's
+    /// revoke was acknowledged.
+    HeldAfterRevoke,
 }
 
 impl fmt::Display for Rule {
@@ -495,6 +606,7 @@ impl fmt::Display for Rule {
             Rule::TokenOrder => "token order",
             Rule::LostUnlock => "lost unlock",
             Rule::FifoOrder => "FIFO order",
+            Rule::HeldAfterRevoke => "held after revoke",
         })
     }
 }
@@ -534,6 +646,20 @@ pub struct Coverage {
     pub token_comparisons: usize,
     /// Waiters that timed out `busy` with a non-empty queue interval.
     pub waits_judged: usize,
+    /// Leases granted (acknowledged).
+    pub lease_grants: usize,
+    /// Of the acknowledged locks, those held under a lease.
+    pub lease_locks: usize,
+    /// Of those, with a non-empty certain window.
+    pub lease_locks_with_window: usize,
+    /// Calls by a lease (refresh, `get`, a lock under it) judged against
+    /// the lease certainly live.
+    pub lease_calls_judged: usize,
+    /// Acknowledged revokes.
+    pub revokes: usize,
+    /// Calls on a revoked lease's locks, or on the lease, invoked after its
+    /// acknowledged revoke (each judged by rule 6).
+    pub calls_after_revoke: usize,
 }
 
 impl fmt::Display for Coverage {
@@ -541,13 +667,21 @@ impl fmt::Display for Coverage {
         write!(
             f,
             "leases acknowledged {}, with a certain window {}; calls judged against a held lease {} \
-             ({} across a kill); token comparisons {}; timed-out waiters judged {}",
+             ({} across a kill); token comparisons {}; timed-out waiters judged {}; \
+             leases granted {}, locks under them {} ({} with a certain window), \
+             lease calls judged {}, revokes {} with {} calls judged after them",
             self.leases,
             self.leases_with_window,
             self.calls_judged,
             self.calls_judged_after_kill,
             self.token_comparisons,
-            self.waits_judged
+            self.waits_judged,
+            self.lease_grants,
+            self.lease_locks,
+            self.lease_locks_with_window,
+            self.lease_calls_judged,
+            self.revokes,
+            self.calls_after_revoke
         )
     }
 }
@@ -570,18 +704,24 @@ pub fn check(history: &History) -> Vec<Violation> {
 pub fn check_report(history: &History) -> Report {
     let mut kills = history.kills.clone();
     kills.sort_by_key(|k| (k.done_ms, k.started_ms));
-    let checker = Checker {
+    let mut checker = Checker {
         ops: &history.ops,
         kills,
+        granted: HashMap::new(),
     };
+    checker.granted = checker.granted_leases();
     let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, op) in history.ops.iter().enumerate() {
-        by_name.entry(&op.name).or_default().push(i);
+        if !op.kind.is_lease_call() {
+            by_name.entry(&op.name).or_default().push(i);
+        }
     }
     let mut report = Report::default();
+    let mut lock_windows = Vec::new();
     for (name, ids) in by_name {
-        checker.check_name(name, &ids, &mut report);
+        checker.check_name(name, &ids, &mut report, &mut lock_windows);
     }
+    checker.check_granted_leases(&lock_windows, &mut report);
     report
 }
 
@@ -589,6 +729,26 @@ struct Checker<'h> {
     ops: &'h [Op],
     /// Sorted by `done_ms`.
     kills: Vec<Kill>,
+    /// The acknowledged leases (docs/contract.md#c16-leases), by id.
+    granted: HashMap<&'h str, GrantedLease>,
+}
+
+/// What the history proves of one acknowledged lease (module docs,
+/// "Leases").
+struct GrantedLease {
+    /// The completion of its grant.
+    granted_ms: u64,
+    /// Where its certain window ends: the first possible revoke, or the
+    /// largest acknowledged expiry less [`MARGIN_MS`].
+    end_ms: u64,
+}
+
+/// A lock held under a lease, and its certain window.
+struct LeaseLockWindow<'h> {
+    lease_id: &'h str,
+    name: &'h str,
+    start: u64,
+    end: u64,
 }
 
 /// One acknowledged `(name, token, owner)`.
@@ -643,11 +803,193 @@ impl<'h> Checker<'h> {
         (lo, hi)
     }
 
-    fn check_name(&self, name: &str, ids: &[usize], report: &mut Report) {
+    /// The acknowledged leases, and how long each was certainly live.
+    fn granted_leases(&self) -> HashMap<&'h str, GrantedLease> {
+        let ops = self.ops;
+        let mut granted: HashMap<&'h str, GrantedLease> = HashMap::new();
+        for op in ops {
+            if let Outcome::LeaseGranted { lease_id, .. } = &op.outcome {
+                granted.insert(
+                    lease_id,
+                    GrantedLease {
+                        granted_ms: op.complete_ms,
+                        end_ms: u64::MAX,
+                    },
+                );
+            }
+        }
+        // The largest acknowledged expiry, and the last invocation of a call
+        // that found the lease live.
+        let mut top: HashMap<&str, (u64, u64)> = HashMap::new();
+        for op in ops {
+            let (id, expires) = match (&op.kind, &op.outcome) {
+                (
+                    _,
+                    Outcome::LeaseGranted {
+                        lease_id,
+                        expires_at_ms,
+                    },
+                ) => (lease_id.as_str(), *expires_at_ms),
+                (_, Outcome::LeaseRefreshed { expires_at_ms })
+                | (_, Outcome::LeaseFound { expires_at_ms, .. })
+                | (OpKind::Lock { .. }, Outcome::Ok { expires_at_ms, .. }) => {
+                    (op.owner.as_str(), *expires_at_ms)
+                }
+                _ => continue,
+            };
+            if !granted.contains_key(id) {
+                continue;
+            }
+            let e = top.entry(id).or_insert((0, 0));
+            e.0 = e.0.max(expires);
+            e.1 = e.1.max(op.invoke_ms);
+        }
+        for (id, lease) in &mut granted {
+            let (expires, last_live_invoke) = top.get(id).copied().unwrap_or((0, 0));
+            let mut end = expires.saturating_sub(MARGIN_MS);
+            for op in ops {
+                if op.kind != OpKind::LeaseRevoke || op.owner != *id {
+                    continue;
+                }
+                let possible = match op.outcome {
+                    Outcome::LeaseRevoked { .. } => true,
+                    // Certainly done before a call that found the lease
+                    // live was made: it did not revoke it.
+                    Outcome::Unknown => self.effect_by(op) > last_live_invoke,
+                    _ => false,
+                };
+                if possible {
+                    end = end.min(op.invoke_ms);
+                }
+            }
+            lease.end_ms = end;
+        }
+        granted
+    }
+
+    /// Lease calls judged against the lease's certain window (rule 1), and
+    /// rule 6.
+    fn check_granted_leases(&self, lock_windows: &[LeaseLockWindow<'_>], report: &mut Report) {
+        let ops = self.ops;
+        let coverage = &mut report.coverage;
+        let out = &mut report.violations;
+        let mut ids: Vec<&str> = self.granted.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            let lease = &self.granted[id];
+            coverage.lease_grants += 1;
+            let windows: Vec<&LeaseLockWindow<'_>> =
+                lock_windows.iter().filter(|w| w.lease_id == id).collect();
+            for op in ops.iter().filter(|op| op.owner == id) {
+                if !matches!(
+                    op.kind,
+                    OpKind::LeaseRefresh | OpKind::LeaseGet | OpKind::Lock { .. }
+                ) || op.outcome == Outcome::Unknown
+                    || op.invoke_ms < lease.granted_ms
+                    || op.complete_ms >= lease.end_ms
+                {
+                    continue;
+                }
+                coverage.lease_calls_judged += 1;
+                let why = match &op.outcome {
+                    Outcome::NotHeld => Some("answered not_held".to_string()),
+                    Outcome::LeaseFound { locks, .. } => windows
+                        .iter()
+                        .find(|w| {
+                            w.start <= op.invoke_ms
+                                && op.complete_ms < w.end
+                                && !locks.iter().any(|n| n == w.name)
+                        })
+                        .map(|w| {
+                            format!(
+                                "left out {}, certainly held under it from {} to {}",
+                                w.name, w.start, w.end
+                            )
+                        }),
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    out.push(Violation {
+                        rule: Rule::LostGrant,
+                        name: id.to_string(),
+                        message: format!(
+                            "{why}: {op}, while the lease was certainly live from {} to {}",
+                            lease.granted_ms, lease.end_ms
+                        ),
+                    });
+                }
+            }
+
+            // Rule 6, from the first acknowledged revoke.
+            let Some(revoke) = ops
+                .iter()
+                .filter(|op| {
+                    op.owner == id
+                        && op.kind == OpKind::LeaseRevoke
+                        && matches!(op.outcome, Outcome::LeaseRevoked { .. })
+                })
+                .min_by_key(|op| op.complete_ms)
+            else {
+                continue;
+            };
+            coverage.revokes += 1;
+            let names: std::collections::BTreeSet<&str> = ops
+                .iter()
+                .filter(|op| op.owner == id && op.is_setting())
+                .map(|op| op.name.as_str())
+                .collect();
+            for op in ops.iter().filter(|op| op.invoke_ms > revoke.complete_ms) {
+                let lease_call = op.kind.is_lease_call() && op.owner == id;
+                let on_its_lock = !op.kind.is_lease_call()
+                    && names.contains(op.name.as_str())
+                    && op.shows().is_some();
+                if lease_call && op.outcome != Outcome::Unknown || on_its_lock {
+                    coverage.calls_after_revoke += 1;
+                }
+                let held = op.alive().is_some_and(|(owner, _)| owner == id)
+                    || lease_call
+                        && matches!(
+                            op.outcome,
+                            Outcome::LeaseRefreshed { .. } | Outcome::LeaseFound { .. }
+                        );
+                if held {
+                    out.push(Violation {
+                        rule: Rule::HeldAfterRevoke,
+                        name: if lease_call {
+                            id.to_string()
+                        } else {
+                            op.name.clone()
+                        },
+                        message: format!("{op}, after {revoke}"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn check_name(
+        &self,
+        name: &str,
+        ids: &[usize],
+        report: &mut Report,
+        lock_windows: &mut Vec<LeaseLockWindow<'h>>,
+    ) {
         let mut out = Vec::new();
         let leases = self.leases(name, ids, &mut out);
         report.coverage.leases += leases.len();
         report.coverage.leases_with_window += leases.iter().filter(|l| l.window.is_some()).count();
+        for lease in leases.iter().filter(|l| self.granted.contains_key(l.owner)) {
+            report.coverage.lease_locks += 1;
+            if let Some((start, end)) = lease.window {
+                report.coverage.lease_locks_with_window += 1;
+                lock_windows.push(LeaseLockWindow {
+                    lease_id: lease.owner,
+                    name: &self.ops[lease.settings[0]].name,
+                    start,
+                    end,
+                });
+            }
+        }
         self.judge_calls(name, ids, &leases, &mut report.coverage, &mut out);
         self.window_overlaps(name, &leases, &mut out);
         self.token_order(name, ids, &mut report.coverage, &mut out);
@@ -726,6 +1068,12 @@ impl<'h> Checker<'h> {
                 continue; // it came before a later setting: it did not release this lease
             }
             release = release.min(op.invoke_ms);
+        }
+
+        // Under a lease: held until the lease's certain end (module docs).
+        if let Some(granted) = self.granted.get(lease.owner) {
+            let end = release.min(granted.end_ms);
+            return (end > start).then_some((start, end));
         }
 
         // Everything that may have set the expiry.
@@ -839,8 +1187,13 @@ impl<'h> Checker<'h> {
                 next += 1;
             }
             active.retain(|&(_, end, _)| end > op.invoke_ms);
+            // A lock under a lease that is not live answers not_held whoever
+            // holds the lock: judged against the lease instead.
+            let lease_refusal = matches!(op.kind, OpKind::Lock { .. })
+                && op.outcome == Outcome::NotHeld
+                && self.granted.contains_key(op.owner.as_str());
             for &(start, end, n) in &active {
-                if op.complete_ms >= end {
+                if op.complete_ms >= end || lease_refusal {
                     continue;
                 }
                 let lease = &leases[n];
@@ -1369,6 +1722,291 @@ mod tests {
         h.op(300, 310, "h", unlock(1), Outcome::Unlocked);
         h.op(320, 325, "", OpKind::Get, Outcome::NotFound);
         assert_eq!(h.rules(), vec![Rule::FifoOrder]);
+    }
+
+    fn grant(lease_id: &str, expires_at_ms: u64) -> Outcome {
+        Outcome::LeaseGranted {
+            lease_id: lease_id.to_string(),
+            expires_at_ms,
+        }
+    }
+    fn refreshed(expires_at_ms: u64) -> Outcome {
+        Outcome::LeaseRefreshed { expires_at_ms }
+    }
+    fn lease_found(expires_at_ms: u64, locks: &[&str]) -> Outcome {
+        Outcome::LeaseFound {
+            expires_at_ms,
+            locks: locks.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    impl H {
+        /// A lease call: it names no lock; `owner` is the lease id.
+        fn lease(&mut self, inv: u64, comp: u64, id: &str, kind: OpKind, outcome: Outcome) {
+            self.op_on("", inv, comp, id, kind, outcome);
+        }
+    }
+
+    /// `lease-1`, granted at 1_000..1_010 until 2_005, holding `x` (token 10)
+    /// and `y` (token 11), acknowledged by 1_130.
+    fn leased() -> H {
+        let mut h = H::default();
+        h.lease(
+            1_000,
+            1_010,
+            "",
+            OpKind::LeaseGrant { ttl_ms: 1_000 },
+            grant("lease-1", 2_005),
+        );
+        h.op_on("x", 1_100, 1_110, "lease-1", lock(1_000), ok(10, 2_005));
+        h.op_on("y", 1_120, 1_130, "lease-1", lock(1_000), ok(11, 2_005));
+        h
+    }
+
+    /// Rule 6: after an acknowledged revoke, one of the lease's locks is
+    /// still seen held by it (a revoke that is not one atomic step), or the
+    /// lease is found live.
+    #[test]
+    fn held_after_revoke_is_caught() {
+        let revoked = Outcome::LeaseRevoked { released: 2 };
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRevoke,
+            revoked.clone(),
+        );
+        h.op_on("x", 1_600, 1_605, "", OpKind::Get, Outcome::NotFound);
+        h.op_on(
+            "y",
+            1_600,
+            1_605,
+            "",
+            OpKind::Get,
+            found("lease-1", 11, 2_005),
+        );
+        assert_eq!(h.rules(), vec![Rule::HeldAfterRevoke]);
+
+        // Seen through a busy.
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRevoke,
+            revoked.clone(),
+        );
+        h.op_on(
+            "y",
+            1_600,
+            1_605,
+            "b",
+            lock(1_000),
+            busy("lease-1", 11, 2_005),
+        );
+        assert_eq!(h.rules(), vec![Rule::HeldAfterRevoke]);
+
+        // The lease itself refreshed after its revoke.
+        let mut h = leased();
+        h.lease(1_500, 1_510, "lease-1", OpKind::LeaseRevoke, revoked);
+        h.lease(
+            1_600,
+            1_605,
+            "lease-1",
+            OpKind::LeaseRefresh,
+            refreshed(2_600),
+        );
+        assert_eq!(h.rules(), vec![Rule::HeldAfterRevoke]);
+    }
+
+    /// Rule 1 under a lease: a lock lost before the lease's expiry, which a
+    /// refresh moved.
+    #[test]
+    fn lease_lock_lost_before_its_expiry_is_caught() {
+        // Seen free after the first expiry, before the refreshed one.
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRefresh,
+            refreshed(2_505),
+        );
+        h.op_on("x", 2_200, 2_205, "", OpKind::Get, Outcome::NotFound);
+        assert_eq!(h.rules(), vec![Rule::LostGrant]);
+
+        // Held by another while the lease is live, across a kill.
+        let mut h = leased();
+        h.kill(1_300, 1_310);
+        h.op_on("y", 1_400, 1_410, "b", lock(1_000), ok(12, 2_405));
+        assert_eq!(h.rules(), vec![Rule::Overlap]);
+
+        // A refresh of the certainly live lease answers not_held.
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRefresh,
+            Outcome::NotHeld,
+        );
+        assert_eq!(h.rules(), vec![Rule::LostGrant]);
+
+        // So does a lock under it.
+        let mut h = leased();
+        h.op_on("z", 1_500, 1_510, "lease-1", lock(1_000), Outcome::NotHeld);
+        assert_eq!(h.rules(), vec![Rule::LostGrant]);
+
+        // The lease's get leaves out a lock it certainly holds.
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseGet,
+            lease_found(2_005, &["x"]),
+        );
+        assert_eq!(h.rules(), vec![Rule::LostGrant]);
+    }
+
+    /// Rule 3 with leases: a plain grant after a revoke carries a token
+    /// below the lease lock's.
+    #[test]
+    fn lease_token_going_back_is_caught() {
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRevoke,
+            Outcome::LeaseRevoked { released: 2 },
+        );
+        h.kill(1_520, 1_530);
+        h.op_on("x", 1_600, 1_610, "b", lock(1_000), ok(9, 2_605));
+        assert_eq!(h.rules(), vec![Rule::TokenOrder]);
+    }
+
+    /// Legitimate lease histories: refreshes, a kill, expiry take-over,
+    /// revoke then hand-over, an unknown revoke, an unlock by the lease id.
+    #[test]
+    fn legitimate_lease_histories_are_clean() {
+        let mut h = leased();
+        h.lease(
+            1_500,
+            1_510,
+            "lease-1",
+            OpKind::LeaseRefresh,
+            refreshed(2_505),
+        );
+        h.op_on(
+            "x",
+            1_600,
+            1_605,
+            "",
+            OpKind::Get,
+            found("lease-1", 10, 2_505),
+        );
+        h.op_on(
+            "y",
+            1_700,
+            1_705,
+            "b",
+            lock(1_000),
+            busy("lease-1", 11, 2_505),
+        );
+        // Its own relock: the grant unchanged.
+        h.op_on("y", 1_750, 1_755, "lease-1", lock(1_000), ok(11, 2_505));
+        h.kill(1_800, 1_810);
+        h.op_on(
+            "y",
+            1_850,
+            1_855,
+            "",
+            OpKind::Get,
+            found("lease-1", 11, 2_505),
+        );
+        h.lease(
+            1_900,
+            1_905,
+            "lease-1",
+            OpKind::LeaseGet,
+            lease_found(2_505, &["x", "y"]),
+        );
+        // Not refreshed again: it expires at 2_505 and x passes on.
+        h.op_on("x", 2_600, 2_610, "b", lock(1_000), ok(12, 3_605));
+        h.lease(
+            2_700,
+            2_705,
+            "lease-1",
+            OpKind::LeaseRefresh,
+            Outcome::NotHeld,
+        );
+
+        // Revoked: its lock is free at once and passes on.
+        h.lease(
+            3_000,
+            3_010,
+            "",
+            OpKind::LeaseGrant { ttl_ms: 5_000 },
+            grant("lease-2", 8_005),
+        );
+        h.op_on("z", 3_100, 3_110, "lease-2", lock(5_000), ok(13, 8_005));
+        h.lease(
+            3_200,
+            3_210,
+            "lease-2",
+            OpKind::LeaseRevoke,
+            Outcome::LeaseRevoked { released: 1 },
+        );
+        h.op_on("z", 3_300, 3_305, "", OpKind::Get, Outcome::NotFound);
+        h.op_on("z", 3_400, 3_410, "b", lock(1_000), ok(14, 4_405));
+        h.op_on("z", 3_450, 3_460, "lease-2", lock(5_000), Outcome::NotHeld);
+
+        // A revoke of unknown outcome may have freed its lock.
+        h.lease(
+            4_000,
+            4_010,
+            "",
+            OpKind::LeaseGrant { ttl_ms: 5_000 },
+            grant("lease-3", 9_005),
+        );
+        h.op_on("w", 4_100, 4_110, "lease-3", lock(5_000), ok(15, 9_005));
+        h.lease(
+            4_200,
+            4_300,
+            "lease-3",
+            OpKind::LeaseRevoke,
+            Outcome::Unknown,
+        );
+        h.op_on("w", 4_400, 4_405, "", OpKind::Get, Outcome::NotFound);
+
+        // One lock unlocked by the lease id; the lease lives on.
+        h.lease(
+            5_000,
+            5_010,
+            "",
+            OpKind::LeaseGrant { ttl_ms: 5_000 },
+            grant("lease-4", 10_005),
+        );
+        h.op_on("u", 5_100, 5_110, "lease-4", lock(5_000), ok(16, 10_005));
+        h.op_on("v", 5_120, 5_130, "lease-4", lock(5_000), ok(17, 10_005));
+        h.op_on("v", 5_200, 5_210, "lease-4", unlock(17), Outcome::Unlocked);
+        h.op_on("v", 5_300, 5_305, "", OpKind::Get, Outcome::NotFound);
+        h.lease(
+            5_400,
+            5_405,
+            "lease-4",
+            OpKind::LeaseGet,
+            lease_found(10_005, &["u"]),
+        );
+        h.assert_clean();
+        let coverage = check_report(&h.0).coverage;
+        assert_eq!(coverage.lease_grants, 4, "{coverage}");
+        assert_eq!(coverage.lease_locks, 6, "{coverage}");
+        assert_eq!(coverage.revokes, 1, "{coverage}");
+        assert!(coverage.calls_after_revoke >= 3, "{coverage}");
+        assert_eq!(coverage.lease_calls_judged, 10, "{coverage}");
     }
 
     // ---- legitimate histories ------------------------------------------
