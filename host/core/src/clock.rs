@@ -1,50 +1,110 @@
-//! Time, injected. Lease deadlines are wall-clock milliseconds (they must
-//! mean the same thing after a restart), and tests drive a [`ManualClock`]
-//! instead of sleeping.
+//! Time, injected.
+//!
+//! A running host measures lease time on a **monotonic** clock, so a step of
+//! the wall clock (NTP, an operator, a VM resume) moves no deadline. The
+//! wall clock is read only at the edges: to write an expiry that must mean
+//! the same thing after a restart, and to answer `expires_at_ms` to callers
+//! (docs/contract.md#c8-expiry). [`Clock::now_ms`] is the monotonic time
+//! every deadline is compared with; [`Clock::to_wall_ms`] and
+//! [`Clock::from_wall_ms`] convert at those edges. Tests drive a
+//! [`ManualClock`] instead of sleeping, and step its wall clock alone with
+//! [`ManualClock::step_wall`].
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-/// A source of wall-clock time that can also sleep.
+/// A source of time that can also sleep.
 pub trait Clock: Send + Sync + 'static {
-    /// Now, in Unix epoch milliseconds.
+    /// Now, in the clock's monotonic milliseconds: never steps, and reads as
+    /// Unix epoch milliseconds near the time the process started.
     fn now_ms(&self) -> u64;
-    /// Completes at or after `deadline_ms` (Unix epoch milliseconds).
+    /// Completes at or after `deadline_ms` (in [`Clock::now_ms`] time).
     fn sleep_until(&self, deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// The wall-clock time (Unix epoch milliseconds) of the monotonic time
+    /// `ms`: what callers are told and what survives a restart.
+    fn to_wall_ms(&self, ms: u64) -> u64 {
+        ms
+    }
+    /// The monotonic time of the wall-clock time `wall_ms` (a recovered
+    /// expiry).
+    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+        wall_ms
+    }
 }
 
-/// The system's wall clock and tokio timers.
+/// Moves `ms` by `offset`, saturating.
+fn shift(ms: u64, offset: i64) -> u64 {
+    if offset >= 0 {
+        ms.saturating_add(offset as u64)
+    } else {
+        ms.saturating_sub(offset.unsigned_abs())
+    }
+}
+
+fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The system's clocks: monotonic time anchored to the wall clock once, at
+/// the first read in this process; tokio timers for sleeping.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
+
+/// Wall time and monotonic instant of the first read, shared by every
+/// `SystemClock` of the process (so all stores agree).
+fn anchor() -> &'static (u64, Instant) {
+    static ANCHOR: OnceLock<(u64, Instant)> = OnceLock::new();
+    ANCHOR.get_or_init(|| (wall_now_ms(), Instant::now()))
+}
 
 /// Longest single timer. Callers re-check the time after waking, so a cap
 /// costs nothing and keeps far-away deadlines from overflowing tokio's
 /// `Instant` arithmetic.
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 
+impl SystemClock {
+    /// Wall time minus monotonic time, now: zero at the anchor, then the sum
+    /// of every wall-clock step (and the drift) since.
+    fn wall_offset_ms(&self) -> i64 {
+        wall_now_ms() as i64 - self.now_ms() as i64
+    }
+}
+
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        let (wall, at) = anchor();
+        wall.saturating_add(at.elapsed().as_millis() as u64)
     }
 
     fn sleep_until(&self, deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let wait = Duration::from_millis(deadline_ms.saturating_sub(self.now_ms())).min(MAX_SLEEP);
         Box::pin(tokio::time::sleep(wait))
     }
+
+    fn to_wall_ms(&self, ms: u64) -> u64 {
+        shift(ms, self.wall_offset_ms())
+    }
+
+    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+        shift(wall_ms, -self.wall_offset_ms())
+    }
 }
 
 /// A clock that moves only when told to. Sleepers wake as soon as
-/// [`ManualClock::advance`] passes their deadline.
+/// [`ManualClock::advance`] passes their deadline. Its wall clock can be
+/// stepped on its own ([`ManualClock::step_wall`]).
 #[derive(Clone, Debug)]
 pub struct ManualClock {
     now: Arc<watch::Sender<u64>>,
+    wall_offset: Arc<AtomicI64>,
 }
 
 impl ManualClock {
@@ -52,12 +112,19 @@ impl ManualClock {
     pub fn new(start_ms: u64) -> Self {
         ManualClock {
             now: Arc::new(watch::Sender::new(start_ms)),
+            wall_offset: Arc::new(AtomicI64::new(0)),
         }
     }
 
     /// Moves time forward by `ms` and wakes every sleeper whose deadline passed.
     pub fn advance(&self, ms: u64) {
         self.now.send_modify(|now| *now = now.saturating_add(ms));
+    }
+
+    /// Steps the wall clock by `delta_ms` (forward or back), as NTP or an
+    /// operator would, while monotonic time stands still.
+    pub fn step_wall(&self, delta_ms: i64) {
+        self.wall_offset.fetch_add(delta_ms, Ordering::SeqCst);
     }
 }
 
@@ -75,5 +142,42 @@ impl Clock for ManualClock {
                 std::future::pending::<()>().await;
             }
         })
+    }
+
+    fn to_wall_ms(&self, ms: u64) -> u64 {
+        shift(ms, self.wall_offset.load(Ordering::SeqCst))
+    }
+
+    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+        shift(wall_ms, -self.wall_offset.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_is_monotonic_and_reads_as_wall_time() {
+        let clock = SystemClock;
+        let a = clock.now_ms();
+        let b = clock.now_ms();
+        assert!(b >= a);
+        // Anchored to the wall clock: close to it unless it stepped during
+        // this test, and the conversions undo each other.
+        assert!(wall_now_ms().abs_diff(a) < 60_000);
+        let t = a + 12_345;
+        assert!(clock.from_wall_ms(clock.to_wall_ms(t)).abs_diff(t) <= 1);
+    }
+
+    #[test]
+    fn a_wall_step_moves_only_the_wall_view() {
+        let clock = ManualClock::new(1_000_000);
+        clock.step_wall(3_600_000);
+        assert_eq!(clock.now_ms(), 1_000_000);
+        assert_eq!(clock.to_wall_ms(1_000_500), 4_600_500);
+        assert_eq!(clock.from_wall_ms(4_600_500), 1_000_500);
+        clock.step_wall(-7_200_000);
+        assert_eq!(clock.to_wall_ms(1_000_000), 0, "saturates below the epoch");
     }
 }

@@ -383,7 +383,8 @@ impl Engine {
             events: EventSender::default(),
         });
         let now = engine.clock.now_ms();
-        for (lease, record) in recovered.leases {
+        for (lease, mut record) in recovered.leases {
+            record.expires_at_ms = engine.clock.from_wall_ms(record.expires_at_ms);
             if record.expires_at_ms <= now {
                 drop(engine.journal.submit(JournalOp::DeleteLease(lease)));
                 continue;
@@ -397,6 +398,7 @@ impl Engine {
             engine.purge.note_deadline(record.expires_at_ms);
         }
         for (key, mut record) in recovered.locks {
+            record.expires_at_ms = engine.clock.from_wall_ms(record.expires_at_ms);
             // A lock under a live lease takes the lease's expiry: a refresh
             // writes only the lease's record. A lease that is gone was
             // revoked (its locks' records went with it, in one batch) or
@@ -431,6 +433,26 @@ impl Engine {
         }
         tokio::spawn(purge_loop(Arc::downgrade(&engine), engine.purge.clone()));
         engine
+    }
+
+    /// A grant or `busy` answer, its expiry in wall-clock time (the
+    /// engine's deadlines are monotonic: see [`Clock`]).
+    fn wall_grant(&self, result: Result<Grant, LockError>) -> Result<Grant, LockError> {
+        match result {
+            Ok(grant) => Ok(Grant {
+                expires_at_ms: self.clock.to_wall_ms(grant.expires_at_ms),
+                ..grant
+            }),
+            Err(LockError::Busy(info)) => Err(LockError::Busy(self.wall_info(info))),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wall_info(&self, info: LockInfo) -> LockInfo {
+        LockInfo {
+            expires_at_ms: self.clock.to_wall_ms(info.expires_at_ms),
+            ..info
+        }
     }
 
     fn shard_index(&self, key: &Key) -> usize {
@@ -485,7 +507,7 @@ impl Engine {
                 name: key.name.clone(),
                 owner: holder.map_or_else(|| Arc::from(""), |h| h.owner.clone()),
                 fencing_token: holder.map_or(0, |h| h.token),
-                at_ms: self.clock.now_ms(),
+                at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
                 acquired_at_ms: None,
             }
         });
@@ -499,8 +521,8 @@ impl Engine {
             name: key.name.clone(),
             owner: holder.owner.clone(),
             fencing_token: holder.token,
-            at_ms: now,
-            acquired_at_ms: Some(holder.acquired_at_ms),
+            at_ms: self.clock.to_wall_ms(now),
+            acquired_at_ms: Some(self.clock.to_wall_ms(holder.acquired_at_ms)),
         });
     }
 
@@ -521,7 +543,7 @@ impl Engine {
                 Record {
                     owner: owner.clone(),
                     token,
-                    expires_at_ms,
+                    expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                 },
             )
         });
@@ -564,7 +586,7 @@ impl Engine {
                 Record {
                     owner: holder.owner.to_string(),
                     token: grant.fencing_token,
-                    expires_at_ms,
+                    expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                 },
             )
         });
@@ -577,7 +599,7 @@ impl Engine {
             name: key.name.clone(),
             owner: holder.owner.clone(),
             fencing_token: holder.token,
-            at_ms: self.clock.now_ms(),
+            at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
             acquired_at_ms: None,
         });
         (grant, ticket)
@@ -1155,7 +1177,8 @@ impl LockBackend for Engine {
         let lease = self
             .leases
             .live_owner(&key.namespace, owner, self.clock.now_ms());
-        Box::pin(self.lock_impl(key, owner, ttl_ms, options, lease))
+        let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
+        Box::pin(async move { self.wall_grant(locking.await) })
     }
 
     fn unlock<'a>(
@@ -1173,11 +1196,11 @@ impl LockBackend for Engine {
         owner: &'a str,
         ttl_ms: u64,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        Box::pin(self.extend_impl(key, owner, ttl_ms))
+        Box::pin(async move { self.wall_grant(self.extend_impl(key, owner, ttl_ms).await) })
     }
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        let info = self.get_impl(key);
+        let info = self.get_impl(key).map(|i| self.wall_info(i));
         Box::pin(async move { Ok(info) })
     }
 
@@ -1186,7 +1209,10 @@ impl LockBackend for Engine {
         namespace: &'a str,
         prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
-        let locks = self.list_impl(namespace, prefix);
+        let mut locks = self.list_impl(namespace, prefix);
+        for lock in &mut locks {
+            lock.info.expires_at_ms = self.clock.to_wall_ms(lock.info.expires_at_ms);
+        }
         Box::pin(async move { Ok(locks) })
     }
 
@@ -1200,11 +1226,17 @@ impl LockBackend for Engine {
         ttl_ms: u64,
         durability: Durability,
     ) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(self.grant_lease_impl(lease, ttl_ms, durability))
+        Box::pin(async move {
+            let expires_at_ms = self.grant_lease_impl(lease, ttl_ms, durability).await?;
+            Ok(self.clock.to_wall_ms(expires_at_ms))
+        })
     }
 
     fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(self.refresh_lease_impl(lease))
+        Box::pin(async move {
+            let expires_at_ms = self.refresh_lease_impl(lease).await?;
+            Ok(self.clock.to_wall_ms(expires_at_ms))
+        })
     }
 
     fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
@@ -1215,7 +1247,10 @@ impl LockBackend for Engine {
         &'a self,
         lease: &'a Key,
     ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
-        let info = self.get_lease_impl(lease);
+        let info = self.get_lease_impl(lease).map(|mut info| {
+            info.expires_at_ms = self.clock.to_wall_ms(info.expires_at_ms);
+            info
+        });
         Box::pin(async move { Ok(info) })
     }
 
@@ -1229,7 +1264,8 @@ impl LockBackend for Engine {
         let Some(lease) = self.leases.live_owner(&key.namespace, lease_id, now) else {
             return Box::pin(std::future::ready(Err(LockError::NotHeld)));
         };
-        Box::pin(self.lock_impl(key, lease_id, 1, options, Some(lease)))
+        let locking = self.lock_impl(key, lease_id, 1, options, Some(lease));
+        Box::pin(async move { self.wall_grant(locking.await) })
     }
 
     fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
@@ -1237,7 +1273,10 @@ impl LockBackend for Engine {
     }
 
     fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-        Box::pin(self.force_unlock_impl(key))
+        Box::pin(async move {
+            let info = self.force_unlock_impl(key).await?;
+            Ok(self.wall_info(info))
+        })
     }
 
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {

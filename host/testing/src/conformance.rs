@@ -1232,3 +1232,69 @@ pub async fn events_report_every_change(factory: &dyn StoreFactory) {
         0,
     );
 }
+
+/// A running store measures lease time on its monotonic clock: the wall
+/// clock stepping forward or back by an hour moves no deadline (a lock and a
+/// lease expire exactly at their TTL of monotonic time), only the wall-clock
+/// view of the expiry answered to callers; and an expiry written to disk is
+/// wall time, so it is right after a restart. Run on the embedded stores
+/// (docs/reliability.md#clock-steps); the etcd store shares expiries between
+/// hosts, see docs/scale-out.md.
+pub async fn wall_clock_steps_move_no_deadline(factory: &dyn StoreFactory) {
+    const HOUR: i64 = 3_600_000;
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let g = s.lock(NS, "w", "o1", 10_000, persistent()).await.unwrap();
+    assert_eq!(g.expires_at_ms, START_MS + 10_000);
+    let lease = s
+        .grant_lease(NS, 10_000, Durability::Persistent)
+        .await
+        .unwrap();
+    s.lock_in_lease(NS, "wl", &lease.id, 0).await.unwrap();
+
+    clock.step_wall(HOUR);
+    clock.advance(5_000);
+    // Same deadline, seen on the stepped wall clock.
+    let info = s
+        .get(NS, "w")
+        .await
+        .unwrap()
+        .expect("expired after a forward step");
+    assert_eq!(info.expires_at_ms, START_MS + 10_000 + HOUR as u64);
+    assert!(s.get_lease(NS, &lease.id).await.unwrap().is_some());
+
+    clock.step_wall(-2 * HOUR);
+    clock.advance(4_999);
+    assert!(s.get(NS, "w").await.unwrap().is_some(), "expired early");
+    assert!(
+        s.get(NS, "wl").await.unwrap().is_some(),
+        "lease lock expired early"
+    );
+    // Granted on the stepped-back wall clock: answered and written as wall
+    // time, an hour behind the monotonic deadline.
+    let g2 = s.lock(NS, "w2", "o2", 10_000, persistent()).await.unwrap();
+    assert_eq!(g2.expires_at_ms, START_MS + 9_999 + 10_000 - HOUR as u64);
+    clock.advance(1);
+    assert_eq!(s.get(NS, "w").await.unwrap(), None, "expired late");
+    assert_eq!(
+        s.get(NS, "wl").await.unwrap(),
+        None,
+        "lease lock expired late"
+    );
+    assert_eq!(s.get_lease(NS, &lease.id).await.unwrap(), None);
+    // After a restart the written wall time means the same deadline.
+    drop(s);
+    settle_tasks().await;
+    let s = open(factory, &clock).await;
+    clock.advance(9_998);
+    if factory.keeps_persistent_locks() {
+        let info = s.get(NS, "w2").await.unwrap().expect("lost in the restart");
+        assert_eq!(info.expires_at_ms, g2.expires_at_ms);
+    }
+    clock.advance(1);
+    assert_eq!(
+        s.get(NS, "w2").await.unwrap(),
+        None,
+        "expired late after a restart"
+    );
+}

@@ -261,7 +261,7 @@ impl Engine {
                 lease.clone(),
                 LeaseRecord {
                     ttl_ms,
-                    expires_at_ms,
+                    expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                 },
             )
         });
@@ -283,7 +283,7 @@ impl Engine {
             name: cell.key.name.clone(),
             owner: cell.key.name.clone(),
             fencing_token: 0,
-            at_ms: now,
+            at_ms: self.clock.to_wall_ms(now),
             acquired_at_ms: None,
         });
     }
@@ -339,7 +339,7 @@ impl Engine {
                         name: key.name.clone(),
                         owner: cell.key.name.clone(),
                         fencing_token: token,
-                        at_ms: now,
+                        at_ms: self.clock.to_wall_ms(now),
                         acquired_at_ms: None,
                     });
                 }
@@ -352,7 +352,7 @@ impl Engine {
                     cell.key.clone(),
                     LeaseRecord {
                         ttl_ms: cell.ttl_ms,
-                        expires_at_ms,
+                        expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                     },
                 )
             });
