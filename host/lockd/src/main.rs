@@ -1,6 +1,8 @@
 //! The `lockd` command line.
 
 mod client;
+#[cfg(unix)]
+mod exec;
 mod logging;
 
 use std::net::SocketAddr;
@@ -110,6 +112,16 @@ enum Command {
     },
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Run a command while holding a lock, like flock: take NAME (waiting up
+    /// to --wait), run CMD with LOCKD_LOCK_NAME, LOCKD_NAMESPACE, LOCKD_OWNER
+    /// and LOCKD_FENCING_TOKEN set, keep the lock alive while CMD runs,
+    /// release it when CMD exits, and exit with CMD's status.
+    ///
+    /// Exits 75 (CMD never started) if the lock cannot be taken, and 76 if
+    /// the lock is lost while CMD runs (CMD then gets SIGTERM, and SIGKILL
+    /// after --kill-after). SIGINT and SIGTERM are passed on to CMD.
+    #[cfg(unix)]
+    Exec(exec::ExecArgs),
 }
 
 /// Where locks live and lockd.toml: every subcommand that holds locks
@@ -150,6 +162,9 @@ fn main() -> ExitCode {
     let code = match cli.command {
         // Blocking HTTP, no async runtime needed.
         Command::Client(command) => client::run(command),
+        // Its own small runtime: blocking HTTP on its blocking threads.
+        #[cfg(unix)]
+        Command::Exec(args) => exec::run(args),
         Command::Plug {
             app,
             output,
@@ -208,6 +223,8 @@ fn with_runtime(command: Command) -> i32 {
             } => serve_command(listen, Some(file), common).await,
             Command::Client(_) => unreachable!("client commands run without a runtime"),
             Command::Plug { .. } => unreachable!("plug runs without a runtime"),
+            #[cfg(unix)]
+            Command::Exec(_) => unreachable!("exec runs its own runtime"),
         }
     });
     // The runtime (and with it the store's writer) shuts down before exit.

@@ -1,0 +1,423 @@
+//! `lockd exec NAME -- CMD [ARGS...]`: runs a command while holding a lock,
+//! like `flock`, `etcdctl lock` and `consul lock`, over the REST API
+//! (docs/contract.md#c17-keep-alive, #c18-lost).
+//!
+//! 1. Takes NAME for a fresh owner (`exec-` and 32 hex digits from the OS's
+//!    secure random source), waiting in its FIFO queue up to `--wait`. If it
+//!    cannot: exit 75 (EX_TEMPFAIL) with one line on stderr; CMD never starts.
+//! 2. Runs CMD with `LOCKD_LOCK_NAME`, `LOCKD_NAMESPACE`, `LOCKD_OWNER` and
+//!    `LOCKD_FENCING_TOKEN` in its environment, and extends the lock at a
+//!    third of its TTL while CMD runs. A renewal that fails with `unavailable`
+//!    or an unreachable server is retried.
+//! 3. The lock is lost when a renewal is refused (`not_held`, `not_owner`, or
+//!    any other refusal) or when no renewal succeeded before the expiry. The
+//!    expiry is counted on this host's monotonic clock from the moment the
+//!    last successful request was *sent* (the server's expiry can only be
+//!    later), less a safety margin of min(TTL/10, 1 s): CMD gets SIGTERM
+//!    before the lock can pass to anyone else, SIGKILL after `--kill-after`,
+//!    and `lockd exec` exits 76 with one line on stderr.
+//! 4. When CMD exits, the lock is released (unlock with its fencing token)
+//!    and `lockd exec` exits with CMD's status (128 + the signal if a signal
+//!    killed it). SIGINT and SIGTERM sent to `lockd exec` go to CMD.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use lockd::api::wire::{
+    DurabilityWord, ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
+};
+use rustix::process::{kill_process, Pid, Signal};
+use tokio::process::Child;
+use tokio::signal::unix::{signal, Signal as Watched, SignalKind};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::{fail, parse_duration_ms, Client, Conn, Failure, Format, DEFAULT_SERVER};
+
+/// Exit code when the lock cannot be taken (EX_TEMPFAIL).
+pub const EXIT_NOT_TAKEN: i32 = 75;
+/// Exit code when the lock was lost while CMD ran.
+pub const EXIT_LOST: i32 = 76;
+
+/// `lockd exec`'s arguments.
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// The lock name.
+    name: String,
+    /// The lock's TTL; it is extended at a third of it while CMD runs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration_ms, value_name = "DURATION")]
+    ttl: u64,
+    /// Wait this long in the lock's FIFO queue if it is held (0: fail at once).
+    #[arg(long, default_value = "1m", value_parser = parse_duration_ms, value_name = "DURATION")]
+    wait: u64,
+    /// Keep the lock in memory only (lost if the server restarts).
+    #[arg(long)]
+    ephemeral: bool,
+    /// The namespace of the lock.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// After the lock is lost, send SIGKILL this long after SIGTERM.
+    #[arg(long, default_value = "10s", value_parser = parse_duration_ms, value_name = "DURATION")]
+    kill_after: u64,
+    /// The lockd server.
+    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token, if the server requires one.
+    #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Runs `lockd exec`; returns the process exit code.
+pub fn run(args: ExecArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockd exec: cannot start the async runtime: {e}");
+            return EXIT_NOT_TAKEN;
+        }
+    };
+    let code = match runtime.block_on(exec(args)) {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("lockd exec: {}", failure.message);
+            failure.code
+        }
+    };
+    // A renewal may still hang on a server that stopped answering; do not
+    // wait for it.
+    runtime.shutdown_background();
+    code
+}
+
+/// What `lockd exec` holds.
+#[derive(Clone)]
+struct Held {
+    conn: Conn,
+    namespace: String,
+    name: String,
+    owner: String,
+    token: u64,
+    ttl: Duration,
+}
+
+/// The outcome of one renewal.
+enum Renewal {
+    /// Extended; the request was sent at this instant.
+    Extended(Instant),
+    /// Refused: the lock is lost.
+    Refused(String),
+    /// Not answered (unreachable, unavailable): try again.
+    Failed(String),
+}
+
+async fn exec(args: ExecArgs) -> Result<i32, Failure> {
+    let ExecArgs {
+        name,
+        ttl,
+        wait,
+        ephemeral,
+        namespace,
+        kill_after,
+        server,
+        auth_token,
+        command,
+    } = args;
+    let conn = Conn {
+        server,
+        format: Format::Text,
+        auth_token,
+    };
+    let not_taken = |f: Failure| fail(EXIT_NOT_TAKEN, format!("cannot take {name}: {}", f.message));
+    let owner = fresh_owner().map_err(not_taken)?;
+    let request = LockRequest {
+        namespace: Some(namespace.clone()),
+        name: name.clone(),
+        owner: Some(owner.clone()),
+        ttl_ms: Some(ttl),
+        wait_ms: Some(wait),
+        durability: Some(if ephemeral {
+            DurabilityWord::Ephemeral
+        } else {
+            DurabilityWord::Persistent
+        }),
+        lease_id: None,
+    };
+    // The server's expiry is at least the send time + TTL.
+    let sent = Instant::now();
+    let lock_conn = conn.clone();
+    let grant = blocking(move || {
+        let client = Client::new(lock_conn, wait)?;
+        let answer = client.post(LockRequest::PATH, &request)?;
+        client.expect::<GrantReply>(&request.name, &answer, Status::Acquired)
+    })
+    .await
+    .map_err(not_taken)?;
+    let held = Held {
+        conn,
+        namespace,
+        name: name.clone(),
+        owner,
+        token: grant.fencing_token,
+        ttl: Duration::from_millis(ttl),
+    };
+    let margin = margin(held.ttl);
+    let mut base = sent;
+    // A long wait in the queue leaves less of the TTL than `sent` says:
+    // renew once before CMD starts.
+    if sent.elapsed() > margin {
+        match renew(held.clone()).await {
+            Renewal::Extended(at) => base = at,
+            Renewal::Refused(why) | Renewal::Failed(why) => {
+                release(&held).await;
+                return Err(fail(
+                    EXIT_NOT_TAKEN,
+                    format!("cannot keep {name} after taking it: {why}"),
+                ));
+            }
+        }
+    }
+
+    // Watch the signals to forward before CMD exists, so none is missed.
+    let mut interrupt = watch(SignalKind::interrupt());
+    let mut terminate = watch(SignalKind::terminate());
+    let mut child = match tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("LOCKD_LOCK_NAME", &held.name)
+        .env("LOCKD_NAMESPACE", &held.namespace)
+        .env("LOCKD_OWNER", &held.owner)
+        .env("LOCKD_FENCING_TOKEN", held.token.to_string())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            release(&held).await;
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Err(fail(code, format!("cannot run {:?}: {e}", command[0])));
+        }
+    };
+
+    let ttl = held.ttl;
+    let mut next_renewal = base + ttl / 3;
+    let mut in_flight: Option<JoinHandle<Renewal>> = None;
+    let lost = loop {
+        let deadline = base + ttl.saturating_sub(margin);
+        tokio::select! {
+            // Biased: CMD's exit and a renewal's answer count before the
+            // deadline when both are ready.
+            biased;
+            status = child.wait() => {
+                let code = match status {
+                    Ok(status) => exit_code(status),
+                    Err(e) => {
+                        eprintln!("lockd exec: cannot wait for {:?}: {e}", command[0]);
+                        1
+                    }
+                };
+                release(&held).await;
+                return Ok(code);
+            }
+            Some(()) = next_signal(&mut interrupt) => forward(&child, Signal::INT),
+            Some(()) = next_signal(&mut terminate) => forward(&child, Signal::TERM),
+            outcome = join(&mut in_flight), if in_flight.is_some() => {
+                in_flight = None;
+                match outcome {
+                    Renewal::Extended(at) => {
+                        base = base.max(at);
+                        next_renewal = base + ttl / 3;
+                    }
+                    Renewal::Refused(why) => break format!("a renewal was refused: {why}"),
+                    Renewal::Failed(_) => next_renewal = Instant::now() + margin,
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                break format!(
+                    "no successful renewal within its TTL of {} ms",
+                    ttl.as_millis()
+                );
+            }
+            () = tokio::time::sleep_until(next_renewal), if in_flight.is_none() => {
+                in_flight = Some(tokio::spawn(renew(held.clone())));
+            }
+        }
+    };
+
+    eprintln!(
+        "lockd exec: lost the lock {} ({lost}); stopping {:?} (exit {EXIT_LOST})",
+        held.name, command[0]
+    );
+    forward(&child, Signal::TERM);
+    let kill_at = Instant::now() + Duration::from_millis(kill_after);
+    let mut killed = false;
+    loop {
+        tokio::select! {
+            _ = child.wait() => break,
+            Some(()) = next_signal(&mut interrupt) => forward(&child, Signal::INT),
+            Some(()) = next_signal(&mut terminate) => forward(&child, Signal::TERM),
+            () = tokio::time::sleep_until(kill_at), if !killed => {
+                killed = true;
+                let _ = child.start_kill();
+            }
+        }
+    }
+    Ok(EXIT_LOST)
+}
+
+/// The safety margin before the expiry: min(TTL/10, 1 s).
+fn margin(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
+}
+
+/// Extends the lock by its TTL; the outcome says when the request was sent.
+async fn renew(held: Held) -> Renewal {
+    let sent = Instant::now();
+    let result = blocking(move || {
+        // No answer within the TTL is no use.
+        let client = Client::with_timeout(held.conn.clone(), held.ttl)?;
+        let request = ExtendRequest {
+            namespace: Some(held.namespace.clone()),
+            name: held.name.clone(),
+            owner: held.owner.clone(),
+            ttl_ms: held.ttl.as_millis() as u64,
+        };
+        let answer = client.post(ExtendRequest::PATH, &request)?;
+        let grant: GrantReply = client.expect(&held.name, &answer, Status::Extended)?;
+        if grant.fencing_token != held.token {
+            return Err(fail(
+                1,
+                format!(
+                    "{} is held under token {}, not {}",
+                    held.name, grant.fencing_token, held.token
+                ),
+            ));
+        }
+        Ok(())
+    })
+    .await;
+    match result {
+        Ok(()) => Renewal::Extended(sent),
+        // Exit code 3: unreachable, `unavailable`, or no lockd answer.
+        Err(f) if f.code == 3 => Renewal::Failed(f.message),
+        Err(f) => Renewal::Refused(f.message),
+    }
+}
+
+/// Releases the lock (with its token); a failure is one line on stderr, and
+/// the TTL ends the lock.
+async fn release(held: &Held) {
+    let held = held.clone();
+    let name = held.name.clone();
+    let result = blocking(move || {
+        let client = Client::with_timeout(held.conn.clone(), Duration::from_secs(10))?;
+        let request = UnlockRequest {
+            namespace: Some(held.namespace.clone()),
+            name: held.name.clone(),
+            owner: held.owner.clone(),
+            fencing_token: Some(held.token),
+        };
+        let answer = client.post(UnlockRequest::PATH, &request)?;
+        client
+            .expect::<StatusReply>(&held.name, &answer, Status::Unlocked)
+            .map(drop)
+    })
+    .await;
+    if let Err(f) = result {
+        eprintln!(
+            "lockd exec: could not release {name} ({}); it ends at its TTL",
+            f.message
+        );
+    }
+}
+
+/// Runs blocking HTTP off the runtime's thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(fail(3, format!("the request failed: {e}"))))
+}
+
+async fn join(handle: &mut Option<JoinHandle<Renewal>>) -> Renewal {
+    match handle {
+        Some(handle) => handle
+            .await
+            .unwrap_or_else(|e| Renewal::Failed(format!("the renewal failed: {e}"))),
+        None => std::future::pending().await,
+    }
+}
+
+fn watch(kind: SignalKind) -> Option<Watched> {
+    signal(kind).ok()
+}
+
+/// The next delivery of a watched signal; never, if it cannot be watched.
+async fn next_signal(signal: &mut Option<Watched>) -> Option<()> {
+    match signal {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `sig` to CMD, if it has not been reaped yet (so its pid is still
+/// its own).
+fn forward(child: &Child, sig: Signal) {
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .and_then(Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = kill_process(pid, sig);
+    }
+}
+
+/// CMD's exit code, or 128 + the signal that killed it.
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+/// `exec-` and 32 hex digits: 128 random bits, so no one can guess it.
+fn fresh_owner() -> Result<String, Failure> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| fail(3, format!("no randomness for an owner: {e}")))?;
+    Ok(format!("exec-{:032x}", u128::from_be_bytes(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margins_and_owners() {
+        assert_eq!(margin(Duration::from_secs(30)), Duration::from_secs(1));
+        assert_eq!(
+            margin(Duration::from_millis(1500)),
+            Duration::from_millis(150)
+        );
+        let (a, b) = (fresh_owner().unwrap(), fresh_owner().unwrap());
+        assert_ne!(a, b);
+        assert!(a.starts_with("exec-") && a.len() == 37, "{a}");
+    }
+
+    #[test]
+    fn exit_codes_of_signals() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 128 + 15);
+    }
+}
