@@ -6,7 +6,7 @@
 //! the same thing after a restart, and to answer `expires_at_ms` to callers
 //! (docs/contract.md#c8-expiry). [`Clock::now_ms`] is the monotonic time
 //! every deadline is compared with; [`Clock::to_wall_ms`] and
-//! [`Clock::from_wall_ms`] convert at those edges. Tests drive a
+//! [`Clock::monotonic_of_wall_ms`] convert at those edges. Tests drive a
 //! [`ManualClock`] instead of sleeping, and step its wall clock alone with
 //! [`ManualClock::step_wall`].
 
@@ -32,7 +32,7 @@ pub trait Clock: Send + Sync + 'static {
     }
     /// The monotonic time of the wall-clock time `wall_ms` (a recovered
     /// expiry).
-    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+    fn monotonic_of_wall_ms(&self, wall_ms: u64) -> u64 {
         wall_ms
     }
 }
@@ -70,11 +70,24 @@ fn anchor() -> &'static (u64, Instant) {
 /// `Instant` arithmetic.
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
 
+/// Wall-clock moves smaller than this are read as jitter and drift, not a
+/// step: the offset stays put, so two conversions a moment apart agree to
+/// the millisecond (a lease and its locks share one expiry).
+const STEP_THRESHOLD_MS: i64 = 1_000;
+
 impl SystemClock {
-    /// Wall time minus monotonic time, now: zero at the anchor, then the sum
-    /// of every wall-clock step (and the drift) since.
+    /// Wall time minus monotonic time: zero at the anchor, then the sum of
+    /// the wall-clock steps since, updated when it moves by more than
+    /// [`STEP_THRESHOLD_MS`].
     fn wall_offset_ms(&self) -> i64 {
-        wall_now_ms() as i64 - self.now_ms() as i64
+        static OFFSET: AtomicI64 = AtomicI64::new(0);
+        let measured = wall_now_ms() as i64 - self.now_ms() as i64;
+        let current = OFFSET.load(Ordering::Relaxed);
+        if (measured - current).abs() <= STEP_THRESHOLD_MS {
+            return current;
+        }
+        OFFSET.store(measured, Ordering::Relaxed);
+        measured
     }
 }
 
@@ -93,7 +106,7 @@ impl Clock for SystemClock {
         shift(ms, self.wall_offset_ms())
     }
 
-    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+    fn monotonic_of_wall_ms(&self, wall_ms: u64) -> u64 {
         shift(wall_ms, -self.wall_offset_ms())
     }
 }
@@ -148,7 +161,7 @@ impl Clock for ManualClock {
         shift(ms, self.wall_offset.load(Ordering::SeqCst))
     }
 
-    fn from_wall_ms(&self, wall_ms: u64) -> u64 {
+    fn monotonic_of_wall_ms(&self, wall_ms: u64) -> u64 {
         shift(wall_ms, -self.wall_offset.load(Ordering::SeqCst))
     }
 }
@@ -167,7 +180,7 @@ mod tests {
         // this test, and the conversions undo each other.
         assert!(wall_now_ms().abs_diff(a) < 60_000);
         let t = a + 12_345;
-        assert!(clock.from_wall_ms(clock.to_wall_ms(t)).abs_diff(t) <= 1);
+        assert!(clock.monotonic_of_wall_ms(clock.to_wall_ms(t)).abs_diff(t) <= 1);
     }
 
     #[test]
@@ -176,7 +189,7 @@ mod tests {
         clock.step_wall(3_600_000);
         assert_eq!(clock.now_ms(), 1_000_000);
         assert_eq!(clock.to_wall_ms(1_000_500), 4_600_500);
-        assert_eq!(clock.from_wall_ms(4_600_500), 1_000_500);
+        assert_eq!(clock.monotonic_of_wall_ms(4_600_500), 1_000_500);
         clock.step_wall(-7_200_000);
         assert_eq!(clock.to_wall_ms(1_000_000), 0, "saturates below the epoch");
     }

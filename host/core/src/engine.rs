@@ -384,7 +384,7 @@ impl Engine {
         });
         let now = engine.clock.now_ms();
         for (lease, mut record) in recovered.leases {
-            record.expires_at_ms = engine.clock.from_wall_ms(record.expires_at_ms);
+            record.expires_at_ms = engine.clock.monotonic_of_wall_ms(record.expires_at_ms);
             if record.expires_at_ms <= now {
                 drop(engine.journal.submit(JournalOp::DeleteLease(lease)));
                 continue;
@@ -398,7 +398,7 @@ impl Engine {
             engine.purge.note_deadline(record.expires_at_ms);
         }
         for (key, mut record) in recovered.locks {
-            record.expires_at_ms = engine.clock.from_wall_ms(record.expires_at_ms);
+            record.expires_at_ms = engine.clock.monotonic_of_wall_ms(record.expires_at_ms);
             // A lock under a live lease takes the lease's expiry: a refresh
             // writes only the lease's record. A lease that is gone was
             // revoked (its locks' records went with it, in one batch) or
