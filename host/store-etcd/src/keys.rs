@@ -4,6 +4,8 @@
 //! <prefix>/<ns>/<name>                 the lock: a JSON `LockRecord`
 //! <prefix>/.queue/<ns>/<name>/<id>     one waiter: a JSON `WaiterRecord`
 //! <prefix>/.leases/<ns>/<id>           one lease: a JSON `LeaseRecord`
+//! <prefix>/.why                        why the last marked transaction
+//!                                      removed a holder (events.rs)
 //! ```
 //!
 //! Namespaces and names are percent-encoded: every byte outside
@@ -15,6 +17,19 @@
 //! when `a` is a prefix of `b`, so a name-prefix listing is one etcd range.
 
 use lockd_core::Key;
+
+/// What a key under the prefix is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A lock key.
+    Lock(Key),
+    /// A lease key: the lease's namespace and id.
+    Lease(Key),
+    /// The marker key (see [`Layout::marker_key`]).
+    Marker,
+    /// A waiter key, or anything else.
+    Other,
+}
 
 /// The key layout under one prefix.
 #[derive(Clone, Debug)]
@@ -98,6 +113,27 @@ impl Layout {
             encode(id)
         )
         .into_bytes()
+    }
+
+    /// `<prefix>/.why`: the marker a transaction that removes a holder
+    /// writes, so that watchers learn why (see `events.rs`).
+    pub(crate) fn marker_key(&self) -> Vec<u8> {
+        format!("{}/.why", self.prefix).into_bytes()
+    }
+
+    /// What `key` is: a lock, a lease, the marker, or something else.
+    pub(crate) fn classify(&self, key: &[u8]) -> Target {
+        if key == self.marker_key().as_slice() {
+            return Target::Marker;
+        }
+        if let Some(rest) = key.strip_prefix(self.all_leases().as_slice()) {
+            let lease = std::str::from_utf8(rest)
+                .ok()
+                .and_then(|r| r.split_once('/'))
+                .and_then(|(ns, id)| Some(Key::new(decode(ns)?, decode(id)?)));
+            return lease.map_or(Target::Other, Target::Lease);
+        }
+        self.key_of(key).map_or(Target::Other, Target::Lock)
     }
 
     /// The lock stored at `lock_key`, a key this layout made with
@@ -200,5 +236,15 @@ mod tests {
         let q = l.waiter_key(&Key::new("ns", "n"), "7-1");
         assert_eq!(q, b"/lockd/.queue/ns/n/7-1");
         assert!(!q.starts_with(&l.list_prefix(".queue", "")));
+        assert_eq!(l.classify(&a), Target::Lock(Key::new("a/b", "c")));
+        assert_eq!(
+            l.classify(&lease),
+            Target::Lease(Key::new("a/b", "lease-1"))
+        );
+        assert_eq!(l.classify(&q), Target::Other);
+        assert_eq!(l.classify(b"/lockd/.why"), Target::Marker);
+        assert_eq!(l.classify(b"/lockd/.whyx"), Target::Other);
+        assert_eq!(l.classify(b"/lockd/.leases/ns"), Target::Other);
+        assert!(l.marker_key().starts_with(&l.all()));
     }
 }

@@ -92,7 +92,9 @@
 //! and `docs/scale-out.md` ("lockd leases on etcd").
 #![deny(missing_docs)]
 
+mod deadlines;
 mod endpoints;
+mod events;
 mod keys;
 mod leases;
 mod local;
@@ -109,7 +111,7 @@ use std::sync::Arc;
 
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockBackend,
-    LockError, LockInfo, LockOptions,
+    LockError, LockEvent, LockInfo, LockOptions,
 };
 
 pub use crate::options::{ConfigError, EtcdOptions};
@@ -119,9 +121,10 @@ use crate::store::Inner;
 /// it to end its session (its ephemeral locks and waiter keys go too).
 pub struct EtcdBackend {
     inner: Arc<Inner>,
-    /// The session's keep-alive, and the task that keeps members that
-    /// refuse connections out of the client's rotation.
-    background: [tokio::task::JoinHandle<()>; 2],
+    /// The session's keep-alive, the task that keeps members that refuse
+    /// connections out of the client's rotation, the events watch and the
+    /// sweeper of expired keys.
+    background: [tokio::task::JoinHandle<()>; 4],
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -148,7 +151,11 @@ impl EtcdBackend {
         let inner = Inner::connect(options, clock).await.inspect_err(|e| {
             tracing::warn!(error = %e, "cannot connect to the etcd store");
         })?;
-        let background = inner.spawn_background();
+        // Every change after this read reaches the events watch.
+        let revision = inner.scan().await.inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot read the etcd store's locks");
+        })?;
+        let background = inner.spawn_background(revision);
         Ok(EtcdBackend { inner, background })
     }
 
@@ -295,6 +302,19 @@ impl LockBackend for EtcdBackend {
     /// unreachable past the expiry last read.
     fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
         self.inner.lease_ended(lease)
+    }
+
+    /// Releases `key` whoever holds it, in one transaction that hands it to
+    /// the head of its queue (as an unlock does) and is marked
+    /// force-released, so that every host's event stream says so.
+    fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        Box::pin(self.inner.force_unlock(key))
+    }
+
+    /// Events from the backend's etcd watch: changes made through any host
+    /// on the same etcd and prefix.
+    fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
+        Some(self.inner.subscribe())
     }
 
     /// Cluster-wide counts as of the previous call (the first call answers

@@ -3,7 +3,10 @@
 //! - [`Turns`]: `lock` calls on one name start their first attempt (and, if
 //!   they must wait, join the etcd queue) one at a time, in call order. Two
 //!   waiters of one process therefore enter the etcd queue in the order they
-//!   called, however the network reorders their requests.
+//!   called, however the network reorders their requests. An `unlock` or
+//!   force-unlock waits for the `lock` calls on its name that came before
+//!   it to queue (or end), so a waiter that called first is in the queue
+//!   when the lock is released, as with the in-memory engine.
 //! - [`Pending`]: a `release_detached` is in flight; later calls on that name
 //!   through the same backend wait for it first (read-your-writes within the
 //!   process, as the in-memory engine gives).
@@ -52,6 +55,21 @@ impl Turns {
             key: key.clone(),
             n,
             rx: turn.serving.subscribe(),
+        }
+    }
+}
+
+impl Turns {
+    /// Waits (at most `limit`) until every ticket of `key` taken so far has
+    /// ended.
+    pub(crate) async fn settle(&self, key: &Key, limit: Duration) {
+        let taken = {
+            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.get(key).map(|t| (t.serving.subscribe(), t.next))
+        };
+        if let Some((mut rx, next)) = taken {
+            // An error: every ticket of the name ended.
+            let _ = tokio::time::timeout(limit, rx.wait_for(|s| *s >= next)).await;
         }
     }
 }
@@ -167,6 +185,28 @@ mod tests {
         drop(t0);
         second.await.unwrap();
         assert!(turns.map.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn turns_settle_waits_for_the_tickets_taken_before() {
+        let turns = Arc::new(Turns::default());
+        let k = Key::new("n", "a");
+        let t0 = turns.ticket(&k);
+        let t1 = turns.ticket(&k);
+        let t = turns.clone();
+        let kk = k.clone();
+        let settled = tokio::spawn(async move { t.settle(&kk, Duration::from_secs(10)).await });
+        // A ticket taken after the settle began is not waited for.
+        tokio::task::yield_now().await;
+        let later = turns.ticket(&k);
+        drop(t0);
+        tokio::task::yield_now().await;
+        assert!(!settled.is_finished());
+        drop(t1);
+        settled.await.unwrap();
+        drop(later);
+        // Nothing taken: at once.
+        turns.settle(&k, Duration::from_secs(10)).await;
     }
 
     #[tokio::test]

@@ -54,6 +54,11 @@ pub(crate) struct LockRecord {
     /// it, its expiry is the lease's, and only the lease moves it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub lease: bool,
+    /// When this grant was made (fresh or handed over; a refresh keeps
+    /// it), for the events that end it. Absent in records written before
+    /// lockd kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_at_ms: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -152,8 +157,10 @@ impl LeaseRecord {
 }
 
 impl LockRecord {
+    /// A fresh grant made at `now_ms`.
     pub(crate) fn fresh(
         owner: &str,
+        now_ms: u64,
         expires_at_ms: u64,
         durability: Durability,
         waiter: Option<String>,
@@ -166,6 +173,7 @@ impl LockRecord {
             token: None,
             waiter,
             lease: false,
+            acquired_at_ms: Some(now_ms),
         }
     }
 }
@@ -290,18 +298,25 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_stay_small() {
-        let r = LockRecord::fresh("o1", 17, Durability::Ephemeral, None);
+        let r = LockRecord::fresh("o1", 7, 17, Durability::Ephemeral, None);
         let json = to_json(&r);
         assert_eq!(
             std::str::from_utf8(&json).unwrap(),
-            r#"{"v":1,"owner":"o1","expires_at_ms":17,"durability":"ephemeral"}"#
+            r#"{"v":1,"owner":"o1","expires_at_ms":17,"durability":"ephemeral","acquired_at_ms":7}"#
         );
         assert_eq!(from_json::<LockRecord>(b"k", &json).unwrap(), r);
+        // Records written before `acquired_at_ms` existed still read.
+        let old: LockRecord = from_json(
+            b"k",
+            br#"{"v":1,"owner":"o1","expires_at_ms":17,"durability":"ephemeral"}"#,
+        )
+        .unwrap();
+        assert_eq!(old.acquired_at_ms, None);
         let mut leased = r.clone();
         leased.lease = true;
         assert!(std::str::from_utf8(&to_json(&leased))
             .unwrap()
-            .ends_with(r#","lease":true}"#));
+            .ends_with(r#","lease":true,"acquired_at_ms":7}"#));
         assert_eq!(
             from_json::<LockRecord>(b"k", &to_json(&leased)).unwrap(),
             leased

@@ -37,7 +37,8 @@ impl StatsCache {
     }
 
     /// Counts lock and waiter keys in one read and keeps the counts (lease
-    /// keys are neither). A failure keeps the previous counts.
+    /// keys and the events marker are neither). A failure keeps the
+    /// previous counts.
     pub(crate) async fn refresh(&self, etcd: &Etcd, layout: &Layout) {
         let count =
             |k: Vec<u8>| TxnOp::get(k, Some(GetOptions::new().with_prefix().with_count_only()));
@@ -45,13 +46,19 @@ impl StatsCache {
             count(layout.all()),
             count(layout.all_waiters()),
             count(layout.all_leases()),
+            TxnOp::get(
+                layout.marker_key(),
+                Some(GetOptions::new().with_count_only()),
+            ),
         ]);
         match etcd.txn("stats", txn).await {
             Ok(resp) => {
                 let counts: Vec<u64> = gets(&resp).iter().map(|g| g.count() as u64).collect();
-                if let [all, waiters, leases] = counts[..] {
+                if let [all, waiters, leases, marker] = counts[..] {
                     self.locks.store(
-                        all.saturating_sub(waiters).saturating_sub(leases),
+                        all.saturating_sub(waiters)
+                            .saturating_sub(leases)
+                            .saturating_sub(marker),
                         Ordering::Relaxed,
                     );
                     self.waiters.store(waiters, Ordering::Relaxed);

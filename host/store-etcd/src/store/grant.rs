@@ -5,7 +5,9 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lockd_core::{Durability, Grant, Key, LockError, LockInfo, LockOptions};
 
 use super::lease::LeaseEdits;
+use super::release::Who;
 use super::{nobody_queued, unchanged, Inner};
+use crate::events::Why;
 use crate::record::{to_json, Held, LockRecord, Queued};
 use crate::rpc::gets;
 
@@ -67,6 +69,7 @@ impl Inner {
                     lock_key,
                     queue,
                     absent,
+                    Vec::new(),
                     owner,
                     ttl_ms,
                     expires_at_ms,
@@ -104,11 +107,14 @@ impl Inner {
                     }
                     // Nobody queued: settled() served any head first.
                     let as_read = unchanged(lock_key, snap.lock.as_ref());
+                    // Over an expired holder: its end is marked expired.
+                    let marker = self.marked(Why::Expired, snap.lock.as_ref());
                     if let Some(g) = self
                         .grant_fresh(
                             lock_key,
                             queue,
                             as_read,
+                            marker,
                             owner,
                             ttl_ms,
                             expires_at_ms,
@@ -123,25 +129,35 @@ impl Inner {
         }
     }
 
+    /// The marker of a transaction that removes `current` (if any) because
+    /// of `why`, for the events watch (see `events.rs`).
+    pub(super) fn marked(&self, why: Why, current: Option<&Held>) -> Vec<TxnOp> {
+        current
+            .map(|_| why.marker(&self.layout))
+            .into_iter()
+            .collect()
+    }
+
     /// Writes a fresh grant to `owner` if the lock key passes `key_as_seen`
-    /// and nobody is queued, and remembers it. `None` if either changed.
+    /// and nobody is queued, with `extra` ops, and remembers it. `None` if
+    /// either changed.
     #[allow(clippy::too_many_arguments)]
     async fn grant_fresh(
         &self,
         lock_key: &[u8],
         queue: &[u8],
         key_as_seen: Compare,
+        extra: Vec<TxnOp>,
         owner: &str,
         ttl_ms: u64,
         expires_at_ms: u64,
         options: LockOptions,
     ) -> Result<Option<Grant>, LockError> {
         let lease = self.lease_for(options.durability, ttl_ms).await?;
-        let rec = LockRecord::fresh(owner, expires_at_ms, options.durability, None);
+        let now = self.clock.now_ms();
+        let rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None);
         let when = vec![key_as_seen, nobody_queued(queue)];
-        let written = self
-            .put_holder(lock_key, when, &rec, lease, Vec::new())
-            .await?;
+        let written = self.put_holder(lock_key, when, &rec, lease, extra).await?;
         Ok(written.map(|h| {
             self.remember(lock_key, &h);
             h.grant()
@@ -186,12 +202,15 @@ impl Inner {
     /// transaction (guarded by the lease keys' revisions). A waiter whose
     /// lease has ended is dropped from the queue instead (`false`: read
     /// again), so no lock is handed to a lease that ended.
+    ///
+    /// `why` is why `current` leaves (the transaction's marker).
     pub(super) async fn hand_off(
         &self,
         lock_key: &[u8],
         current: Option<&Held>,
         head: &Queued,
         now: u64,
+        why: Why,
     ) -> Result<bool, LockError> {
         let key = self.key_of(lock_key)?;
         let mut edits = LeaseEdits::default();
@@ -207,6 +226,7 @@ impl Inner {
             Compare::mod_revision(head.key.clone(), CompareOp::Equal, head.mod_revision),
         ];
         let mut extra = vec![TxnOp::delete(head.key.clone(), None)];
+        extra.extend(self.marked(why, current));
         edits.apply(&mut when, &mut extra);
         Ok(self
             .put_holder(lock_key, when, &rec, lease, extra)
@@ -313,8 +333,10 @@ impl Inner {
             return Ok(Refresh::Changed);
         };
         if self.clock.now_ms() >= h.rec.expires_at_ms {
-            self.release(lock_key, queue, &h.rec.owner, Some(h.token))
+            let who = Who::Owner(&h.rec.owner, Some(h.token));
+            self.release(lock_key, queue, who, Why::Expired)
                 .await
+                .map(drop)
                 .or_else(|e| match e {
                     // Changed again meanwhile: not ours to release.
                     LockError::NotHeld | LockError::NotOwner => Ok(()),

@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use super::grant::deadline;
 use super::queue::{WaitEnd, WATCH_RETRY};
 use super::{nobody_queued, unchanged, Inner};
+use crate::events::Why;
 use crate::local::Ticket;
 use crate::record::{from_json, to_json, Held, LeaseRecord, Leased, LockRecord, Queued};
 use crate::rpc::gets;
@@ -202,6 +203,7 @@ impl Inner {
             };
             let rec = LockRecord::fresh(
                 &w.owner,
+                now,
                 now.saturating_add(w.ttl_ms),
                 durability,
                 Some(w.id.clone()),
@@ -223,6 +225,7 @@ impl Inner {
         let etcd_lease = self.etcd_lease_of(&l, l.expires_at_ms - now).await?;
         let mut rec = LockRecord::fresh(
             lease_id,
+            now,
             l.expires_at_ms,
             l.durability.into(),
             Some(w.id.clone()),
@@ -385,7 +388,7 @@ impl Inner {
             // expiry revived a lease others had rightly seen end. Taken back
             // (its locks pass on), as a late extend is (C6).
             if self.clock.now_ms() >= l.rec.expires_at_ms {
-                match self.revoke_lease(lease).await {
+                match self.end_lease(lease, Why::Expired).await {
                     Ok(_) | Err(LockError::NotHeld) => {}
                     Err(e) => return Err(e),
                 }
@@ -399,6 +402,11 @@ impl Inner {
     /// queue, in one transaction guarded by all their revisions (and the
     /// heads'). Answers how many locks it released.
     pub(crate) async fn revoke_lease(&self, lease: &Key) -> Result<u64, LockError> {
+        self.end_lease(lease, Why::Released).await
+    }
+
+    /// [`Inner::revoke_lease`], its transaction marked `why`.
+    async fn end_lease(&self, lease: &Key, why: Why) -> Result<u64, LockError> {
         let lease_key = self.lease_key_of(lease);
         'read: loop {
             let Some(l) = self.read_lease(&lease_key).await? else {
@@ -452,6 +460,7 @@ impl Inner {
                 ops.push(TxnOp::delete(head.key.clone(), None));
             }
             edits.apply(&mut when, &mut ops);
+            ops.push(why.marker(&self.layout));
             let txn = Txn::new().when(when).and_then(ops);
             if self.etcd.txn("lease revoke", txn).await?.succeeded() {
                 return Ok(released);
@@ -505,7 +514,8 @@ impl Inner {
             }
             let expires_at_ms = l.rec.expires_at_ms;
             let etcd_lease = self.etcd_lease_of(&l.rec, expires_at_ms - now).await?;
-            let mut rec = LockRecord::fresh(lease_id, expires_at_ms, l.rec.durability.into(), None);
+            let mut rec =
+                LockRecord::fresh(lease_id, now, expires_at_ms, l.rec.durability.into(), None);
             rec.lease = true;
             let mut listed = l.rec.clone();
             listed.add(&key.name);
@@ -514,11 +524,13 @@ impl Inner {
                 nobody_queued(queue),
                 Compare::mod_revision(lease_key.to_vec(), CompareOp::Equal, l.mod_revision),
             ];
-            let extra = vec![TxnOp::put(
+            let mut extra = vec![TxnOp::put(
                 lease_key.to_vec(),
                 to_json(&listed),
                 Some(PutOptions::new().with_ignore_lease()),
             )];
+            // Over an expired holder: its end is marked expired.
+            extra.extend(self.marked(Why::Expired, snap.lock.as_ref()));
             if let Some(h) = self
                 .put_holder(lock_key, when, &rec, etcd_lease, extra)
                 .await?

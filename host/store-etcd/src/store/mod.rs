@@ -12,11 +12,13 @@
 //! - `queue`: a waiter's key, its watch, and leaving the queue;
 //! - `lock`: the whole `lock` call, in a task of its own;
 //! - `release`: `unlock`, in one round trip when it can be;
-//! - `lease`: leases, their locks, refresh, revoke and the end watch.
+//! - `lease`: leases, their locks, refresh, revoke and the end watch;
+//! - `observe`: the events watch, and the sweeper of expired keys.
 
 mod grant;
 mod lease;
 mod lock;
+mod observe;
 mod queue;
 mod read;
 mod release;
@@ -25,10 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions};
-use lockd_core::{BackendStats, Clock, Grant, Key, ListedLock, LockError, LockInfo};
+use lockd_core::{BackendStats, Clock, EventSender, Grant, Key, ListedLock, LockError, LockInfo};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
+use crate::deadlines::Deadlines;
 use crate::keys::Layout;
 use crate::leases::{Session, SharedLeases};
 use crate::local::{Pending, Turns};
@@ -54,6 +57,10 @@ pub(crate) struct Inner {
     turns: Turns,
     pending: Pending,
     stats: StatsCache,
+    /// Every change the watch reports, for whoever subscribed.
+    events: EventSender,
+    /// Expiries of the lock and lease keys, for the sweeper.
+    deadlines: Deadlines,
     handle: Handle,
 }
 
@@ -99,13 +106,17 @@ impl Inner {
             turns: Turns::default(),
             pending: Pending::default(),
             stats: StatsCache::default(),
+            events: EventSender::default(),
+            deadlines: Deadlines::default(),
             handle: Handle::current(),
         }))
     }
 
     /// Starts the work that runs for the backend's life: the session's
-    /// keep-alive and the endpoint rotation. Abort both when it ends.
-    pub(crate) fn spawn_background(self: &Arc<Self>) -> [JoinHandle<()>; 2] {
+    /// keep-alive, the endpoint rotation, the events watch (from
+    /// `revision` + 1, see [`Inner::scan`]) and the sweeper. Abort them all
+    /// when it ends.
+    pub(crate) fn spawn_background(self: &Arc<Self>, revision: i64) -> [JoinHandle<()>; 4] {
         let inner = self.clone();
         let keepalive = self
             .handle
@@ -114,7 +125,9 @@ impl Inner {
         let rotation = self
             .handle
             .spawn(async move { inner.etcd.rotation().keep(inner.etcd.client()).await });
-        [keepalive, rotation]
+        let watch = self.handle.spawn(self.clone().observe(revision));
+        let sweeper = self.handle.spawn(self.clone().sweep());
+        [keepalive, rotation, watch, sweeper]
     }
 
     /// Ends the session in the background (see [`Session::retire`]).
@@ -139,6 +152,12 @@ impl Inner {
         self.etcd.rotation().refused_total()
     }
 
+    /// Waits for this backend's `lock` calls on `key` made so far to queue
+    /// or end (see `local.rs`).
+    async fn settle_turns(&self, key: &Key) {
+        self.turns.settle(key, self.options.request_timeout).await;
+    }
+
     /// Waits for this backend's detached releases of names that match
     /// `filter` (read-your-writes within the process).
     async fn settle_pending(&self, filter: impl Fn(&Key) -> bool) {
@@ -153,6 +172,7 @@ impl Inner {
         owner: &str,
         token: Option<u64>,
     ) -> Result<(), LockError> {
+        self.settle_turns(key).await;
         self.settle_pending(|k| k == key).await;
         let result = self.unlock_flow(key, owner, token).await;
         log_unavailable("unlock", key, result)

@@ -4,7 +4,8 @@ use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lockd_core::{Key, ListedLock, LockError, LockInfo};
 
 use super::queue::Waiter;
-use super::Inner;
+use super::{nobody_queued, unchanged, Inner};
+use crate::events::Why;
 use crate::record::{Held, Queued};
 use crate::rpc::gets;
 
@@ -93,7 +94,7 @@ impl Inner {
             match &snap.head {
                 Some(head) if free => {
                     // Either way, read again: handed off, or raced.
-                    self.hand_off(lock_key, snap.lock.as_ref(), head, now)
+                    self.hand_off(lock_key, snap.lock.as_ref(), head, now, Why::Expired)
                         .await?;
                 }
                 _ => return Ok(snap),
@@ -111,7 +112,31 @@ impl Inner {
         let queue = self.layout.queue_prefix(key);
         let snap = self.settled(&lock_key, &queue, None).await?;
         let now = self.clock.now_ms();
+        if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
+            // Found expired: removed now, so every host's event stream
+            // hears of it. The answer does not wait on the cleanup.
+            if let Err(e) = self.remove_expired(&lock_key, &queue, h).await {
+                tracing::debug!(error = %e, "etcd store: removing an expired lock failed");
+            }
+        }
         Ok(snap.lock.filter(|h| h.live(now)).map(|h| h.info()))
+    }
+
+    /// Deletes the expired lock `h` if it is still as read and nobody
+    /// waits (a waiter would have it handed over instead), marked expired.
+    /// Whether it did.
+    pub(super) async fn remove_expired(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        h: &Held,
+    ) -> Result<bool, LockError> {
+        let mut ops = vec![TxnOp::delete(lock_key.to_vec(), None)];
+        ops.extend(self.marked(Why::Expired, Some(h)));
+        let txn = Txn::new()
+            .when(vec![unchanged(lock_key, Some(h)), nobody_queued(queue)])
+            .and_then(ops);
+        Ok(self.etcd.txn("remove expired", txn).await?.succeeded())
     }
 
     /// Live locks under a name prefix, from one read. Unlike `get`, it does

@@ -1,0 +1,315 @@
+//! The backend's view of every change in etcd: one watch over the prefix,
+//! with each key's previous value, turned into the events of
+//! docs/http.md#events (see `events.rs`) and into the expiry index that
+//! the sweeper works from; and the sweeper, which removes expired locks
+//! and leases (marked expired) without waiting for a read.
+//!
+//! The watch starts where the read made at connect ended, and after a
+//! failure (a member's death, an etcd restart) again from the last
+//! revision it saw, so no change is missed unless etcd compacted it away
+//! meanwhile (then it warns, reads everything again and goes on from
+//! there).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, Event, EventType, GetOptions, KeyValue, Txn, TxnOp, WatchOptions,
+};
+use lockd_core::{LockError, LockEvent};
+use tokio::sync::broadcast;
+
+use super::queue::WATCH_RETRY;
+use super::Inner;
+use crate::events::{lease_event, lock_events, Why};
+use crate::keys::Target;
+use crate::record::{from_json, Held, LeaseRecord};
+use crate::rpc::gets;
+
+/// Real time between two sweeps at least: bounds the sweeper's work under
+/// any clock (one whose sleeps end at once, say), and is the delay an
+/// expiry may take to be removed, on top of a round trip or two.
+const SWEEP_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two attempts to watch again.
+const MAX_WATCH_PAUSE: Duration = Duration::from_secs(5);
+
+/// How a watch ended.
+enum WatchEnd {
+    /// etcd compacted revisions the watch had not reached (this one).
+    Compacted(i64),
+    Failed(String),
+}
+
+impl Inner {
+    /// A new subscriber to the backend's events.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
+        self.events.subscribe()
+    }
+
+    /// The key and expiry of a lock or lease key's value, for the index.
+    fn expiry_of(&self, kv: &KeyValue) -> Option<u64> {
+        match self.layout.classify(kv.key()) {
+            Target::Lock(_) => Held::from_kv(kv).ok().map(|h| h.rec.expires_at_ms),
+            Target::Lease(_) => from_json::<LeaseRecord>(kv.key(), kv.value())
+                .ok()
+                .map(|l| l.expires_at_ms),
+            Target::Marker | Target::Other => None,
+        }
+    }
+
+    /// Reads every lock and lease key (not the waiters) into the expiry
+    /// index, and answers the revision read: the watch goes on from there.
+    pub(crate) async fn scan(&self) -> Result<i64, LockError> {
+        let all = self.layout.all();
+        let waiters = self.layout.all_waiters();
+        // [<prefix>/, <prefix>/.queue/) and [<prefix>/.queue0, <prefix>0):
+        // everything but the waiters.
+        let txn = Txn::new().and_then(vec![
+            TxnOp::get(
+                all.clone(),
+                Some(GetOptions::new().with_range(waiters.clone())),
+            ),
+            TxnOp::get(
+                successor(&waiters),
+                Some(GetOptions::new().with_range(successor(&all))),
+            ),
+        ]);
+        let resp = self.etcd.read_txn("scan", txn).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut entries = Vec::new();
+        for get in gets(&resp) {
+            for kv in get.kvs() {
+                if let Some(at) = self.expiry_of(kv) {
+                    entries.push((kv.key().to_vec(), at));
+                }
+            }
+        }
+        self.deadlines.replace_all(entries);
+        Ok(revision)
+    }
+
+    /// Runs the events watch for the backend's life, from `revision` + 1.
+    pub(crate) async fn observe(self: Arc<Self>, mut revision: i64) {
+        let mut pause = WATCH_RETRY;
+        loop {
+            let seen = revision;
+            let end = self.watch_events(&mut revision).await;
+            if revision > seen {
+                pause = WATCH_RETRY;
+            }
+            match end {
+                WatchEnd::Compacted(compacted) => {
+                    tracing::warn!(
+                        from = revision + 1,
+                        compacted,
+                        "etcd store: etcd compacted revisions the events watch had not \
+                         reached; their events are lost. Reading every lock again"
+                    );
+                    match self.scan().await {
+                        Ok(r) => revision = r,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "etcd store: reading every lock failed");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(MAX_WATCH_PAUSE);
+                        }
+                    }
+                }
+                WatchEnd::Failed(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        from = revision + 1,
+                        "etcd store: the events watch failed; watching again from the \
+                         last revision seen"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_WATCH_PAUSE);
+                }
+            }
+        }
+    }
+
+    /// One watch from `revision` + 1 until it fails; `revision` follows the
+    /// revisions it delivered.
+    async fn watch_events(&self, revision: &mut i64) -> WatchEnd {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_start_revision(*revision + 1);
+        let all = self.layout.all();
+        let stream = self
+            .etcd
+            .rpc("events watch", || {
+                let mut wc = self.etcd.client().watch_client();
+                let (key, options) = (all.clone(), options.clone());
+                async move { wc.watch(key, Some(options)).await }
+            })
+            .await;
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) => return WatchEnd::Failed(e.to_string()),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.compact_revision() > 0 {
+                        return WatchEnd::Compacted(resp.compact_revision());
+                    }
+                    if resp.canceled() {
+                        return WatchEnd::Failed(format!(
+                            "etcd cancelled the watch: {}",
+                            resp.cancel_reason()
+                        ));
+                    }
+                    self.publish(resp.events(), revision);
+                }
+                Ok(None) => return WatchEnd::Failed("the stream closed".into()),
+                Err(e) => return WatchEnd::Failed(e.to_string()),
+            }
+        }
+    }
+
+    /// Publishes the events of `events` (whole revisions, in order) and
+    /// keeps the expiry index.
+    fn publish(&self, events: &[Event], revision: &mut i64) {
+        let now = self.clock.now_ms();
+        let marker = self.layout.marker_key();
+        let mut rest = events;
+        while let Some(first) = rest.first() {
+            let at = revision_of(first);
+            let n = rest
+                .iter()
+                .position(|e| revision_of(e) != at)
+                .unwrap_or(rest.len());
+            let (group, next) = rest.split_at(n);
+            // The marker, written in the same transaction, says why.
+            let why = group.iter().find_map(|e| {
+                let kv = e.kv().filter(|kv| kv.key() == marker.as_slice())?;
+                (e.event_type() == EventType::Put)
+                    .then(|| Why::from_marker(kv.value()))
+                    .flatten()
+            });
+            for e in group {
+                self.publish_one(e, why, now);
+            }
+            *revision = (*revision).max(at);
+            rest = next;
+        }
+    }
+
+    fn publish_one(&self, e: &Event, why: Option<Why>, now: u64) {
+        let Some(kv) = e.kv() else { return };
+        let put = e.event_type() == EventType::Put;
+        match self.layout.classify(kv.key()) {
+            Target::Lock(key) => {
+                let new = put.then(|| Held::from_kv(kv).ok()).flatten();
+                match &new {
+                    Some(h) => self.deadlines.set(kv.key(), h.rec.expires_at_ms),
+                    None => self.deadlines.remove(kv.key()),
+                }
+                let prev = e.prev_kv().and_then(|p| Held::from_kv(p).ok());
+                for event in lock_events(&key, prev.as_ref(), new.as_ref(), why, now) {
+                    self.events.emit(|| event);
+                }
+            }
+            Target::Lease(lease) => {
+                let read = |kv: &KeyValue| from_json::<LeaseRecord>(kv.key(), kv.value()).ok();
+                let new = put.then(|| read(kv)).flatten();
+                match &new {
+                    Some(l) => self.deadlines.set(kv.key(), l.expires_at_ms),
+                    None => self.deadlines.remove(kv.key()),
+                }
+                let prev = e.prev_kv().and_then(read);
+                if let Some(event) = lease_event(&lease, prev.as_ref(), new.as_ref(), why, now) {
+                    self.events.emit(|| event);
+                }
+            }
+            Target::Marker | Target::Other => {}
+        }
+    }
+
+    /// Runs the sweeper for the backend's life: sleeps (on the backend's
+    /// clock) until the earliest expiry it knows of, then removes every
+    /// lock and lease that expired by then, marked expired; an expired
+    /// lock with waiters goes to the head of its queue instead.
+    pub(crate) async fn sweep(self: Arc<Self>) {
+        loop {
+            match self.deadlines.earliest() {
+                Some(at) => tokio::select! {
+                    () = self.clock.sleep_until(at) => {}
+                    () = self.deadlines.added() => {}
+                },
+                None => self.deadlines.added().await,
+            }
+            tokio::time::sleep(SWEEP_PAUSE).await;
+            let now = self.clock.now_ms();
+            let mut failed = false;
+            for key in self.deadlines.take_due(now) {
+                if let Err(e) = self.sweep_key(&key).await {
+                    tracing::warn!(
+                        key = %String::from_utf8_lossy(&key),
+                        error = %e,
+                        "etcd store: removing an expired key failed; trying again"
+                    );
+                    self.deadlines.set(&key, now);
+                    failed = true;
+                }
+            }
+            if failed {
+                tokio::time::sleep(MAX_WATCH_PAUSE.min(self.etcd.request_timeout())).await;
+            }
+        }
+    }
+
+    /// Removes the lock or lease at `key` if it has expired (each host's
+    /// sweeper may try; the compares let one succeed).
+    async fn sweep_key(&self, key: &[u8]) -> Result<(), LockError> {
+        match self.layout.classify(key) {
+            Target::Lock(lock) => {
+                let queue = self.layout.queue_prefix(&lock);
+                // Hands an expired lock to the head of its queue, if any.
+                let snap = self.settled(key, &queue, None).await?;
+                let now = self.clock.now_ms();
+                if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
+                    self.remove_expired(key, &queue, h).await?;
+                }
+                Ok(())
+            }
+            Target::Lease(_) => {
+                let Some(l) = self.read_lease(key).await? else {
+                    return Ok(());
+                };
+                if l.rec.live(self.clock.now_ms()) {
+                    return Ok(());
+                }
+                let txn = Txn::new()
+                    .when(vec![Compare::mod_revision(
+                        key.to_vec(),
+                        CompareOp::Equal,
+                        l.mod_revision,
+                    )])
+                    .and_then(vec![
+                        TxnOp::delete(key.to_vec(), None),
+                        Why::Expired.marker(&self.layout),
+                    ]);
+                self.etcd.txn("remove expired lease", txn).await.map(drop)
+            }
+            Target::Marker | Target::Other => Ok(()),
+        }
+    }
+}
+
+/// The revision of the change an event reports (a delete's too).
+fn revision_of(e: &Event) -> i64 {
+    e.kv().map_or(0, KeyValue::mod_revision)
+}
+
+/// The first key after every key that starts with `prefix` (which ends
+/// in `/`): the prefix with its last byte raised by one.
+fn successor(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
