@@ -425,21 +425,39 @@ async fn an_extend_that_lands_after_the_expiry_is_taken_back() {
             Err(LockError::NotHeld) => {}
             other => panic!("{other:?}"),
         }
-        assert_eq!(s.get(NS, &name).await.unwrap(), None);
-        // The grant's key is still there (expired; its lease has minutes
-        // left) unless the extend wrote over it and took that back.
+        // The extend's write (live for minutes, so nothing would remove
+        // it) must not have stayed: the key is the expired grant or gone
+        // (a sweeper or a read removes expired keys).
         let end = client.get(key.as_str(), None).await.unwrap();
-        match end.kvs().first() {
-            None => taken_back += 1,
-            Some(kv) => {
-                assert_eq!(
-                    kv.mod_revision(),
-                    g.fencing_token as i64,
-                    "an extend answered not_held but its write stayed"
-                );
-                expired += 1;
-            }
+        if let Some(kv) = end.kvs().first() {
+            assert_eq!(
+                kv.mod_revision(),
+                g.fencing_token as i64,
+                "an extend answered not_held but its write stayed"
+            );
         }
+        // Whether it wrote at all, and so was taken back: the key's history.
+        let to = end.header().unwrap().revision();
+        let mut wrote = false;
+        for revision in g.fencing_token as i64 + 1..=to {
+            let at = client
+                .get(
+                    key.as_str(),
+                    Some(GetOptions::new().with_revision(revision)),
+                )
+                .await
+                .unwrap();
+            wrote |= at
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.mod_revision() != g.fencing_token as i64);
+        }
+        if wrote {
+            taken_back += 1;
+        } else {
+            expired += 1;
+        }
+        assert_eq!(s.get(NS, &name).await.unwrap(), None);
         // Free: the next grant is fresh, with a new token.
         let again = s
             .lock(NS, &name, "o", 60_000, opts(0, Durability::Persistent))
