@@ -1,15 +1,20 @@
 //! Kill -9 under load (docs/reliability.md, "Kill -9 under load"): `lockd serve` on the redb
 //! store, driven over REST by 16 concurrent clients on 4 hot and 40 cold
 //! names (lock with and without wait, relock, extend, unlock with token,
-//! get, all persistent), is SIGKILLed at random moments and restarted on the
-//! same store. Every call is recorded with a common clock, and the history
+//! get, all persistent) and by lease clients (persistent leases holding 2 to 4
+//! locks each: grant, lock under the lease, refresh, lease get, unlock by the
+//! lease id, revoke or expiry), is SIGKILLed at random moments and restarted
+//! on the same store. Every call is recorded with a common clock, and the history
 //! checker (`lockd_tests::history`, whose module docs state the rules) must
 //! find no lost grant, no token going backwards, no overlap and no
-//! out-of-order wake.
+//! out-of-order wake, no lease lock lost before its expiry and none held
+//! after its lease's acknowledged revoke.
 //!
-//! Before each kill a *sentinel* client takes a long persistent lock, and
-//! reads it back after the restart, so every kill is followed by at least one
-//! call the checker judges against a lease acknowledged before it.
+//! Before each kill a *sentinel* client takes a long persistent lock, and a
+//! persistent lease holding two locks, and reads them back after the
+//! restart (then refreshes and revokes the lease, and reads its locks
+//! again), so every kill is followed by calls the checker judges against a
+//! lock and a lease acknowledged before it.
 //!
 //! `LOCKD_CRASH_SEED=N` replays a run's random choices (thread timing still
 //! differs). The figures printed at the end go into `docs/reliability.md`.
@@ -27,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod recorded_client;
 
 use lockd_tests::history::{check_report, Outcome, Recorder, Report, Rule};
-use recorded_client::{Call, Client, Rng, Target};
+use recorded_client::{Call, Client, LeaseCall, Rng, Target};
 
 /// The shape of one run.
 #[derive(Clone, Debug)]
@@ -35,6 +40,8 @@ struct Plan {
     /// `--store` for the server.
     store: String,
     clients: u32,
+    /// Clients driving leases ([`Client::run_leases`]), besides `clients`.
+    lease_clients: u32,
     hot: usize,
     cold: usize,
     kills: usize,
@@ -60,6 +67,8 @@ struct Outcomes {
 const SENTINEL: &str = "sentinel";
 /// The sentinel's lock outlives any restart of the run.
 const SENTINEL_TTL_MS: u64 = 20_000;
+/// The sentinel's lease holds these two locks across each kill.
+const SENTINEL_LEASE_LOCKS: [&str; 2] = ["sentinel-lease/a", "sentinel-lease/b"];
 
 #[test]
 fn kill_minus_nine_under_load() {
@@ -68,6 +77,7 @@ fn kill_minus_nine_under_load() {
     let plan = Plan {
         store,
         clients: 16,
+        lease_clients: 3,
         hot: 4,
         cold: 40,
         kills: 22,
@@ -115,6 +125,22 @@ fn kill_minus_nine_under_load() {
         "{}",
         failure("too few waiters judged")
     );
+    // Leases: the sentinel's one per kill, and the lease clients'.
+    assert!(
+        coverage.lease_grants >= 2 * plan.kills && coverage.revokes >= plan.kills,
+        "{}",
+        failure("too few leases granted or revoked")
+    );
+    assert!(
+        coverage.lease_locks_with_window >= 4 * plan.kills,
+        "{}",
+        failure("too few locks judged under a lease")
+    );
+    assert!(
+        coverage.lease_calls_judged >= 100 && coverage.calls_after_revoke >= 2 * plan.kills,
+        "{}",
+        failure("too few lease calls judged, or calls after a revoke")
+    );
     assert!(
         run.elapsed < Duration::from_secs(90),
         "{}",
@@ -131,6 +157,7 @@ fn memory_store_is_caught() {
     let plan = Plan {
         store: "memory".to_string(),
         clients: 8,
+        lease_clients: 1,
         hot: 4,
         cold: 10,
         kills: 3,
@@ -146,6 +173,20 @@ fn memory_store_is_caught() {
         .iter()
         .filter(|v| v.rule == Rule::LostGrant && v.name == SENTINEL)
         .collect();
+    // The sentinel's lease and its locks are gone after each restart too.
+    let lost_lease_locks = run
+        .report
+        .violations
+        .iter()
+        .filter(|v| v.rule == Rule::LostGrant && SENTINEL_LEASE_LOCKS.contains(&v.name.as_str()))
+        .count();
+    assert!(
+        lost_lease_locks >= plan.kills,
+        "the memory store lost the sentinel's lease locks {} times, yet only {lost_lease_locks} \
+         lost grants of them were found (seed {})",
+        plan.kills,
+        plan.seed
+    );
     assert!(
         lost.len() >= plan.kills,
         "the memory store lost the sentinel's lock {} times, yet only {} lost grants of it \
@@ -208,20 +249,32 @@ fn print_report(plan: &Plan, run: &Outcomes) {
     let total = count(&|_| true);
     let unknown = count(&|o| o == "unknown");
     println!("-- figures (docs/reliability.md)");
+    let lease_ops = count_kinds(&run.summary, &|k| k.starts_with("l."));
     let figures = format!(
-        "| {} clients, {} hot + {} cold names | {} operations ({} unknown outcome) | {} kills | \
+        "| {} clients + {} lease clients, {} hot + {} cold names | {} operations ({} unknown \
+         outcome; {} lease calls) | {} kills | \
          {} calls judged against a held lease ({} across a kill), {} token comparisons, {} \
-         timed-out waiters | {} violations | {:.1} s |",
+         timed-out waiters; {} leases granted, {} locks under them ({} with a certain window), \
+         {} lease calls judged, {} revokes with {} calls judged after them | {} violations | \
+         {:.1} s |",
         plan.clients,
+        plan.lease_clients,
         plan.hot,
         plan.cold,
         total,
         unknown,
+        lease_ops,
         run.kills,
         r.coverage.calls_judged,
         r.coverage.calls_judged_after_kill,
         r.coverage.token_comparisons,
         r.coverage.waits_judged,
+        r.coverage.lease_grants,
+        r.coverage.lease_locks,
+        r.coverage.lease_locks_with_window,
+        r.coverage.lease_calls_judged,
+        r.coverage.revokes,
+        r.coverage.calls_after_revoke,
         r.violations.len(),
         run.elapsed.as_secs_f64()
     );
@@ -230,6 +283,17 @@ fn print_report(plan: &Plan, run: &Outcomes) {
         "kill -9 under load (store {}): {figures}",
         plan.store
     ));
+}
+
+/// The calls in a history summary whose kind word passes `kind`.
+fn count_kinds(summary: &str, kind: &dyn Fn(&str) -> bool) -> u64 {
+    summary
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && kind(w[0])).then(|| w[2].parse::<u64>().unwrap_or(0))
+        })
+        .sum()
 }
 
 /// A `lockd serve` process.
@@ -297,7 +361,7 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             .chain((0..plan.cold).map(|i| format!("cold/{i}")))
             .collect(),
     );
-    let clients: Vec<_> = (0..plan.clients)
+    let clients: Vec<_> = (0..plan.clients + plan.lease_clients)
         .map(|id| {
             let client = Client {
                 id,
@@ -314,13 +378,20 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             let names = names.clone();
             let hot = plan.hot;
             let stop = stop.clone();
-            thread::spawn(move || client.run(&names, hot, &stop))
+            let leases = id >= plan.clients;
+            thread::spawn(move || {
+                if leases {
+                    client.run_leases(&names, hot, &stop)
+                } else {
+                    client.run(&names, hot, &stop)
+                }
+            })
         })
         .collect();
 
     // The sentinel: one more client, driven by this thread.
     let mut sentinel = Client {
-        id: plan.clients,
+        id: plan.clients + plan.lease_clients,
         owner: "sentinel".to_string(),
         rng: Rng::new(plan.seed ^ 0x5e47),
         recorder: recorder.clone(),
@@ -346,6 +417,20 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             Some(Outcome::Ok { token, .. }) => Some(token),
             _ => None,
         };
+        let lease = match sentinel.lease_call(
+            "",
+            LeaseCall::Grant {
+                ttl_ms: SENTINEL_TTL_MS,
+            },
+        ) {
+            Some(Outcome::LeaseGranted { lease_id, .. }) => {
+                for name in SENTINEL_LEASE_LOCKS {
+                    sentinel.lock_in_lease(name, &lease_id, SENTINEL_TTL_MS);
+                }
+                Some(lease_id)
+            }
+            _ => None,
+        };
         // Let the load go on a little past the sentinel's grant.
         thread::sleep(Duration::from_millis(rng.range(0, 50)));
 
@@ -369,6 +454,19 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
         sentinel.call(SENTINEL, Call::Get);
         if let Some(token) = token {
             sentinel.call(SENTINEL, Call::Unlock { token });
+        }
+        // So did its lease's locks; the lease refreshes, and once revoked
+        // none of them is held.
+        if let Some(lease_id) = lease {
+            for name in SENTINEL_LEASE_LOCKS {
+                sentinel.call(name, Call::Get);
+            }
+            sentinel.lease_call(&lease_id, LeaseCall::Refresh);
+            sentinel.lease_call(&lease_id, LeaseCall::Get);
+            sentinel.lease_call(&lease_id, LeaseCall::Revoke);
+            for name in SENTINEL_LEASE_LOCKS {
+                sentinel.call(name, Call::Get);
+            }
         }
     }
     thread::sleep(plan.tail);

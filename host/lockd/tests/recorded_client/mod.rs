@@ -1,7 +1,9 @@
 //! A load client whose every call is recorded for the history checker
 //! (`lockd_tests::history`): random lock / lock-with-wait / relock /
 //! extend / unlock-with-token / get calls over REST, on hot and cold names,
-//! all persistent. Shared by `crash_under_load.rs` (one server, killed and
+//! all persistent; and leases holding several locks ([`Client::run_leases`]:
+//! grant, lock under the lease, refresh, lease get, unlock by the lease id,
+//! revoke or expiry). Shared by `crash_under_load.rs` (one server, killed and
 //! restarted) and `scale_out.rs` (several servers on one etcd).
 #![allow(dead_code)]
 
@@ -69,6 +71,19 @@ pub enum Call {
     Extend { ttl_ms: u64 },
     /// `unlock` with this token.
     Unlock { token: u64 },
+    /// `get`.
+    Get,
+}
+
+/// One call on a lease (`POST /v1/leases/...`), all persistent.
+#[derive(Clone, Copy, Debug)]
+pub enum LeaseCall {
+    /// `grant` with this TTL.
+    Grant { ttl_ms: u64 },
+    /// `refresh`.
+    Refresh,
+    /// `revoke`.
+    Revoke,
     /// `get`.
     Get,
 }
@@ -144,9 +159,164 @@ impl Client {
         }
     }
 
+    /// Leases holding several locks, until `stop`: grant one (persistent,
+    /// 600 ms to 2 s), take 2 to 4 names under it (hot ones a quarter of the
+    /// time, so plain clients meet them), refresh it a few times with a read of
+    /// one of its locks, the lease or a relock between, sometimes unlock one
+    /// lock by the lease id; then revoke it (3 in 4, and read its locks
+    /// back) or let it expire.
+    pub fn run_leases(mut self, names: &[String], hot: usize, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            let ttl_ms = self.rng.range(600, 2_000);
+            let Some(Outcome::LeaseGranted { lease_id, .. }) =
+                self.lease_call("", LeaseCall::Grant { ttl_ms })
+            else {
+                thread::sleep(Duration::from_millis(self.rng.range(10, 40)));
+                continue;
+            };
+            let mut held: Vec<(String, u64)> = Vec::new();
+            let mut live = true;
+            for _ in 0..self.rng.range(2, 4) {
+                let name = if self.rng.chance(25) {
+                    &names[self.rng.range(0, hot as u64 - 1) as usize]
+                } else {
+                    &names[self.rng.range(hot as u64, names.len() as u64 - 1) as usize]
+                };
+                match self.lock_in_lease(name, &lease_id, ttl_ms) {
+                    Some(Outcome::Ok { token, .. }) if !held.iter().any(|(n, _)| n == name) => {
+                        held.push((name.clone(), token));
+                    }
+                    Some(Outcome::NotHeld) => {
+                        live = false;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            for _ in 0..self.rng.range(1, 4) {
+                if !live || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(
+                    self.rng.range(ttl_ms / 6, ttl_ms / 2),
+                ));
+                if let Some(Outcome::NotHeld) = self.lease_call(&lease_id, LeaseCall::Refresh) {
+                    live = false;
+                    break;
+                }
+                let pick = held
+                    .get(self.rng.range(0, held.len().max(1) as u64 - 1) as usize)
+                    .cloned();
+                match (self.rng.next() % 3, pick) {
+                    (0, Some((name, _))) => {
+                        self.call(&name, Call::Get);
+                    }
+                    (1, Some((name, _))) => {
+                        self.lock_in_lease(&name, &lease_id, ttl_ms);
+                    }
+                    _ => {
+                        self.lease_call(&lease_id, LeaseCall::Get);
+                    }
+                }
+            }
+            if live && held.len() > 1 && self.rng.chance(25) {
+                let (name, token) = held.remove(0);
+                self.call_as(&name, Call::Unlock { token }, &lease_id.clone());
+            }
+            if live && self.rng.chance(75) {
+                if let Some(Outcome::LeaseRevoked { .. }) =
+                    self.lease_call(&lease_id, LeaseCall::Revoke)
+                {
+                    for (name, _) in &held {
+                        self.call(name, Call::Get);
+                    }
+                }
+            }
+            thread::sleep(Duration::from_millis(self.rng.range(0, 20)));
+        }
+    }
+
+    /// `lock` of `name` under the lease `lease_id` (wait 0), recorded as a
+    /// lock by the lease id with the lease's TTL.
+    pub fn lock_in_lease(&mut self, name: &str, lease_id: &str, ttl_ms: u64) -> Option<Outcome> {
+        let body = json!({"name": name, "lease_id": lease_id, "wait_ms": 0});
+        let kind = OpKind::Lock { ttl_ms, wait_ms: 0 };
+        self.send("locks/lock", body, kind, name, lease_id, 0)
+    }
+
+    /// A call on the lease `lease_id` (empty for a grant), recorded with no
+    /// lock name and the lease id as owner.
+    pub fn lease_call(&mut self, lease_id: &str, call: LeaseCall) -> Option<Outcome> {
+        let (path, body, kind) = match call {
+            LeaseCall::Grant { ttl_ms } => (
+                "leases/grant",
+                json!({"ttl_ms": ttl_ms, "durability": "persistent"}),
+                OpKind::LeaseGrant { ttl_ms },
+            ),
+            LeaseCall::Refresh => (
+                "leases/refresh",
+                json!({ "lease_id": lease_id }),
+                OpKind::LeaseRefresh,
+            ),
+            LeaseCall::Revoke => (
+                "leases/revoke",
+                json!({ "lease_id": lease_id }),
+                OpKind::LeaseRevoke,
+            ),
+            LeaseCall::Get => (
+                "leases/get",
+                json!({ "lease_id": lease_id }),
+                OpKind::LeaseGet,
+            ),
+        };
+        self.send(path, body, kind, "", lease_id, 0)
+    }
+
     /// Makes one call and records it. `None` when it certainly never
     /// reached a server (connection refused): nothing is recorded.
     pub fn call(&mut self, name: &str, call: Call) -> Option<Outcome> {
+        let owner = self.owner.clone();
+        self.call_as(name, call, &owner)
+    }
+
+    /// [`Client::call`] as `owner` (a lease id, to unlock one of its locks).
+    pub fn call_as(&mut self, name: &str, call: Call, owner: &str) -> Option<Outcome> {
+        let (path, body, kind, wait_ms) = match call {
+            Call::Lock { ttl_ms, wait_ms } => (
+                "locks/lock",
+                json!({"name": name, "owner": owner, "ttl_ms": ttl_ms, "wait_ms": wait_ms,
+                       "durability": "persistent"}),
+                OpKind::Lock { ttl_ms, wait_ms },
+                wait_ms,
+            ),
+            Call::Extend { ttl_ms } => (
+                "locks/extend",
+                json!({"name": name, "owner": owner, "ttl_ms": ttl_ms}),
+                OpKind::Extend { ttl_ms },
+                0,
+            ),
+            Call::Unlock { token } => (
+                "locks/unlock",
+                json!({"name": name, "owner": owner, "fencing_token": token}),
+                OpKind::Unlock { token: Some(token) },
+                0,
+            ),
+            Call::Get => ("locks/get", json!({"name": name}), OpKind::Get, 0),
+        };
+        let owner = if matches!(call, Call::Get) { "" } else { owner };
+        self.send(path, body, kind, name, owner, wait_ms)
+    }
+
+    /// Posts `body` to `/v1/{path}` and records the call.
+    fn send(
+        &mut self,
+        path: &str,
+        body: Value,
+        kind: OpKind,
+        name: &str,
+        owner: &str,
+        wait_ms: u64,
+    ) -> Option<Outcome> {
         let incarnation = self.target.incarnation.load(Ordering::SeqCst);
         if self.agent.is_none() || incarnation != self.incarnation {
             self.agent = Some(
@@ -160,34 +330,7 @@ impl Client {
             self.incarnation = incarnation;
         }
         let port = self.target.port.load(Ordering::SeqCst);
-        let (path, body, kind, wait_ms) = match call {
-            Call::Lock { ttl_ms, wait_ms } => (
-                "lock",
-                json!({"name": name, "owner": self.owner, "ttl_ms": ttl_ms, "wait_ms": wait_ms,
-                       "durability": "persistent"}),
-                OpKind::Lock { ttl_ms, wait_ms },
-                wait_ms,
-            ),
-            Call::Extend { ttl_ms } => (
-                "extend",
-                json!({"name": name, "owner": self.owner, "ttl_ms": ttl_ms}),
-                OpKind::Extend { ttl_ms },
-                0,
-            ),
-            Call::Unlock { token } => (
-                "unlock",
-                json!({"name": name, "owner": self.owner, "fencing_token": token}),
-                OpKind::Unlock { token: Some(token) },
-                0,
-            ),
-            Call::Get => ("get", json!({"name": name}), OpKind::Get, 0),
-        };
-        let owner = if matches!(call, Call::Get) {
-            ""
-        } else {
-            self.owner.as_str()
-        };
-        let url = format!("http://127.0.0.1:{port}/v1/locks/{path}");
+        let url = format!("http://127.0.0.1:{port}/v1/{path}");
         let agent = self.agent.as_ref().unwrap();
         let invoke = self.recorder.invoke();
         let result = agent
@@ -202,7 +345,7 @@ impl Client {
                 Ok((code, text))
             });
         let outcome = match result {
-            Ok((code, text)) => match parse(code, &text) {
+            Ok((code, text)) => match parse_for(&kind, code, &text) {
                 Ok(Outcome::Unknown) => {
                     self.unavailable.fetch_add(1, Ordering::Relaxed);
                     Outcome::Unknown
@@ -232,6 +375,40 @@ impl Client {
             .complete(self.id, kind, name, owner, invoke, outcome.clone());
         Some(outcome)
     }
+}
+
+/// [`parse`], and the answers of lease calls.
+pub fn parse_for(kind: &OpKind, code: u16, text: &str) -> Result<Outcome, ()> {
+    if !kind.is_lease_call() {
+        return parse(code, text);
+    }
+    let v: Value = serde_json::from_str(text).map_err(|_| ())?;
+    let status = v["status"].as_str().ok_or(())?;
+    let expires = || v["expires_at_ms"].as_u64().ok_or(());
+    Ok(match (kind, code, status) {
+        (OpKind::LeaseGrant { .. }, 200, "granted") => Outcome::LeaseGranted {
+            lease_id: v["lease_id"].as_str().ok_or(())?.to_string(),
+            expires_at_ms: expires()?,
+        },
+        (OpKind::LeaseRefresh, 200, "refreshed") => Outcome::LeaseRefreshed {
+            expires_at_ms: expires()?,
+        },
+        (OpKind::LeaseRevoke, 200, "revoked") => Outcome::LeaseRevoked {
+            released: v["released"].as_u64().ok_or(())?,
+        },
+        (OpKind::LeaseGet, 200, "found") => Outcome::LeaseFound {
+            expires_at_ms: expires()?,
+            locks: v["locks"]
+                .as_array()
+                .ok_or(())?
+                .iter()
+                .map(|n| n.as_str().map(str::to_string).ok_or(()))
+                .collect::<Result<_, _>>()?,
+        },
+        (_, 409, "not_held") => Outcome::NotHeld,
+        (_, 503, "unavailable") => Outcome::Unknown,
+        _ => return Err(()),
+    })
 }
 
 /// Maps an answer to an outcome; `Err` for anything the contract does not
