@@ -11,7 +11,12 @@
 //! <prefix>/<ns>/<name>                {"v":1,"owner":..,"expires_at_ms":..,"durability":..[,"token":..][,"waiter":..]}
 //! <prefix>/.queue/<ns>/<name>/<id>    {"v":1,"id":..,"owner":..,"ttl_ms":..,"durability":..,"session":..[,"lease":..]}
 //! <prefix>/.leases/<ns>/<id>          {"v":1,"ttl_ms":..,"expires_at_ms":..,"durability":..[,"session":..],"locks":[..]}
+//! <prefix>/.why                       released | expired | force_released
 //! ```
+//!
+//! A lock record also carries `acquired_at_ms` (when the grant was made)
+//! once written by a lockd that keeps it. `.why` is the events marker (see
+//! Events below).
 //!
 //! The prefix defaults to `/lockd`. Namespaces and names are percent-encoded
 //! (every byte outside `[A-Za-z0-9_-]`), so they never contain `/` or start
@@ -87,6 +92,20 @@
 //!   transaction over the lease and its listed locks (and, for a revoke,
 //!   their queue heads), guarded by all their revisions. The lease and its
 //!   locks share one `expires_at_ms`. See `store/lease.rs`.
+//! - **Events** (docs/http.md#events) come from one etcd watch per backend
+//!   on the whole prefix, with previous values, from the revision read at
+//!   connect (and, after a failure, from the last revision seen). Each
+//!   change of a lock or lease key is compared with the previous record
+//!   (`events.rs`); a transaction that removes a holder writes the marker
+//!   key `.why` in the same revision, so every host reports the same
+//!   `released`, `expired` or `force_released`. The same watch keeps an
+//!   index of expiries, from which a sweeper deletes expired locks and
+//!   leases (marked expired) without waiting for a read, and a `get` that
+//!   finds an expired lock deletes it. See `store/observe.rs`.
+//! - **Force-unlock** is the unlock path without the owner check: one
+//!   transaction that removes the holder (compared on the key's revision),
+//!   hands the lock to the queue's head, takes it out of its lease's record
+//!   and writes the `force_released` marker.
 //!
 //! See `docs/design.md` ("The etcd store") for what is and is not guaranteed,
 //! and `docs/scale-out.md` ("lockd leases on etcd").
