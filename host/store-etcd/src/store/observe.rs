@@ -132,9 +132,13 @@ impl Inner {
     /// One watch from `revision` + 1 until it fails; `revision` follows the
     /// revisions it delivered.
     async fn watch_events(&self, revision: &mut i64) -> WatchEnd {
+        // Progress notifications move `revision` on while nothing changes,
+        // so a watch opened again after a quiet spell starts at a recent
+        // revision, less likely compacted.
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
+            .with_progress_notify()
             .with_start_revision(*revision + 1);
         let all = self.layout.all();
         let stream = self
@@ -160,6 +164,14 @@ impl Inner {
                             "etcd cancelled the watch: {}",
                             resp.cancel_reason()
                         ));
+                    }
+                    if resp.events().is_empty() && !resp.created() {
+                        // A progress notification: every change up to its
+                        // revision was delivered. (Not the creation answer:
+                        // the changes since `revision` follow it.)
+                        if let Some(h) = resp.header() {
+                            *revision = (*revision).max(h.revision());
+                        }
                     }
                     self.publish(resp.events(), revision);
                 }
