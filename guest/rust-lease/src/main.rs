@@ -14,6 +14,11 @@
 //!   lock every NAME, refresh, unlock the last, revoke; prints `ok N` per
 //!   step, `FAIL ...` on any surprise.
 //!
+//! - `rust-lease hold-leases N TTL_MS SECONDS`: grants N kept-alive
+//!   leases of TTL_MS, each holding one lock `hold/<i>`, prints `holding N`,
+//!   sleeps SECONDS while the host renews them, and prints `alive K` with
+//!   how many are still alive (the keep-alive benchmark).
+//!
 //! Anything unexpected prints `FAIL ...` and exits 1.
 
 use std::io::Write;
@@ -159,6 +164,29 @@ fn main() {
             }
             say("ok 5");
         }
-        _ => fail("usage: rust-lease keep-alive|lease-lost|guard-lost|lease-steps ..."),
+        "hold-leases" => {
+            let n = number(args.next(), "N");
+            let ttl = number(args.next(), "TTL_MS");
+            let seconds = number(args.next(), "SECONDS");
+            let prefix = args.next().unwrap_or_else(|| "hold".to_string());
+            let leases: Vec<Lease> = (0..n)
+                .map(|i| {
+                    let lease = check(
+                        "grant",
+                        Lease::grant(
+                            Duration::from_millis(ttl),
+                            LeaseOptions::default().kept_alive(),
+                        ),
+                    );
+                    check("lock", lease.lock(&format!("{prefix}/{i}"), Duration::ZERO));
+                    lease
+                })
+                .collect();
+            say(&format!("holding {}", leases.len()));
+            std::thread::sleep(Duration::from_secs(seconds));
+            let alive = leases.iter().filter(|l| l.is_alive()).count();
+            say(&format!("alive {alive}"));
+        }
+        _ => fail("usage: rust-lease keep-alive|lease-lost|guard-lost|lease-steps|hold-leases ..."),
     }
 }
