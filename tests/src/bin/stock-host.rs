@@ -24,7 +24,8 @@
 //!   `wasmtime serve -Scli`: a `wasi:http/proxy` server (HTTP/1.1, hyper) with
 //!   all of WASI 0.2 linked too (Rust's std imports `wasi:cli/environment`,
 //!   which `wasmtime serve` without `-Scli` does not link). Each request gets
-//!   a fresh store and instance from one `ProxyPre`; accepted connections
+//!   a fresh store and instance from one `ProxyPre`, from the pooling
+//!   allocator with its default limits (as `wasmtime serve`); accepted connections
 //!   have `TCP_NODELAY`. `--listen` defaults to `127.0.0.1:8080`; port 0
 //!   picks a free port. Once listening it prints
 //!   `stock-host listening on http://ADDR` on stdout. A component that fails
@@ -43,7 +44,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
@@ -168,9 +169,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn engine() -> Result<Engine> {
+/// The engine: wasmtime's defaults, and for `serve` the pooling allocator
+/// with its default limits, as `wasmtime serve` uses where the machine has
+/// the address space for it (else the default on-demand allocator, as there).
+fn engine(pooling: bool) -> Result<Engine> {
     let mut config = Config::new();
     config.wasm_component_model(true);
+    if pooling {
+        let mut pooled = config.clone();
+        pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(
+            PoolingAllocationConfig::default(),
+        ));
+        if let Ok(engine) = Engine::new(&pooled) {
+            return Ok(engine);
+        }
+    }
     Engine::new(&config).map_err(|e| anyhow!("creating the engine: {e:?}"))
 }
 
@@ -202,7 +215,7 @@ fn state(cli: &Cli, args: &[String]) -> HostState {
 
 /// `stock-host run`: the command's exit status.
 async fn run(cli: &Cli) -> Result<ExitCode> {
-    let engine = engine()?;
+    let engine = engine(false)?;
     let component = load(&engine, &cli.component)?;
     let linker = linker(&engine)?;
     let argv0 = cli
@@ -237,7 +250,7 @@ type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
 
 /// `stock-host serve`: serves until killed.
 async fn serve(cli: &Cli) -> Result<()> {
-    let engine = engine()?;
+    let engine = engine(true)?;
     let component = load(&engine, &cli.component)?;
     let linker = linker(&engine)?;
     let pre = linker
