@@ -1011,6 +1011,8 @@ impl Engine {
                     out.push(ListedLock {
                         name: key.name.to_string(),
                         info: h.info(),
+                        acquired_at_ms: Some(self.clock.to_wall_ms(h.acquired_at_ms)),
+                        waiters: entry.waiters.len() as u64,
                     });
                 }
             }

@@ -86,6 +86,11 @@ pub struct ListedLock {
     pub name: String,
     /// Its current holder.
     pub info: LockInfo,
+    /// When the current grant was made, Unix epoch milliseconds (for a lock
+    /// recovered after a restart, the restart), if the store knows.
+    pub acquired_at_ms: Option<u64>,
+    /// Callers waiting in its queue.
+    pub waiters: u64,
 }
 
 /// A lease just granted: see docs/contract.md#leases.

@@ -120,11 +120,22 @@ fn text_output_of_every_subcommand() {
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "OWNER", "TOKEN", "EXPIRES", "IN", "DURABILITY"]
+        [
+            "NAME",
+            "OWNER",
+            "TOKEN",
+            "HELD",
+            "EXPIRES",
+            "WAITERS",
+            "DURABILITY"
+        ]
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[..3], ["job/1", "w1", token.to_string().as_str()]);
-    assert_eq!(row[4], "persistent");
+    assert!(row[3].ends_with('s'), "held for: {}", row[3]);
+    assert_eq!(row[4], "in");
+    assert_eq!(row[6], "0", "waiters");
+    assert_eq!(row[7], "persistent");
     assert!(lines[2].starts_with("job/2 "), "{}", run.stdout);
 
     let run = cli(

@@ -108,6 +108,11 @@ fn every_endpoint_and_status_word() {
     let listed = server.get("/v1/locks");
     assert_reply(&listed, 200, "found");
     assert_eq!(listed.json["locks"].as_array().unwrap().len(), 1);
+    let acquired_at = listed.json["locks"][0]["acquired_at_ms"].clone();
+    assert!(
+        acquired_at.as_u64().unwrap() <= extended.json["expires_at_ms"].as_u64().unwrap(),
+        "{acquired_at}"
+    );
     assert_eq!(
         listed.json["locks"][0],
         json!({
@@ -116,6 +121,8 @@ fn every_endpoint_and_status_word() {
             "fencing_token": token,
             "expires_at_ms": extended.json["expires_at_ms"],
             "durability": "persistent",
+            "acquired_at_ms": acquired_at,
+            "waiters": 0,
         })
     );
 

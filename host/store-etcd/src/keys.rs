@@ -188,6 +188,28 @@ impl Layout {
         .into_bytes()
     }
 
+    /// The range prefix of the wait queues of the locks of `namespace`
+    /// whose names start with `name_prefix`.
+    pub(crate) fn queues_prefix(&self, namespace: &str, name_prefix: &str) -> Vec<u8> {
+        format!(
+            "{}/.queue/{}/{}",
+            self.prefix,
+            encode(namespace),
+            encode(name_prefix)
+        )
+        .into_bytes()
+    }
+
+    /// The lock name whose queue holds `waiter_key`, a waiter key of
+    /// `namespace`.
+    pub(crate) fn queued_name_of(&self, namespace: &str, waiter_key: &[u8]) -> Option<String> {
+        let head = format!("{}/.queue/{}/", self.prefix, encode(namespace));
+        let rest = std::str::from_utf8(waiter_key).ok()?.strip_prefix(&head)?;
+        // `encode` escapes `/`, so the name is everything before the last one.
+        let (name, _id) = rest.rsplit_once('/')?;
+        decode(name)
+    }
+
     /// The key of waiter `id` in the queue of `key`.
     pub(crate) fn waiter_key(&self, key: &Key, id: &str) -> Vec<u8> {
         let mut k = self.queue_prefix(key);

@@ -61,6 +61,7 @@ macro_rules! conformance_tests {
             leases_across_restart,
             force_unlock_hands_to_the_queue_head,
             events_report_every_change,
+            listing_shows_grant_time_and_queue_length,
         );
     };
     (@cases $factory:expr; $($case:ident,)*) => {
@@ -1297,4 +1298,44 @@ pub async fn wall_clock_steps_move_no_deadline(factory: &dyn StoreFactory) {
         None,
         "expired late after a restart"
     );
+}
+
+/// A listing shows when each grant was made and how many wait for it.
+pub async fn listing_shows_grant_time_and_queue_length(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.lock(NS, "busy", "o1", 60_000, persistent())
+        .await
+        .unwrap();
+    clock.advance(1_000);
+    s.lock(NS, "idle", "o2", 60_000, persistent())
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for w in ["w1", "w2"] {
+        let s = s.clone();
+        waiters.push(tokio::spawn(async move {
+            s.lock(NS, "busy", w, 1_000, opts(60_000, Durability::Persistent))
+                .await
+        }));
+    }
+    // Real stores queue over the network: wait (bounded) until both are in.
+    let mut listed = Vec::new();
+    for _ in 0..500 {
+        settle_tasks().await;
+        listed = s.list(NS, "").await.unwrap();
+        if listed.iter().any(|l| l.name == "busy" && l.waiters == 2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let busy = listed.iter().find(|l| l.name == "busy").unwrap();
+    let idle = listed.iter().find(|l| l.name == "idle").unwrap();
+    assert_eq!(busy.waiters, 2, "{listed:?}");
+    assert_eq!(idle.waiters, 0);
+    assert_eq!(busy.acquired_at_ms, Some(START_MS), "{listed:?}");
+    assert_eq!(idle.acquired_at_ms, Some(START_MS + 1_000));
+    for w in waiters {
+        w.abort();
+    }
 }

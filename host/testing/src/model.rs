@@ -481,6 +481,8 @@ struct Holder {
     durability: Durability,
     /// The model's handle of the lease it is held under.
     lease: Option<usize>,
+    /// When this grant was made; a restart's time for a recovered lock.
+    acquired_at_ms: u64,
 }
 
 impl Holder {
@@ -764,6 +766,10 @@ impl Model {
         self.holders.retain(|_, h| {
             keeps && h.durability == Durability::Persistent && now < h.expires_at_ms
         });
+        // A recovered lock's grant time is the restart's.
+        for h in self.holders.values_mut() {
+            h.acquired_at_ms = now;
+        }
         for lease in &mut self.leases {
             if !(keeps && lease.durability == Durability::Persistent && now < lease.expires_at_ms) {
                 lease.ended = true;
@@ -1118,6 +1124,10 @@ impl Model {
                     .map(|(name, h)| ListedLock {
                         name: name.clone(),
                         info: h.info(),
+                        acquired_at_ms: Some(h.acquired_at_ms),
+                        // The model never queues (waits are the conformance
+                        // suite's).
+                        waiters: 0,
                     })
                     .collect();
                 Expect::Exactly(Ok(Reply::Listed(live)))
@@ -1287,6 +1297,7 @@ impl Model {
                         expires_at_ms: *expires_at_ms,
                         durability: *durability,
                         lease: *lease,
+                        acquired_at_ms: self.now_ms,
                     },
                 );
             }

@@ -155,6 +155,27 @@ impl Inner {
                 Some(GetOptions::new().with_prefix()),
             )
             .await?;
+        // Queue lengths from the waiter keys, read at the revision of the
+        // locks read above.
+        let queues = self
+            .etcd
+            .range(
+                "list queues",
+                self.layout.queues_prefix(namespace, prefix),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_revision(resp.header().map_or(0, |h| h.revision())),
+                ),
+            )
+            .await?;
+        let mut waiters: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for kv in queues.kvs() {
+            if let Some(name) = self.layout.queued_name_of(namespace, kv.key()) {
+                *waiters.entry(name).or_default() += 1;
+            }
+        }
         let now = self.clock.now_ms();
         let mut out = Vec::new();
         for kv in resp.kvs() {
@@ -166,6 +187,8 @@ impl Inner {
                 continue;
             };
             out.push(ListedLock {
+                waiters: waiters.get(&name).copied().unwrap_or(0),
+                acquired_at_ms: h.rec.acquired_at_ms,
                 name,
                 info: h.info(),
             });
