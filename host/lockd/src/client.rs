@@ -1,5 +1,6 @@
-//! The CLI client: `lockd lock | unlock | extend | get | ls` over the REST
-//! API (docs/http.md), with blocking HTTP (ureq), outside any async runtime.
+//! The CLI client: `lockd lock | unlock | extend | get | ls | force-unlock |
+//! watch` over the REST API (docs/http.md), with blocking HTTP (ureq),
+//! outside any async runtime.
 //!
 //! Requests are built and replies parsed with the server's own wire types
 //! ([`lockd::api::wire`]). A reply whose status word is known but whose
@@ -21,6 +22,7 @@ use lockd::api::wire::{
     LeaseRevokedReply, ListQuery, ListReply, ListedLock, LockRequest, Status, StatusReply,
     UnlockRequest,
 };
+use lockd::api::wire::{EventQuery, ForceUnlockRequest, ReleasedReply};
 use lockd::api::DEFAULT_NAMESPACE;
 use lockd_core::ErrorKind;
 use serde::de::DeserializeOwned;
@@ -132,6 +134,31 @@ pub enum ClientCommand {
         /// The namespace to list.
         #[arg(long, default_value = "default")]
         namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Release a lock whoever holds it (an operator's action, logged by the
+    /// server); the head of its queue gets it next. Exits 1 if it is not held.
+    ForceUnlock {
+        /// The lock name.
+        name: String,
+        /// The namespace of the lock.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print lock events live (acquired, extended, released, expired,
+    /// handed_off, force_released, lease_*), one line each, until
+    /// interrupted. Exits 1 if the server closes the stream because this
+    /// client fell behind, 3 if the stream ends otherwise.
+    Watch {
+        /// Only events of this namespace [default: every namespace].
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Only events of locks whose name starts with this.
+        #[arg(long)]
+        prefix: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -254,6 +281,38 @@ impl Client {
             auth_token: conn.auth_token.filter(|t| !t.is_empty()),
             format: conn.format,
         })
+    }
+
+    /// A client for a stream that lasts as long as it likes: connecting
+    /// gives up after 10 s, reading never does.
+    pub(crate) fn streaming(conn: Conn) -> Result<Client, Failure> {
+        let server = normalize_server(&conn.server)?;
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .build();
+        Ok(Client {
+            server,
+            agent: ureq::Agent::new_with_config(config),
+            auth_token: conn.auth_token.filter(|t| !t.is_empty()),
+            format: conn.format,
+        })
+    }
+
+    /// `GET path` as a stream: the body of a 200 answer, read as it comes;
+    /// any other answer is the failure it reports.
+    pub(crate) fn open_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>, Failure> {
+        let mut request = self.agent.get(format!("{}{path}", self.server));
+        if let Some(token) = &self.auth_token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let route = path.split_once('?').map_or(path, |(route, _)| route);
+        let response = request.call().map_err(|e| self.unreachable(e))?;
+        if response.status().as_u16() == 200 {
+            return Ok(response.into_body().into_reader());
+        }
+        let answer = self.answer(format!("GET {route}"), Ok(response))?;
+        Err(self.refused("events", &answer))
     }
 
     pub(crate) fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
@@ -615,6 +674,46 @@ fn execute(command: ClientCommand) -> Result<i32, Failure> {
             client.text(|| table(&list.locks, namespace, prefix));
             Ok(0)
         }
+        ClientCommand::ForceUnlock {
+            name,
+            namespace,
+            conn,
+        } => {
+            let client = Client::new(conn, 0)?;
+            let request = ForceUnlockRequest {
+                namespace: Some(namespace),
+                name,
+            };
+            let answer = client.post(ForceUnlockRequest::PATH, &request)?;
+            let name = request.name;
+            if answer.status == Status::NotHeld {
+                let _: ErrorReply = client.reply(&answer)?;
+                return Err(fail(1, format!("{name} is not held; nothing to release")));
+            }
+            let released: ReleasedReply = client.expect(&name, &answer, Status::Released)?;
+            client.text(|| {
+                format!(
+                    "force-released {name} from {} (token {})",
+                    released.owner, released.fencing_token
+                )
+            });
+            Ok(0)
+        }
+        ClientCommand::Watch {
+            namespace,
+            prefix,
+            conn,
+        } => {
+            let query = EventQuery {
+                namespace,
+                prefix: prefix.filter(|p| !p.is_empty()),
+                access_token: None,
+            };
+            let format = conn.format;
+            let client = Client::streaming(conn)?;
+            let events = client.open_stream(&query.path())?;
+            crate::watch::print(events, format, &mut std::io::stdout().lock())
+        }
         ClientCommand::Lease { command } => lease(command),
     }
 }
@@ -750,7 +849,9 @@ fn table(locks: &[ListedLock], namespace: &str, prefix: &str) -> String {
         "NAME".to_string(),
         "OWNER".to_string(),
         "TOKEN".to_string(),
-        "EXPIRES IN".to_string(),
+        "HELD".to_string(),
+        "EXPIRES".to_string(),
+        "WAITERS".to_string(),
         "DURABILITY".to_string(),
     ]];
     for lock in locks {
@@ -758,11 +859,16 @@ fn table(locks: &[ListedLock], namespace: &str, prefix: &str) -> String {
             lock.name.clone(),
             lock.owner.clone(),
             lock.fencing_token.to_string(),
-            remaining(lock.expires_at_ms),
+            lock.acquired_at_ms.map_or_else(
+                || "-".to_string(),
+                |at| seconds(now_ms().saturating_sub(at)),
+            ),
+            format!("in {}", remaining(lock.expires_at_ms)),
+            lock.waiters.to_string(),
             lock.durability.to_string(),
         ]);
     }
-    let mut widths = [0; 5];
+    let mut widths = [0; 7];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -793,12 +899,16 @@ fn now_ms() -> u64 {
 
 /// Time left until `expires_at_ms`, in seconds with one decimal: `9.8s`.
 fn remaining(expires_at_ms: u64) -> String {
-    let ms = expires_at_ms.saturating_sub(now_ms());
+    seconds(expires_at_ms.saturating_sub(now_ms()))
+}
+
+/// `ms` as seconds with one decimal: `12.3s`.
+fn seconds(ms: u64) -> String {
     format!("{}.{}s", ms / 1000, ms % 1000 / 100)
 }
 
 /// Unix milliseconds as RFC 3339 UTC: `2025-01-31T12:00:00.250Z`.
-fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
@@ -963,11 +1073,12 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(
-            lines[0].starts_with("NAME       OWNER     TOKEN  EXPIRES IN  DURABILITY"),
+            lines[0].starts_with("NAME       OWNER     TOKEN  HELD  EXPIRES  WAITERS  DURABILITY"),
             "{t}"
         );
+        // A reply without acquired_at_ms (an older server) shows "-".
         assert!(
-            lines[2].starts_with("long-name  w         12345  0.0s"),
+            lines[2].starts_with("long-name  w         12345  -     in 0.0s  0        ephemeral"),
             "{t}"
         );
         assert_eq!(table(&[], "ns", ""), "no locks held in namespace \"ns\"");

@@ -4,6 +4,7 @@ mod client;
 #[cfg(unix)]
 mod exec;
 mod logging;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

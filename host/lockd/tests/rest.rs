@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockd_server::{raw_request, request, Reply, Server};
+use lockd_server::{raw_request, request, stream_head, Reply, Server};
 use serde_json::{json, Value};
 
 const LOCK: &str = "/v1/locks/lock";
@@ -776,12 +776,14 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 12] = [
+const SERVER_ROUTES: [(&str, &str); 14] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
     ("post", "/v1/locks/get"),
     ("get", "/v1/locks"),
+    ("post", "/v1/locks/force-unlock"),
+    ("get", "/v1/events"),
     ("post", "/v1/leases/grant"),
     ("post", "/v1/leases/refresh"),
     ("post", "/v1/leases/revoke"),
@@ -947,6 +949,56 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
                 query: "?namespace=default&prefix=l",
                 body: None,
                 token: Some(TOKEN),
+                valid: true,
+            },
+            Probe {
+                what: "unknown parameter",
+                query: "?names=x",
+                body: None,
+                token: Some(TOKEN),
+                valid: false,
+            },
+            no_token("no token"),
+        ],
+        ("post", "/v1/locks/force-unlock") => {
+            with_body_no_token.body = Some(json!({"name": "l"}).to_string());
+            vec![
+                probe(
+                    "force-unlock",
+                    Some(json!({"namespace": "n", "name": "forced"})),
+                    true,
+                ),
+                probe("not held", Some(json!({"name": "free"})), true),
+                probe(
+                    "unknown field",
+                    Some(json!({"name": "l", "owner": "o"})),
+                    false,
+                ),
+                malformed,
+                too_large,
+                with_body_no_token,
+            ]
+        }
+        ("get", "/v1/events") => vec![
+            Probe {
+                what: "every namespace",
+                query: "",
+                body: None,
+                token: Some(TOKEN),
+                valid: true,
+            },
+            Probe {
+                what: "filtered",
+                query: "?namespace=n&prefix=l",
+                body: None,
+                token: Some(TOKEN),
+                valid: true,
+            },
+            Probe {
+                what: "token in the query",
+                query: "?access_token=doc-token",
+                body: None,
+                token: None,
                 valid: true,
             },
             Probe {
@@ -1125,6 +1177,18 @@ fn openapi_matches_server() {
         let open = operation["security"] == json!([]);
         assert_eq!(open, path == "/healthz", "{method} {path}: security");
         let (mut valid_seen, mut invalid_seen) = (false, false);
+        if path == "/v1/locks/force-unlock" {
+            // Something for the first probe to release.
+            let body = json!({"namespace": "n", "name": "forced", "owner": "o", "ttl_ms": 60_000});
+            let r = request(
+                "POST",
+                &server.url,
+                "/v1/locks/lock",
+                Some(&body.to_string()),
+                Some(TOKEN),
+            );
+            assert_eq!(r.code, 200, "{}", r.body);
+        }
         for p in probes(method, path, &server) {
             if p.valid {
                 if let Some(body) = &p.body {
@@ -1145,6 +1209,10 @@ fn openapi_matches_server() {
                     ),
                     body.clone().into_bytes(),
                 ),
+                // A stream that does not end: its head is what is checked.
+                None if path == "/v1/events" && p.valid => {
+                    stream_head(server.addr, &format!("{path}{}", p.query), p.token)
+                }
                 _ => request(
                     &method.to_uppercase(),
                     &server.url,

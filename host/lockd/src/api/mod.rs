@@ -6,9 +6,13 @@
 //! [`error_response`]; everything else (auth, routing, body limits) answers
 //! before the [`LockService`] is called, so bad input never reaches a store.
 
+mod sse;
 pub mod wire;
 
 use std::error::Error as StdError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
@@ -20,10 +24,13 @@ use serde::Serialize;
 
 use crate::http_body::{full, Body};
 use wire::{
-    BusyReply, ErrorReply, ExtendRequest, FoundReply, GetRequest, GrantReply, LeaseFoundReply,
-    LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply,
-    ListQuery, ListReply, LockHolder, LockRequest, Status, StatusReply, UnlockRequest,
+    BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, GetRequest,
+    GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
+    LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, ReleasedReply,
+    Status, StatusReply, UnlockRequest,
 };
+
+pub use sse::{HEARTBEAT, HEARTBEAT_ENV};
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -42,6 +49,10 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 pub struct Api {
     service: LockService,
     auth_token: Option<String>,
+    /// How often an idle event stream sends a heartbeat comment.
+    heartbeat: Duration,
+    /// Event streams open now (`lockd_event_streams`).
+    event_streams: Arc<AtomicU64>,
 }
 
 /// One of lockd's own routes.
@@ -52,6 +63,8 @@ enum Route {
     Extend,
     Get,
     List,
+    ForceUnlock,
+    Events,
     LeaseGrant,
     LeaseRefresh,
     LeaseRevoke,
@@ -69,6 +82,8 @@ impl Route {
             ExtendRequest::PATH => Route::Extend,
             GetRequest::PATH => Route::Get,
             wire::LIST_PATH => Route::List,
+            ForceUnlockRequest::PATH => Route::ForceUnlock,
+            wire::EVENTS_PATH => Route::Events,
             LeaseGrantRequest::PATH => Route::LeaseGrant,
             LeaseRequest::REFRESH_PATH => Route::LeaseRefresh,
             LeaseRequest::REVOKE_PATH => Route::LeaseRevoke,
@@ -86,11 +101,14 @@ impl Route {
             | Route::Unlock
             | Route::Extend
             | Route::Get
+            | Route::ForceUnlock
             | Route::LeaseGrant
             | Route::LeaseRefresh
             | Route::LeaseRevoke
             | Route::LeaseGet => Method::POST,
-            Route::List | Route::Metrics | Route::Healthz | Route::OpenApi => Method::GET,
+            Route::List | Route::Events | Route::Metrics | Route::Healthz | Route::OpenApi => {
+                Method::GET
+            }
         }
     }
 
@@ -106,12 +124,16 @@ impl Route {
 
 impl Api {
     /// The API over `service`, guarded by `auth_token` when given. An empty
-    /// token guards nothing, so it counts as none.
+    /// token guards nothing, so it counts as none. Event streams send a
+    /// heartbeat every [`HEARTBEAT`], or every `LOCKD_EVENTS_HEARTBEAT_MS`
+    /// milliseconds if that is set (for tests).
     pub fn new(service: LockService, auth_token: Option<String>) -> Self {
         let auth_token = auth_token.filter(|t| !t.is_empty());
         Api {
             service,
             auth_token,
+            heartbeat: sse::heartbeat_from_env(),
+            event_streams: Arc::default(),
         }
     }
 
@@ -134,7 +156,7 @@ impl Api {
         // Everything but /healthz needs the token, unknown paths included, so
         // an unauthenticated caller learns nothing about the routes.
         if route != Some(Route::Healthz) {
-            if let Some(refusal) = self.check_auth(&req) {
+            if let Some(refusal) = self.check_auth(&req, route == Some(Route::Events)) {
                 return refusal;
             }
         }
@@ -166,15 +188,13 @@ impl Api {
             Route::Extend => self.extend(req).await,
             Route::Get => self.get(req).await,
             Route::List => self.list(req.uri().query().unwrap_or("")).await,
+            Route::ForceUnlock => self.force_unlock(req).await,
+            Route::Events => self.events(req.uri().query().unwrap_or("")).await,
             Route::LeaseGrant => self.grant_lease(req).await,
             Route::LeaseRefresh => self.refresh_lease(req).await,
             Route::LeaseRevoke => self.revoke_lease(req).await,
             Route::LeaseGet => self.get_lease(req).await,
-            Route::Metrics => Ok(text(
-                StatusCode::OK,
-                METRICS_CONTENT_TYPE,
-                self.service.render_metrics(),
-            )),
+            Route::Metrics => Ok(text(StatusCode::OK, METRICS_CONTENT_TYPE, self.metrics())),
             Route::Healthz => Ok(json_response(
                 StatusCode::OK,
                 &StatusReply { status: Status::Ok },
@@ -191,9 +211,13 @@ impl Api {
         }
     }
 
-    /// `None` when the request may pass, else the 401 to answer.
-    fn check_auth<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+    /// `None` when the request may pass, else the 401 to answer. With
+    /// `query_token` (`/v1/events` only: a browser's `EventSource` cannot
+    /// send headers), a request without an `Authorization` header may give
+    /// the token as the query parameter `access_token`.
+    fn check_auth<B>(&self, req: &Request<B>, query_token: bool) -> Option<Response<Body>> {
         let expected = self.auth_token.as_deref()?;
+        let from_query;
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -204,6 +228,16 @@ impl Api {
                     .eq_ignore_ascii_case("bearer")
                     .then_some(token.trim_start())
             });
+        let given = match given {
+            Some(token) => Some(token),
+            None if query_token => {
+                from_query = EventQuery::parse(req.uri().query().unwrap_or(""))
+                    .ok()
+                    .and_then(|q| q.access_token);
+                from_query.as_deref()
+            }
+            None => None,
+        };
         let message = match given {
             None => {
                 "this server requires a bearer token: send 'Authorization: Bearer <token>' \
@@ -393,6 +427,66 @@ impl Api {
         Ok(json_response(StatusCode::OK, &LeaseFoundReply::from(info)))
     }
 
+    /// `/metrics`: the service's metrics and the open event streams.
+    fn metrics(&self) -> String {
+        let mut out = self.service.render_metrics();
+        out.push_str(
+            "# HELP lockd_event_streams Open GET /v1/events streams.\n\
+             # TYPE lockd_event_streams gauge\n",
+        );
+        let open = self.event_streams.load(Ordering::Relaxed);
+        out.push_str(&format!("lockd_event_streams {open}\n"));
+        out
+    }
+
+    async fn force_unlock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let r: ForceUnlockRequest = read_json(req).await?;
+        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        record_namespace(namespace);
+        let released = self
+            .service
+            .force_unlock(namespace, &r.name)
+            .await
+            .map_err(|e| error_response(&e))?;
+        // The core logs it (a warning naming the lock, owner and token),
+        // inside this request's span.
+        Ok(json_response(
+            StatusCode::OK,
+            &ReleasedReply::from(released),
+        ))
+    }
+
+    /// `GET /v1/events`: a stream that runs until the client hangs up, the
+    /// client falls behind (`lagged`) or the store goes away.
+    async fn events(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
+        let query = EventQuery::parse(query).map_err(invalid_argument)?;
+        if let Some(namespace) = &query.namespace {
+            record_namespace(namespace);
+        }
+        let Some(events) = self.service.events() else {
+            return Err(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Status::Unavailable,
+                "this store publishes no events".to_string(),
+            ));
+        };
+        let body = sse::stream(events, query, self.heartbeat, self.event_streams.clone());
+        let mut response = Response::new(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // Proxies such as nginx would otherwise hold events back.
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        Ok(response)
+    }
+
     async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
         let query = ListQuery::parse(query).map_err(invalid_argument)?;
         let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
@@ -565,6 +659,8 @@ mod tests {
             "/v1/locks/extend",
             "/v1/locks/get",
             "/v1/locks",
+            "/v1/locks/force-unlock",
+            "/v1/events",
             "/v1/leases/grant",
             "/v1/leases/refresh",
             "/v1/leases/revoke",

@@ -15,7 +15,9 @@
 
 use std::fmt;
 
-use lockd_core::{Durability, ErrorKind, Grant, LeaseGrant, LeaseInfo, LockInfo};
+use lockd_core::{
+    Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
+};
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -187,6 +189,23 @@ impl ExtendRequest {
     pub const PATH: &'static str = "/v1/locks/extend";
 }
 
+/// `POST /v1/locks/force-unlock`: an operator releases a lock whoever
+/// holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForceUnlockRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+}
+
+impl ForceUnlockRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = "/v1/locks/force-unlock";
+}
+
 /// `POST /v1/locks/get`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,6 +267,139 @@ impl ListQuery {
     }
 }
 
+/// The path of `GET /v1/events`, the Server-Sent Events stream.
+pub const EVENTS_PATH: &str = "/v1/events";
+
+/// The query of `GET /v1/events`: `?namespace=&prefix=&access_token=`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only events of this namespace; every namespace if `None`.
+    pub namespace: Option<String>,
+    /// Only events whose name starts with this; all if `None`.
+    pub prefix: Option<String>,
+    /// The bearer token, for clients that cannot send headers (a browser's
+    /// `EventSource`); the `Authorization` header wins when both are given.
+    pub access_token: Option<String>,
+}
+
+impl EventQuery {
+    /// Parses a query string (without the `?`). Unknown and repeated
+    /// parameters are errors.
+    pub fn parse(query: &str) -> Result<EventQuery, String> {
+        let mut parsed = EventQuery::default();
+        for (key, value) in parse_query(query)? {
+            let slot = match key.as_str() {
+                "namespace" => &mut parsed.namespace,
+                "prefix" => &mut parsed.prefix,
+                "access_token" => &mut parsed.access_token,
+                other => {
+                    return Err(format!(
+                    "unknown query parameter {other:?}; expected namespace, prefix or access_token"
+                ))
+                }
+            };
+            if slot.replace(value).is_some() {
+                return Err(format!("query parameter {key:?} given twice"));
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// The path and query to request (without the token, which the CLI
+    /// sends as a header).
+    pub fn path(&self) -> String {
+        let pairs: Vec<String> = [("namespace", &self.namespace), ("prefix", &self.prefix)]
+            .into_iter()
+            .filter_map(|(key, value)| Some(format!("{key}={}", percent_encode(value.as_ref()?))))
+            .collect();
+        if pairs.is_empty() {
+            EVENTS_PATH.to_string()
+        } else {
+            format!("{EVENTS_PATH}?{}", pairs.join("&"))
+        }
+    }
+
+    /// Whether `event` passes the filters.
+    pub fn matches(&self, event: &LockEvent) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| *event.namespace == *ns)
+            && self
+                .prefix
+                .as_deref()
+                .is_none_or(|p| event.name.starts_with(p))
+    }
+}
+
+/// One event of `GET /v1/events`, the JSON of an SSE `data:` line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// What happened: `acquired`, `extended`, `released`, `expired`,
+    /// `handed_off`, `force_released`, `lease_granted`, `lease_revoked` or
+    /// `lease_expired`.
+    #[serde(rename = "type", with = "event_word")]
+    pub kind: EventKind,
+    /// The lock's (or lease's) namespace.
+    pub namespace: String,
+    /// The lock name; for lease events, the lease id.
+    pub name: String,
+    /// The holder concerned: the new one for `acquired` and `handed_off`,
+    /// the one that left for `released`, `expired` and `force_released`.
+    pub owner: String,
+    /// The grant's fencing token; 0 for lease events.
+    pub fencing_token: u64,
+    /// When, Unix epoch milliseconds.
+    pub at_ms: u64,
+}
+
+impl From<&LockEvent> for Event {
+    fn from(e: &LockEvent) -> Self {
+        Event {
+            kind: e.kind,
+            namespace: e.namespace.to_string(),
+            name: e.name.to_string(),
+            owner: e.owner.to_string(),
+            fencing_token: e.fencing_token,
+            at_ms: e.at_ms,
+        }
+    }
+}
+
+/// The final event of a stream that fell behind: `event: lagged`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaggedEvent {
+    /// `lagged`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// How many events the stream missed before it was closed.
+    pub missed: u64,
+}
+
+/// Serde of [`EventKind`] as its `type` word.
+mod event_word {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(kind: &EventKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(kind.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<EventKind, D::Error> {
+        let word = String::deserialize(d)?;
+        EventKind::from_word(&word).ok_or_else(|| {
+            const WORDS: [&str; EventKind::ALL.len()] = {
+                let mut words = [""; EventKind::ALL.len()];
+                let mut i = 0;
+                while i < words.len() {
+                    words[i] = EventKind::ALL[i].as_str();
+                    i += 1;
+                }
+                words
+            };
+            de::Error::unknown_variant(&word, &WORDS)
+        })
+    }
+}
+
 /// The `status` word of every response body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
@@ -284,11 +436,13 @@ pub enum Status {
     Refreshed,
     /// `revoked`: a lease ended and its locks were released.
     Revoked,
+    /// `released`: a force-unlock released the lock from its holder.
+    Released,
 }
 
 impl Status {
     /// Every status word.
-    pub const ALL: [Status; 16] = [
+    pub const ALL: [Status; 17] = [
         Status::Acquired,
         Status::Unlocked,
         Status::Extended,
@@ -305,6 +459,7 @@ impl Status {
         Status::Granted,
         Status::Refreshed,
         Status::Revoked,
+        Status::Released,
     ];
 
     /// The word on the wire. The words of lock errors are those of
@@ -327,6 +482,7 @@ impl Status {
             Status::Granted => "granted",
             Status::Refreshed => "refreshed",
             Status::Revoked => "revoked",
+            Status::Released => "released",
         }
     }
 
@@ -557,6 +713,10 @@ impl ListReply {
 /// One lock of a [`ListReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListedLock {
+    /// When the current grant was made, Unix epoch milliseconds (a
+    /// recovered lock: the restart); absent if the store does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_at_ms: Option<u64>,
     /// Whether it survives a restart.
     pub durability: DurabilityWord,
     /// End of the lease, Unix epoch milliseconds.
@@ -567,16 +727,43 @@ pub struct ListedLock {
     pub name: String,
     /// The current holder.
     pub owner: String,
+    /// Callers waiting in its queue (0 from a server older than this field).
+    #[serde(default)]
+    pub waiters: u64,
 }
 
 impl From<lockd_core::ListedLock> for ListedLock {
     fn from(lock: lockd_core::ListedLock) -> Self {
         ListedLock {
+            acquired_at_ms: lock.acquired_at_ms,
             durability: lock.info.durability.into(),
             expires_at_ms: lock.info.expires_at_ms,
             fencing_token: lock.info.fencing_token,
             name: lock.name,
             owner: lock.info.owner,
+            waiters: lock.waiters,
+        }
+    }
+}
+
+/// `released`: the holder a force-unlock released
+/// (`POST /v1/locks/force-unlock`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedReply {
+    /// The released grant's fencing token.
+    pub fencing_token: u64,
+    /// The holder it was released from.
+    pub owner: String,
+    /// `released`.
+    pub status: Status,
+}
+
+impl From<LockInfo> for ReleasedReply {
+    fn from(info: LockInfo) -> Self {
+        ReleasedReply {
+            fencing_token: info.fencing_token,
+            owner: info.owner,
+            status: Status::Released,
         }
     }
 }
@@ -1108,6 +1295,7 @@ mod tests {
                 Status::Granted => "granted",
                 Status::Refreshed => "refreshed",
                 Status::Revoked => "revoked",
+                Status::Released => "released",
             };
             assert!(seen.insert(word), "{word} twice");
             assert_eq!(status.as_str(), word);
@@ -1172,10 +1360,12 @@ mod tests {
         let list = ListReply::new(vec![lockd_core::ListedLock {
             name: "a".to_string(),
             info,
+            acquired_at_ms: Some(40),
+            waiters: 2,
         }]);
         assert_eq!(
             serde_json::to_string(&list).unwrap(),
-            r#"{"locks":[{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"name":"a","owner":"w1"}],"status":"found"}"#
+            r#"{"locks":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"name":"a","owner":"w1","waiters":2}],"status":"found"}"#
         );
         assert_eq!(
             serde_json::to_string(&ErrorReply {

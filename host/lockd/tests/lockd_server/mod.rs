@@ -414,3 +414,36 @@ pub fn lockd_in_dir(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> 
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// `GET path` over a raw socket, reading only the response head: for a
+/// stream (`/v1/events`) that does not end. The body is left empty.
+pub fn stream_head(addr: SocketAddr, path: &str, token: Option<&str>) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.lines();
+    let code = lines
+        .next()
+        .and_then(|status| status.strip_prefix("HTTP/1.1 "))
+        .and_then(|rest| rest.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Reply {
+        code,
+        body: String::new(),
+        json: Value::Null,
+        headers,
+    }
+}

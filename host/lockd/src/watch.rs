@@ -1,0 +1,148 @@
+//! `lockd watch`: prints the events of `GET /v1/events` as they come
+//! (docs/http.md#events).
+
+use std::io::{BufRead, BufReader, Read, Write};
+
+use lockd::api::wire::{self, Event, LaggedEvent};
+
+use crate::client::{fail, rfc3339, Failure, Format};
+
+/// Reads the Server-Sent Events of `stream` and writes each event to `out`:
+/// its JSON line with `Format::Json`, else one readable line. Returns when
+/// the stream ends: exit 1 after a `lagged` event (this client fell
+/// behind), 3 when the server closed the stream otherwise, 0 when `out` is
+/// closed (`lockd watch | head`).
+pub(crate) fn print(
+    stream: impl Read,
+    format: Format,
+    out: &mut impl Write,
+) -> Result<i32, Failure> {
+    let mut lines = BufReader::new(stream);
+    let mut event_name = String::new();
+    let mut data = String::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = lines
+            .read_line(&mut line)
+            .map_err(|e| fail(3, format!("the event stream broke off: {e}")))?;
+        if n == 0 {
+            return Err(fail(
+                3,
+                "the server closed the event stream; run 'lockd watch' again",
+            ));
+        }
+        let field = line.trim_end_matches(['\r', '\n']);
+        if !field.is_empty() {
+            // Comments (`: heartbeat`) and unknown fields are skipped.
+            if let Some(value) = field.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(value.strip_prefix(' ').unwrap_or(value));
+            } else if let Some(value) = field.strip_prefix("event:") {
+                event_name = value.trim().to_string();
+            }
+            continue;
+        }
+        // A blank line ends an event.
+        let (name, json) = (std::mem::take(&mut event_name), std::mem::take(&mut data));
+        if json.is_empty() {
+            continue;
+        }
+        if name == "lagged" {
+            let missed = wire::parse_reply::<LaggedEvent>(&json).map_or(0, |l| l.missed);
+            return Err(fail(
+                1,
+                format!(
+                    "this client fell behind and the server closed the stream \
+                     ({missed} events missed); run 'lockd watch' again"
+                ),
+            ));
+        }
+        let event: Event = wire::parse_reply(&json).map_err(|e| {
+            fail(
+                3,
+                format!("the server sent a malformed event ({e}): {json}"),
+            )
+        })?;
+        let written = match format {
+            Format::Json => writeln!(out, "{json}"),
+            Format::Text => writeln!(out, "{}", text_line(&event)),
+        };
+        if written.and_then(|()| out.flush()).is_err() {
+            return Ok(0);
+        }
+    }
+}
+
+/// `2025-01-31T12:00:00.250Z acquired default/deploy owner w1 token 7`
+fn text_line(e: &Event) -> String {
+    format!(
+        "{} {} {}/{} owner {} token {}",
+        rfc3339(e.at_ms),
+        e.kind.as_str(),
+        e.namespace,
+        e.name,
+        e.owner,
+        e.fencing_token
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stream: &str, format: Format) -> (Result<i32, String>, String) {
+        let mut out = Vec::new();
+        let result = print(stream.as_bytes(), format, &mut out).map_err(|f| f.message);
+        (result, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn prints_events_and_skips_comments() {
+        let stream = ": lockd events\n\n\
+            data: {\"type\":\"acquired\",\"namespace\":\"default\",\"name\":\"deploy\",\"owner\":\"w1\",\"fencing_token\":7,\"at_ms\":0}\n\n\
+            : heartbeat\n\n\
+            data: {\"type\":\"force_released\",\"namespace\":\"n\",\"name\":\"a\",\"owner\":\"w2\",\"fencing_token\":8,\"at_ms\":1000}\n\n";
+        let (result, out) = run(stream, Format::Text);
+        assert!(result.unwrap_err().contains("closed the event stream"));
+        assert_eq!(
+            out,
+            "1970-01-01T00:00:00.000Z acquired default/deploy owner w1 token 7\n\
+             1970-01-01T00:00:01.000Z force_released n/a owner w2 token 8\n"
+        );
+        let (_, out) = run(stream, Format::Json);
+        assert_eq!(out.lines().count(), 2);
+        assert!(out.starts_with("{\"type\":\"acquired\""), "{out}");
+    }
+
+    #[test]
+    fn lagged_ends_with_exit_1_and_bad_events_with_3() {
+        let mut out = Vec::new();
+        let failure = print(
+            "event: lagged\ndata: {\"type\":\"lagged\",\"missed\":12}\n\n".as_bytes(),
+            Format::Text,
+            &mut out,
+        )
+        .unwrap_err();
+        assert_eq!(failure.code, 1);
+        assert!(
+            failure.message.contains("12 events missed"),
+            "{}",
+            failure.message
+        );
+        let failure = print(
+            "data: {\"type\":\"stolen\"}\n\n".as_bytes(),
+            Format::Text,
+            &mut out,
+        )
+        .unwrap_err();
+        assert_eq!(failure.code, 3);
+        assert!(
+            failure.message.contains("malformed event"),
+            "{}",
+            failure.message
+        );
+    }
+}
