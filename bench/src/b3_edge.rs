@@ -134,8 +134,9 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Offers `rate` requests per second for `duration` and measures them.
-async fn open_loop(
+/// Offers `rate` requests per second for `duration` and measures them
+/// (B7 drives its edge functions with it too).
+pub(crate) async fn open_loop(
     addr: SocketAddr,
     mode: &str,
     rate: u32,

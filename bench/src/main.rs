@@ -9,8 +9,9 @@
 //!
 //! Prints the machine, the fsync regime and one markdown table per workload
 //! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale, B6 etcd
-//! mode). `--smoke` runs everything with tiny counts in seconds, to keep the
-//! suite from rotting (CI); its figures mean nothing. `docs/benchmarks.md`
+//! mode, B7 portable: the capability composed with `lockd plug`). `--smoke`
+//! runs everything with tiny counts in seconds, to keep the suite from
+//! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
 
 mod b1_host_call;
@@ -19,6 +20,7 @@ mod b3_edge;
 mod b4_rest;
 mod b5_scale;
 mod b6_etcd;
+mod b7_portable;
 mod drive;
 mod fsync;
 mod peers;
@@ -309,6 +311,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("b6") {
         emit(b6_etcd::run(&ctx)?);
+    }
+    if wanted("b7") {
+        emit(b7_portable::run(&ctx)?);
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;

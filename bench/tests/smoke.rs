@@ -25,6 +25,7 @@ fn smoke_run_prints_every_table() {
         "## B4 REST",
         "## B5 scale",
         "## B6 etcd mode",
+        "## B7 portable",
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
