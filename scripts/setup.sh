@@ -9,6 +9,8 @@
 #   - redis-server (a peer of the benchmark suite, lockd-bench, whose smoke
 #     run is part of the tests; it starts its own redis-server)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
+#   - chromium and chromium-driver (host/lockd/tests/ui_browser.rs drives the
+#     web page at /ui/ in headless chromium over WebDriver)
 #
 # componentize-py and componentize-js are installed by the guests' own
 # build scripts into target/ (a venv and a local node_modules); jco, which the
@@ -35,6 +37,19 @@ if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The browser test of the web page: Debian's chromium and its chromedriver
+# (without recommends: no desktop services).
+browser_missing=()
+for p in chromium chromium-driver; do
+    dpkg -s "$p" >/dev/null 2>&1 || browser_missing+=("$p")
+done
+if ((${#browser_missing[@]})); then
+    log "apt-get install --no-install-recommends ${browser_missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${browser_missing[@]}" >/dev/null
 fi
 
 # Debian's redis-server enables a system redis on port 6379; the benchmark

@@ -267,6 +267,11 @@ impl App {
         })
     }
 
+    /// Whether a route of the manifest matches `path`.
+    pub fn claims(&self, path: &str) -> bool {
+        self.manifest.route(path).is_some()
+    }
+
     /// Answers `req` with the component its path routes to, or `None` if no
     /// route matches.
     pub async fn handle(&self, req: Request<Incoming>) -> Option<Response<Body>> {

@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 mod build;
 mod components;
 pub mod manifest;
+mod ui;
 
 pub use components::App;
 use manifest::Manifest;
@@ -113,6 +114,7 @@ impl Server {
                 println!("  http://{addr}{route} -> {component} ({kind})");
             }
         }
+        println!("  http://{addr}/ui/ -> the web page (locks and events, live)");
         println!("lockd listening on http://{addr}");
         tracing::info!(%addr, "serving");
         tokio::pin!(shutdown);
@@ -199,8 +201,17 @@ impl Router {
     }
 
     async fn dispatch(&self, req: Request<Incoming>) -> Response<Body> {
-        if Api::owns(req.uri().path()) {
+        let path = req.uri().path();
+        if Api::owns(path) {
             return self.api.handle(req).await;
+        }
+        if ui::owns(path) {
+            tracing::Span::current().record("route", "/ui/");
+            return ui::handle(req.method(), path);
+        }
+        // `/` shows the page, unless the manifest serves `/` itself.
+        if path == "/" && !self.app.as_ref().is_some_and(|app| app.claims(path)) {
+            return ui::redirect(ui::UI_PATH);
         }
         if let Some(app) = &self.app {
             // `handle` consumes the request; route first to keep 404s cheap.

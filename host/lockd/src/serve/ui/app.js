@@ -1,0 +1,278 @@
+// lockd's web page: held locks and the last events, live from
+// GET /v1/events (Server-Sent Events). Each namespace is listed once with
+// GET /v1/locks; after that, events keep the page current. An event that
+// grants or extends a lock re-lists its namespace (once per burst), since
+// events carry no expiry. Nothing is loaded from another host.
+"use strict";
+
+const MAX_EVENTS = 200;
+const TOKEN_KEY = "lockd-token";
+const NAMESPACES_KEY = "lockd-namespaces";
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY) || "",
+  namespaces: new Map(), // namespace -> Map(name -> listed lock)
+  released: new Set(), // "ns\0name\0token" of grants that ended, so a late listing cannot bring them back
+  events: [],
+  prefix: "",
+  source: null,
+  reloads: new Map(), // namespace -> pending timer
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function authHeaders() {
+  return state.token ? { Authorization: "Bearer " + state.token } : {};
+}
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const init = { method, headers: authHeaders() };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401) {
+    askForToken(state.token ? "That token was refused." : "");
+    throw new Unauthorized();
+  }
+  return { status: response.status, json: await response.json() };
+}
+
+function askForToken(message) {
+  if (state.source) state.source.close();
+  state.source = null;
+  setConnected(false, "sign-in needed");
+  $("login").hidden = false;
+  $("login-error").textContent = message;
+  $("token").focus();
+}
+
+function setConnected(on, text) {
+  const conn = $("conn");
+  conn.className = "conn " + (on ? "on" : "off");
+  conn.textContent = text || (on ? "live" : "reconnecting…");
+}
+
+function releasedKey(ns, name, token) {
+  return ns + "\0" + name + "\0" + token;
+}
+
+async function loadNamespace(ns) {
+  try {
+    const r = await api("GET", "/v1/locks?namespace=" + encodeURIComponent(ns));
+    if (r.status !== 200) return;
+    const locks = new Map();
+    for (const lock of r.json.locks) {
+      if (!state.released.has(releasedKey(ns, lock.name, lock.fencing_token))) {
+        locks.set(lock.name, lock);
+      }
+    }
+    state.namespaces.set(ns, locks);
+    render();
+  } catch (e) {
+    if (!(e instanceof Unauthorized)) console.error(e);
+  }
+}
+
+function scheduleReload(ns) {
+  if (state.reloads.has(ns)) return;
+  state.reloads.set(ns, setTimeout(() => {
+    state.reloads.delete(ns);
+    loadNamespace(ns);
+  }, 100));
+}
+
+function addNamespace(ns) {
+  if (!ns || state.namespaces.has(ns)) return;
+  state.namespaces.set(ns, new Map());
+  const saved = JSON.parse(sessionStorage.getItem(NAMESPACES_KEY) || "[]");
+  if (!saved.includes(ns)) sessionStorage.setItem(NAMESPACES_KEY, JSON.stringify([...saved, ns]));
+  loadNamespace(ns);
+  render();
+}
+
+function onEvent(e) {
+  state.events.unshift(e);
+  state.events.length = Math.min(state.events.length, MAX_EVENTS);
+  if (!e.type.startsWith("lease_")) {
+    if (!state.namespaces.has(e.namespace)) {
+      addNamespace(e.namespace);
+    } else {
+      const locks = state.namespaces.get(e.namespace);
+      const held = locks.get(e.name);
+      switch (e.type) {
+        case "released":
+        case "expired":
+        case "force_released":
+          state.released.add(releasedKey(e.namespace, e.name, e.fencing_token));
+          if (state.released.size > 10000) state.released.clear();
+          if (held && held.fencing_token === e.fencing_token) locks.delete(e.name);
+          break;
+        case "acquired":
+        case "handed_off":
+          locks.set(e.name, {
+            name: e.name,
+            owner: e.owner,
+            fencing_token: e.fencing_token,
+            expires_at_ms: null,
+            durability: held ? held.durability : null,
+            waiters: held && e.type === "handed_off" ? Math.max(0, held.waiters - 1) : null,
+          });
+          scheduleReload(e.namespace);
+          break;
+        case "extended":
+          scheduleReload(e.namespace);
+          break;
+      }
+    }
+  }
+  render();
+}
+
+function connect() {
+  if (state.source) state.source.close();
+  const query = state.token ? "?access_token=" + encodeURIComponent(state.token) : "";
+  const source = new EventSource("/v1/events" + query);
+  state.source = source;
+  source.onopen = () => {
+    setConnected(true);
+    // Whatever happened while disconnected: list every namespace again.
+    for (const ns of state.namespaces.keys()) loadNamespace(ns);
+  };
+  source.onmessage = (m) => onEvent(JSON.parse(m.data));
+  source.addEventListener("lagged", () => {
+    // The server dropped this stream because the page fell behind.
+    setConnected(false);
+    setTimeout(connect, 500);
+  });
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      // Refused (a 401, say): find out why, then retry.
+      setConnected(false);
+      api("GET", "/v1/locks?prefix=%00").then(() => setTimeout(connect, 2000), () => {});
+    } else {
+      setConnected(false);
+    }
+  };
+}
+
+function remaining(lock) {
+  if (lock.expires_at_ms == null) return "…";
+  const ms = Math.max(0, lock.expires_at_ms - Date.now());
+  return (ms / 1000).toFixed(1) + " s";
+}
+
+async function forceUnlock(ns, lock) {
+  const question = `Force-unlock ${ns}/${lock.name}, held by ${lock.owner} (token ${lock.fencing_token})?`;
+  if (!window.confirm(question)) return;
+  try {
+    const r = await api("POST", "/v1/locks/force-unlock", { namespace: ns, name: lock.name });
+    if (r.status === 409) loadNamespace(ns);
+    else if (r.status !== 200) window.alert(`force-unlock failed: ${r.json.message || r.status}`);
+  } catch (e) {
+    if (!(e instanceof Unauthorized)) window.alert("force-unlock failed: " + e);
+  }
+}
+
+function render() {
+  const prefix = state.prefix;
+  const root = $("namespaces");
+  root.replaceChildren();
+  for (const ns of [...state.namespaces.keys()].sort()) {
+    const locks = [...state.namespaces.get(ns).values()]
+      .filter((l) => l.name.startsWith(prefix))
+      .sort((a, b) => (a.name < b.name ? -1 : 1));
+    const section = el("div", { class: "namespace", "data-ns": ns }, el("h3", {}, ns));
+    if (locks.length === 0) {
+      section.append(el("p", { class: "empty" }, prefix ? `no locks named ${prefix}… held` : "no locks held"));
+    } else {
+      const head = el("tr", {}, ...["Name", "Owner", "Token", "Durability", "Expires in", "Waiters", ""].map((h) => el("th", {}, h)));
+      const rows = locks.map((lock) => el("tr", { class: "lock", "data-ns": ns, "data-name": lock.name },
+        el("td", { class: "name" }, lock.name),
+        el("td", { class: "owner" }, lock.owner),
+        el("td", { class: "token" }, String(lock.fencing_token)),
+        el("td", { class: "durability" }, lock.durability || "…"),
+        el("td", { class: "expires", "data-expires": lock.expires_at_ms == null ? "" : String(lock.expires_at_ms) }, remaining(lock)),
+        el("td", { class: "waiters" }, lock.waiters == null ? "–" : String(lock.waiters)),
+        el("td", {}, el("button", { class: "force", type: "button", onclick: () => forceUnlock(ns, lock) }, "Force-unlock"))));
+      section.append(el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
+    }
+    root.append(section);
+  }
+  const list = $("events");
+  list.replaceChildren(...state.events
+    .filter((e) => e.name.startsWith(prefix))
+    .slice(0, 50)
+    .map((e) => el("li", { class: "event t-" + e.type },
+      el("span", { class: "time" }, new Date(e.at_ms).toLocaleTimeString()),
+      el("span", { class: "type" }, e.type),
+      `${e.namespace}/${e.name} · ${e.owner} · token ${e.fencing_token}`)));
+}
+
+// The countdowns: a local clock, not a poll of the server.
+setInterval(() => {
+  for (const cell of document.querySelectorAll("td.expires")) {
+    const at = cell.dataset.expires;
+    if (!at) continue;
+    const ms = Math.max(0, Number(at) - Date.now());
+    cell.textContent = (ms / 1000).toFixed(1) + " s";
+    cell.classList.toggle("soon", ms < 5000);
+  }
+}, 100);
+
+$("filter-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  addNamespace($("add-ns").value.trim());
+  $("add-ns").value = "";
+});
+for (const kind of ["input", "change"]) {
+  $("prefix").addEventListener(kind, () => {
+    state.prefix = $("prefix").value;
+    render();
+  });
+}
+$("login").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  state.token = $("token").value;
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  try {
+    await api("GET", "/v1/locks?prefix=%00");
+    $("login").hidden = true;
+    $("token").value = "";
+    connect();
+  } catch (e) {
+    if (!(e instanceof Unauthorized)) $("login-error").textContent = String(e);
+  }
+});
+
+async function start() {
+  const params = new URLSearchParams(location.search);
+  const saved = JSON.parse(sessionStorage.getItem(NAMESPACES_KEY) || "[]");
+  for (const ns of ["default", ...params.getAll("namespace"), ...saved]) {
+    if (ns) state.namespaces.set(ns, new Map());
+  }
+  render();
+  try {
+    // One cheap call to learn whether a token is needed.
+    await api("GET", "/v1/locks?prefix=%00");
+  } catch (e) {
+    return; // the sign-in form is up; it connects once signed in
+  }
+  connect();
+}
+
+start();
