@@ -134,8 +134,9 @@ impl Manifest {
             if !pattern.starts_with('/') {
                 bail!("route {pattern:?} must start with '/'");
             }
-            if crate::api::Api::owns(pattern.trim_end_matches("/...")) {
-                bail!("route {pattern} collides with lockd's own routes (/v1/..., /metrics, /healthz, /openapi.json)");
+            let prefix = pattern.trim_end_matches("/...");
+            if crate::api::Api::owns(prefix) || super::ui::owns(prefix) {
+                bail!("route {pattern} collides with lockd's own routes (/v1/..., /metrics, /healthz, /openapi.json, /ui/)");
             }
             routes.push(Route {
                 pattern: pattern.to_string(),
@@ -230,6 +231,8 @@ mod tests {
         assert_eq!(at("/jobs/special"), Some("special"));
         assert_eq!(at("/jobsx"), Some("fallback"));
         assert_eq!(at("/"), Some("fallback"));
+        // So `/` is the app's here, and does not lead to the web page.
+        assert!(m.route("/").is_some());
         assert_eq!(m.routes.len(), 3);
         assert!(m.components["jobs"].source.ends_with("a.wasm"));
     }
@@ -245,6 +248,8 @@ mod tests {
             APP.replace(r#"component = "special""#, r#"component = "missing""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/v1/locks/...""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/metrics""#),
+            APP.replace(r#"route = "/jobs/special""#, r#"route = "/ui/...""#),
+            APP.replace(r#"route = "/jobs/special""#, r#"route = "/ui""#),
         ];
         for text in bad {
             assert!(manifest(&text).is_err(), "accepted:\n{text}");
