@@ -8,17 +8,25 @@
 //! - A holder whose `expires_at_ms <= now` is treated as absent by every
 //!   operation ([`Engine::settle`] runs first), whether or not the purge task
 //!   has removed it yet.
-//! - Every holder has exactly one `(expires_at_ms, key)` in its shard's
-//!   `deadlines`, which drives the purge task.
+//! - Every holder has exactly one entry in its shard's deadline heap, whose
+//!   deadline is the holder's `expires_at_ms` (the table changes both
+//!   together: `table::Shard::move_expiry`); it drives the purge task.
 //! - A lock with waiters always has a holder: when a holder goes away, the
 //!   first waiter still listening is granted the lock on the spot
 //!   ([`Engine::hand_off`]), so nobody can barge past the queue.
 //! - A grant is acknowledged only once its journal op (if persistent) and a
 //!   token reservation covering its token are durable.
+//! - A lock's position in its shard (`at` below) changes when any lock of
+//!   the shard is removed: it is looked up again after anything that may
+//!   remove one (`remove_holder`, `hand_off`).
+//!
+//! Memory: a held lock is one `table::Lock` in its shard's dense vector
+//! (its name and owner in one allocation, its namespace interned once per
+//! engine), a 4-byte slot in the shard's hash index and a 16-byte entry in
+//! its deadline heap (see the `table` module).
 
-use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -36,8 +44,10 @@ use crate::types::{
 };
 
 mod leases;
+mod table;
 
 use leases::{LeaseCell, LeaseTable};
+use table::{key_hash, Holder, Lock, Namespace, Namespaces, NewHolder, Shard};
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
@@ -68,72 +78,12 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     purge: Arc<PurgeSignal>,
     next_waiter_id: AtomicU64,
-    /// Holders per namespace, for quotas. Changed with the holder itself,
-    /// under its shard mutex.
-    held: NamespaceCounts,
+    /// Every namespace seen, interned, with its count of holders (quotas).
+    namespaces: Namespaces,
     /// Live leases (docs/contract.md#c16-leases).
     leases: LeaseTable,
     /// Every change, for whoever subscribed (docs/http.md#events).
     events: EventSender,
-}
-
-/// Live holders per namespace. A quota check and the increment it guards are
-/// one atomic step, so concurrent grants can never overshoot a quota.
-#[derive(Default)]
-struct NamespaceCounts(std::sync::RwLock<HashMap<String, AtomicU64, FxBuild>>);
-
-impl NamespaceCounts {
-    /// Runs `f` on the counter of `namespace`, created at zero if new. The
-    /// common case takes only the read lock and allocates nothing: this is
-    /// on every grant and release.
-    fn with_counter<R>(&self, namespace: &str, f: impl FnOnce(&AtomicU64) -> R) -> R {
-        if let Some(c) = self
-            .0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(namespace)
-        {
-            return f(c);
-        }
-        f(self
-            .0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(namespace.to_string())
-            .or_default())
-    }
-
-    /// Counts one more holder in `namespace`, whatever its quota.
-    fn add(&self, namespace: &str) {
-        self.with_counter(namespace, |c| c.fetch_add(1, Ordering::Relaxed));
-    }
-
-    /// Counts one more holder in `namespace` if `quota` allows it.
-    fn try_add(&self, namespace: &str, quota: Option<u64>) -> Result<(), LockError> {
-        let Some(quota) = quota else {
-            self.add(namespace);
-            return Ok(());
-        };
-        self.with_counter(namespace, |c| {
-            c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                (held < quota).then_some(held + 1)
-            })
-        })
-        .map(drop)
-        .map_err(|_| {
-            LockError::Denied(format!(
-                "namespace {namespace:?} already holds {quota} locks, its quota"
-            ))
-        })
-    }
-
-    fn remove(&self, namespace: &str) {
-        self.with_counter(namespace, |c| {
-            let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_sub(1)
-            });
-        });
-    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -142,96 +92,6 @@ impl std::fmt::Debug for Engine {
             .field("shards", &self.shards.len())
             .field("next_token", &self.tokens.next.load(Ordering::Relaxed))
             .finish_non_exhaustive()
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    locks: HashMap<Key, Entry, FxBuild>,
-    /// One `(expires_at_ms, key)` per holder in this shard.
-    deadlines: BTreeSet<(u64, Key)>,
-}
-
-#[derive(Default)]
-struct Entry {
-    holder: Option<Holder>,
-    /// First in, first served.
-    waiters: Queue,
-}
-
-/// A wait queue that costs one pointer while empty, as nearly every lock's
-/// is: an `Entry` per held lock is most of the engine's memory (benchmark
-/// B5, docs/benchmarks.md).
-// A boxed collection on purpose: the box is the one-pointer empty case.
-#[allow(clippy::box_collection)]
-#[derive(Default)]
-struct Queue(Option<Box<VecDeque<Waiter>>>);
-
-impl Queue {
-    fn push_back(&mut self, waiter: Waiter) {
-        self.0
-            .get_or_insert_with(Default::default)
-            .push_back(waiter);
-    }
-
-    fn pop_front(&mut self) -> Option<Waiter> {
-        let queue = self.0.as_mut()?;
-        let first = queue.pop_front();
-        if queue.is_empty() {
-            self.0 = None;
-        }
-        first
-    }
-
-    fn retain(&mut self, keep: impl FnMut(&Waiter) -> bool) {
-        if let Some(queue) = self.0.as_mut() {
-            queue.retain(keep);
-            if queue.is_empty() {
-                self.0 = None;
-            }
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |q| q.len())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-}
-
-struct Holder {
-    /// Shared rather than a `String`: one word less per held lock, and an
-    /// event about it clones a pointer, not the string.
-    owner: Arc<str>,
-    token: u64,
-    /// For a lock under a lease, the lease's expiry: a refresh moves both
-    /// under the shard mutexes of all its locks.
-    expires_at_ms: u64,
-    durability: Durability,
-    /// The lease the lock is held under, whose id is `owner`.
-    lease: Option<Arc<LeaseCell>>,
-    /// When this grant was made (a restart's time for a recovered lock),
-    /// for listings and hold-time metrics.
-    acquired_at_ms: u64,
-}
-
-impl Holder {
-    fn info(&self) -> LockInfo {
-        LockInfo {
-            owner: self.owner.to_string(),
-            fencing_token: self.token,
-            expires_at_ms: self.expires_at_ms,
-            durability: self.durability,
-        }
-    }
-
-    fn grant(&self) -> Grant {
-        Grant {
-            fencing_token: self.token,
-            expires_at_ms: self.expires_at_ms,
-        }
     }
 }
 
@@ -349,24 +209,41 @@ impl Engine {
     /// Outside a tokio runtime.
     pub fn new(
         journal: Arc<dyn Journal>,
-        recovered: Recovered,
+        mut recovered: Recovered,
         clock: Arc<dyn Clock>,
         options: EngineOptions,
     ) -> Arc<Engine> {
+        let locks = std::mem::take(&mut recovered.locks);
+        let rows = locks.into_iter().map(Ok::<_, std::convert::Infallible>);
+        match Engine::resume(journal, recovered, rows, clock, options) {
+            Ok(engine) => engine,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Engine::new`] with the persistent locks streamed from `locks`
+    /// (after those in `recovered.locks`), so that a store never holds a
+    /// million recovered records and the engine's table at once. Stops at
+    /// the first error, which it returns; the engine is then dropped
+    /// unstarted (what it submitted to `journal` meanwhile is up to the
+    /// journal to drop).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn resume<E>(
+        journal: Arc<dyn Journal>,
+        mut recovered: Recovered,
+        locks: impl IntoIterator<Item = Result<(Key, Record), E>>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+    ) -> Result<Arc<Engine>, E> {
         let shards = (0..options.shards.max(1))
             .map(|_| Mutex::new(Shard::default()))
             .collect();
-        // Resume above any token found in a record too: a grant's record can
-        // reach the disk in an earlier batch than the reservation covering it.
-        let highest_recorded = recovered.locks.iter().map(|(_, r)| r.token).max();
-        let next = recovered
-            .next_token
-            .max(highest_recorded.map_or(0, |t| t.saturating_add(1)))
-            .max(1);
         let engine = Arc::new(Engine {
             shards,
             tokens: TokenAllocator {
-                next: AtomicU64::new(next),
+                next: AtomicU64::new(recovered.next_token.max(1)),
                 reserved_up_to: AtomicU64::new(recovered.reserved_up_to),
                 block: options.token_block.max(1),
                 refill: tokio::sync::Mutex::new(()),
@@ -378,12 +255,12 @@ impl Engine {
                 next_wake_ms: AtomicU64::new(u64::MAX),
             }),
             next_waiter_id: AtomicU64::new(0),
-            held: NamespaceCounts::default(),
+            namespaces: Namespaces::default(),
             leases: LeaseTable::default(),
             events: EventSender::default(),
         });
         let now = engine.clock.now_ms();
-        for (lease, mut record) in recovered.leases {
+        for (lease, mut record) in std::mem::take(&mut recovered.leases) {
             record.expires_at_ms = engine.clock.monotonic_of_wall_ms(record.expires_at_ms);
             if record.expires_at_ms <= now {
                 drop(engine.journal.submit(JournalOp::DeleteLease(lease)));
@@ -397,42 +274,70 @@ impl Engine {
             ));
             engine.purge.note_deadline(record.expires_at_ms);
         }
-        for (key, mut record) in recovered.locks {
-            record.expires_at_ms = engine.clock.monotonic_of_wall_ms(record.expires_at_ms);
-            // A lock under a live lease takes the lease's expiry: a refresh
-            // writes only the lease's record. A lease that is gone was
-            // revoked (its locks' records went with it, in one batch) or
-            // expired after all its locks' recorded expiries.
-            let lease = engine.leases.live_owner(&key.namespace, &record.owner, now);
-            if let Some(lease) = &lease {
-                record.expires_at_ms = lease.attach(&key.name);
-            }
-            if record.expires_at_ms <= now {
-                // Expired while we were down: free, and no longer worth keeping.
-                drop(engine.journal.submit(JournalOp::Delete(key)));
-                continue;
-            }
-            let mut shard = engine.shard(&key);
-            // Recovered locks count against quotas but are never refused.
-            engine.held.add(&key.namespace);
-            shard.deadlines.insert((record.expires_at_ms, key.clone()));
-            shard.locks.insert(
-                key,
-                Entry {
-                    holder: Some(Holder {
-                        owner: Arc::from(record.owner),
-                        token: record.token,
-                        expires_at_ms: record.expires_at_ms,
-                        durability: Durability::Persistent,
-                        lease,
-                        acquired_at_ms: now,
-                    }),
-                    waiters: Queue::default(),
-                },
-            );
+        let mut highest_recorded = None;
+        let mut last_namespace: Option<Arc<Namespace>> = None;
+        let rows = std::mem::take(&mut recovered.locks)
+            .into_iter()
+            .map(Ok)
+            .chain(locks);
+        for row in rows {
+            let (key, record) = row?;
+            highest_recorded = highest_recorded.max(Some(record.token));
+            let namespace = match last_namespace.take() {
+                Some(ns) if *ns.name == *key.namespace => ns,
+                _ => engine.namespaces.get(&key.namespace),
+            };
+            engine.recover_lock(key, record, &namespace, now);
+            last_namespace = Some(namespace);
+        }
+        // Resume above any token found in a record too: a grant's record can
+        // reach the disk in an earlier batch than the reservation covering it.
+        if let Some(highest) = highest_recorded {
+            engine
+                .tokens
+                .next
+                .fetch_max(highest.saturating_add(1), Ordering::Relaxed);
         }
         tokio::spawn(purge_loop(Arc::downgrade(&engine), engine.purge.clone()));
-        engine
+        Ok(engine)
+    }
+
+    /// Installs one recovered lock of `namespace`, or drops its record if it
+    /// expired while the store was closed.
+    fn recover_lock(&self, key: Key, mut record: Record, namespace: &Arc<Namespace>, now: u64) {
+        record.expires_at_ms = self.clock.monotonic_of_wall_ms(record.expires_at_ms);
+        // A lock under a live lease takes the lease's expiry: a refresh
+        // writes only the lease's record. A lease that is gone was
+        // revoked (its locks' records went with it, in one batch) or
+        // expired after all its locks' recorded expiries.
+        let lease = self.leases.live_owner(&key.namespace, &record.owner, now);
+        if let Some(lease) = &lease {
+            record.expires_at_ms = lease.attach(&key.name);
+        }
+        if record.expires_at_ms <= now {
+            // Expired while we were down: free, and no longer worth keeping.
+            drop(self.journal.submit(JournalOp::Delete(key)));
+            return;
+        }
+        let (mut shard, hash) = self.shard(&key);
+        let at = shard.find_or_insert(hash, &key, &record.owner, || namespace.clone());
+        if shard.take_holder(at).is_some() {
+            // The same key twice (no store returns that): the last one wins.
+            shard.at(at).namespace.remove();
+        }
+        // Recovered locks count against quotas but are never refused.
+        shard.at(at).namespace.add();
+        shard.set_holder(
+            at,
+            NewHolder {
+                owner: &record.owner,
+                token: record.token,
+                expires_at_ms: record.expires_at_ms,
+                acquired_at_ms: now,
+                durability: Durability::Persistent,
+                lease,
+            },
+        );
     }
 
     /// A grant or `busy` answer, its expiry in wall-clock time (the
@@ -455,14 +360,24 @@ impl Engine {
         }
     }
 
-    fn shard_index(&self, key: &Key) -> usize {
-        FxBuild::default().hash_one(key) as usize % self.shards.len()
+    /// The shard of the key whose hash is `hash`. The high half picks the
+    /// shard, so the low bits (the shard's index) and the top seven (its
+    /// control bytes) stay spread within a shard.
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 32) as usize % self.shards.len()
     }
 
-    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
-        self.shards[self.shard_index(key)]
+    fn shard_index(&self, key: &Key) -> usize {
+        self.shard_of(key_hash(&key.namespace, &key.name))
+    }
+
+    /// The shard of `key`, locked, and the key's hash.
+    fn shard(&self, key: &Key) -> (MutexGuard<'_, Shard>, u64) {
+        let hash = key_hash(&key.namespace, &key.name);
+        let guard = self.shards[self.shard_of(hash)]
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        (guard, hash)
     }
 
     fn journal_if_persistent(
@@ -484,28 +399,33 @@ impl Engine {
         &self,
         shard: &mut Shard,
         key: &Key,
-        owner: String,
+        hash: u64,
+        owner: &str,
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
         quota: Option<u64>,
     ) -> Result<(Grant, Ticket), LockError> {
-        self.held.try_add(&key.namespace, quota)?;
+        let at = shard.find_or_insert(hash, key, owner, || self.namespaces.get(&key.namespace));
+        if let Err(e) = shard.at(at).namespace.try_add(quota) {
+            forget_if_idle(shard, at);
+            return Err(e);
+        }
         let (grant, ticket) =
-            self.install_counted(shard, key, owner, expires_at_ms, durability, lease);
-        self.emit(EventKind::Acquired, shard, key);
+            self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease);
+        self.emit(EventKind::Acquired, shard.at(at), key);
         Ok((grant, ticket))
     }
 
-    /// Publishes `kind` about the holder of `key` (which must have one).
-    fn emit(&self, kind: EventKind, shard: &Shard, key: &Key) {
+    /// Publishes `kind` about the holder of `lock` (which must have one).
+    fn emit(&self, kind: EventKind, lock: &Lock, key: &Key) {
         self.events.emit(|| {
-            let holder = shard.locks.get(key).and_then(|e| e.holder.as_ref());
+            let holder = lock.holder();
             LockEvent {
                 kind,
                 namespace: key.namespace.clone(),
                 name: key.name.clone(),
-                owner: holder.map_or_else(|| Arc::from(""), |h| h.owner.clone()),
+                owner: Arc::from(holder.map_or("", |_| lock.owner())),
                 fencing_token: holder.map_or(0, |h| h.token),
                 at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
                 acquired_at_ms: None,
@@ -513,25 +433,28 @@ impl Engine {
         });
     }
 
-    /// Publishes that `holder` of `key` left, by `kind`.
-    fn emit_left(&self, kind: EventKind, key: &Key, holder: &Holder, now: u64) {
+    /// Publishes that `holder` (owned by `owner`) of `key` left, by `kind`.
+    fn emit_left(&self, kind: EventKind, key: &Key, owner: &str, holder: &Holder, now: u64) {
         self.events.emit(|| LockEvent {
             kind,
             namespace: key.namespace.clone(),
             name: key.name.clone(),
-            owner: holder.owner.clone(),
+            owner: Arc::from(owner),
             fencing_token: holder.token,
             at_ms: self.clock.to_wall_ms(now),
             acquired_at_ms: Some(self.clock.to_wall_ms(holder.acquired_at_ms)),
         });
     }
 
-    /// [`Engine::install`] for a holder already counted in `held`.
+    /// [`Engine::install`] for a holder already counted in its namespace,
+    /// of the lock at `at` (which has no holder).
+    #[allow(clippy::too_many_arguments)]
     fn install_counted(
         &self,
         shard: &mut Shard,
+        at: usize,
         key: &Key,
-        owner: String,
+        owner: &str,
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
@@ -541,25 +464,23 @@ impl Engine {
             JournalOp::Put(
                 key.clone(),
                 Record {
-                    owner: owner.clone(),
+                    owner: owner.to_string(),
                     token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                 },
             )
         });
-        let entry = match shard.locks.entry(key.clone()) {
-            MapEntry::Occupied(e) => e.into_mut(),
-            MapEntry::Vacant(e) => e.insert(Entry::default()),
-        };
-        entry.holder = Some(Holder {
-            owner: Arc::from(owner),
-            token,
-            expires_at_ms,
-            durability,
-            lease,
-            acquired_at_ms: self.clock.now_ms(),
-        });
-        shard.deadlines.insert((expires_at_ms, key.clone()));
+        shard.set_holder(
+            at,
+            NewHolder {
+                owner,
+                token,
+                expires_at_ms,
+                acquired_at_ms: self.clock.now_ms(),
+                durability,
+                lease,
+            },
+        );
         self.purge.note_deadline(expires_at_ms);
         let grant = Grant {
             fencing_token: token,
@@ -568,36 +489,36 @@ impl Engine {
         (grant, ticket)
     }
 
-    /// Moves the expiry of `key`'s `holder` (same owner, same token), keeping
-    /// its entry in the shard's `deadlines` and, if persistent, its record in
-    /// step. The caller holds the shard mutex.
+    /// Moves the expiry of the holder of the lock at `at` (same owner, same
+    /// token), keeping its deadline and, if persistent, its record in step.
+    /// The caller holds the shard mutex.
     fn move_expiry(
         &self,
-        holder: &mut Holder,
-        deadlines: &mut BTreeSet<(u64, Key)>,
+        shard: &mut Shard,
+        at: usize,
         key: &Key,
         expires_at_ms: u64,
     ) -> (Grant, Ticket) {
-        let old = std::mem::replace(&mut holder.expires_at_ms, expires_at_ms);
+        shard.move_expiry(at, expires_at_ms);
+        let lock = shard.at(at);
+        let holder = lock.holder().expect("only a holder's expiry moves");
         let grant = holder.grant();
         let ticket = self.journal_if_persistent(holder.durability, || {
             JournalOp::Put(
                 key.clone(),
                 Record {
-                    owner: holder.owner.to_string(),
+                    owner: lock.owner().to_string(),
                     token: grant.fencing_token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
                 },
             )
         });
-        deadlines.remove(&(old, key.clone()));
-        deadlines.insert((expires_at_ms, key.clone()));
         self.purge.note_deadline(expires_at_ms);
         self.events.emit(|| LockEvent {
             kind: EventKind::Extended,
             namespace: key.namespace.clone(),
             name: key.name.clone(),
-            owner: holder.owner.clone(),
+            owner: Arc::from(lock.owner()),
             fencing_token: holder.token,
             at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
             acquired_at_ms: None,
@@ -605,51 +526,69 @@ impl Engine {
         (grant, ticket)
     }
 
-    /// Removes the holder of `key` (journaling the delete if persistent) and
-    /// hands the lock to the next waiter. Returns the delete's ticket.
-    fn remove_holder(&self, shard: &mut Shard, key: &Key, now: u64, why: EventKind) -> Ticket {
-        let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.take()) else {
+    /// Removes the holder of the lock at `at`, named `key` (journaling the
+    /// delete if persistent), and hands the lock to the next waiter. Returns
+    /// the delete's ticket. Positions in the shard may change.
+    fn remove_holder(
+        &self,
+        shard: &mut Shard,
+        at: usize,
+        key: &Key,
+        now: u64,
+        why: EventKind,
+    ) -> Ticket {
+        let lock = shard.at(at);
+        let Some(holder) = lock.holder() else {
             return Ticket::ready();
         };
-        self.emit_left(why, key, &holder, now);
-        self.held.remove(&key.namespace);
-        shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
+        self.emit_left(why, key, lock.owner(), holder, now);
+        lock.namespace.remove();
+        let Some(holder) = shard.take_holder(at) else {
+            return Ticket::ready();
+        };
         if let Some(lease) = &holder.lease {
             lease.detach(&key.name);
         }
         let ticket =
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
-        self.hand_off(shard, key, now);
+        self.hand_off(shard, at, key, now);
         ticket
     }
 
     /// Removes an expired holder of `key`, if any; then, if the lock is free,
-    /// grants it to the first waiter still listening.
-    fn settle(&self, shard: &mut Shard, key: &Key, now: u64) {
+    /// grants it to the first waiter still listening. Answers where the
+    /// lock is now, if the shard still has it.
+    fn settle(&self, shard: &mut Shard, key: &Key, hash: u64, now: u64) -> Option<usize> {
+        let at = shard.find(hash, key)?;
         let expired = shard
-            .locks
-            .get(key)
-            .and_then(|e| e.holder.as_ref())
-            .is_some_and(|h| h.expires_at_ms <= now);
-        if expired {
-            // Nobody waits on this delete: a record found expired at the next
-            // start is dropped anyway.
-            drop(self.remove_holder(shard, key, now, EventKind::Expired));
+            .at(at)
+            .holder()
+            .is_some_and(|h| h.expires_at_ms() <= now);
+        if !expired {
+            return Some(at);
         }
+        // Nobody waits on this delete: a record found expired at the next
+        // start is dropped anyway.
+        drop(self.remove_holder(shard, at, key, now, EventKind::Expired));
+        shard.find(hash, key)
     }
 
-    /// Grants a free `key` to its first live waiter, or forgets the entry if
-    /// nobody waits.
-    fn hand_off(&self, shard: &mut Shard, key: &Key, now: u64) {
+    /// Where the held lock `key` is, after settling it.
+    fn settle_held(&self, shard: &mut Shard, key: &Key, hash: u64, now: u64) -> Option<usize> {
+        self.settle(shard, key, hash, now)
+            .filter(|&at| shard.at(at).holder().is_some())
+    }
+
+    /// Grants the free lock at `at`, named `key`, to its first live waiter,
+    /// or forgets the lock if nobody waits.
+    fn hand_off(&self, shard: &mut Shard, at: usize, key: &Key, now: u64) {
         loop {
-            let Some(entry) = shard.locks.get_mut(key) else {
-                return;
-            };
-            if entry.holder.is_some() {
+            let lock = shard.at_mut(at);
+            if lock.holder().is_some() {
                 return;
             }
-            let Some(waiter) = entry.waiters.pop_front() else {
-                shard.locks.remove(key);
+            let Some(waiter) = lock.waiters.pop_front() else {
+                shard.remove(at);
                 return;
             };
             if waiter.tx.is_closed() {
@@ -668,31 +607,29 @@ impl Engine {
                 // rather than fail here, where nobody could be told.
                 None => now.saturating_add(waiter.ttl_ms),
             };
-            let owner = waiter.owner;
             // The lock changes hands within its namespace: counted, but never
             // refused by a quota.
-            self.held.add(&key.namespace);
+            lock.namespace.add();
             let lease = waiter.lease.clone();
             let (grant, ticket) = self.install_counted(
                 shard,
+                at,
                 key,
-                owner,
+                &waiter.owner,
                 expires_at_ms,
                 waiter.durability,
                 waiter.lease,
             );
             if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
-                self.emit(EventKind::HandedOff, shard, key);
+                self.emit(EventKind::HandedOff, shard.at(at), key);
                 return;
             }
             // The waiter left between the check and the send: undo, try the next.
-            let undone = shard.locks.get_mut(key).and_then(|e| e.holder.take());
             if let Some(lease) = &lease {
                 lease.detach(&key.name);
             }
-            if let Some(h) = undone {
-                self.held.remove(&key.namespace);
-                shard.deadlines.remove(&(h.expires_at_ms, key.clone()));
+            if let Some(h) = shard.take_holder(at) {
+                shard.at(at).namespace.remove();
                 drop(self.journal_if_persistent(h.durability, || JournalOp::Delete(key.clone())));
             }
         }
@@ -784,11 +721,10 @@ impl Engine {
         options: LockOptions,
         lease: Option<&Arc<LeaseCell>>,
     ) -> Result<Attempt, LockError> {
-        let mut guard = self.shard(key);
+        let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        self.settle(shard, key, now);
-        let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
+        let Some(at) = self.settle_held(shard, key, hash, now) else {
             let (grant, ticket) = match lease {
                 Some(lease) => {
                     let expires_at_ms = lease
@@ -797,7 +733,8 @@ impl Engine {
                     self.install(
                         shard,
                         key,
-                        owner.to_string(),
+                        hash,
+                        owner,
                         expires_at_ms,
                         lease.durability,
                         Some(lease.clone()),
@@ -808,7 +745,8 @@ impl Engine {
                 None => self.install(
                     shard,
                     key,
-                    owner.to_string(),
+                    hash,
+                    owner,
                     deadline(now, ttl_ms)?,
                     options.durability,
                     None,
@@ -817,7 +755,8 @@ impl Engine {
             };
             return Ok(Attempt::Granted(grant, ticket));
         };
-        if *holder.owner == *owner {
+        let lock = shard.at(at);
+        if let Some(holder) = lock.held_by(owner) {
             if holder.lease.is_some() {
                 // Held under the lease already: its grant, unchanged; only
                 // a refresh of the lease moves its expiry.
@@ -826,8 +765,7 @@ impl Engine {
             // Same token, refreshed expiry, and the durability the lock
             // already has.
             let expires_at_ms = deadline(now, ttl_ms)?;
-            let (grant, ticket) =
-                self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms);
+            let (grant, ticket) = self.move_expiry(shard, at, key, expires_at_ms);
             return Ok(Attempt::Refreshed(grant, ticket));
         }
         if let Some(lease) = lease {
@@ -836,15 +774,11 @@ impl Engine {
             }
         }
         if options.wait_ms == 0 {
-            return Err(LockError::Busy(holder.info()));
+            return Err(LockError::Busy(lock.info().expect("held")));
         }
         let id = self.next_waiter_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let Some(entry) = shard.locks.get_mut(key) else {
-            // The holder seen above lives in this entry, under our mutex.
-            return Err(LockError::Unavailable("lock entry vanished".to_string()));
-        };
-        entry.waiters.push_back(Waiter {
+        shard.at_mut(at).waiters.push_back(Waiter {
             id,
             owner: owner.to_string(),
             ttl_ms,
@@ -870,17 +804,17 @@ impl Engine {
         lease: Option<&Arc<LeaseCell>>,
         waiting: &mut Waiting<'_>,
     ) -> Result<(Grant, Ticket), LockError> {
-        let mut guard = self.shard(key);
+        let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        self.settle(shard, key, now);
+        self.settle(shard, key, hash, now);
         if let Ok(handoff) = waiting.rx.try_recv() {
             let handoff = handoff?;
             return Ok((handoff.grant, handoff.ticket));
         }
-        remove_waiter(shard, key, waiting.id);
-        match shard.locks.get(key).and_then(|e| e.holder.as_ref()) {
-            Some(h) => Err(LockError::Busy(h.info())),
+        remove_waiter(shard, key, hash, waiting.id);
+        match shard.find(hash, key).and_then(|at| shard.at(at).info()) {
+            Some(info) => Err(LockError::Busy(info)),
             // Free with nobody ahead (a live waiter ahead would hold it).
             None => match lease {
                 Some(lease) => {
@@ -890,7 +824,8 @@ impl Engine {
                     self.install(
                         shard,
                         key,
-                        owner.to_string(),
+                        hash,
+                        owner,
                         expires_at_ms,
                         lease.durability,
                         Some(lease.clone()),
@@ -903,7 +838,8 @@ impl Engine {
                     self.install(
                         shard,
                         key,
-                        owner.to_string(),
+                        hash,
+                        owner,
                         expires_at_ms,
                         options.durability,
                         None,
@@ -921,41 +857,45 @@ impl Engine {
         token: Option<u64>,
     ) -> Result<(), LockError> {
         let ticket = {
-            let mut guard = self.shard(key);
+            let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
-            self.settle(shard, key, now);
-            let Some(holder) = shard.locks.get(key).and_then(|e| e.holder.as_ref()) else {
+            let Some(at) = self.settle_held(shard, key, hash, now) else {
                 return Err(LockError::NotHeld);
             };
-            if *holder.owner != *owner || token.is_some_and(|t| t != holder.token) {
+            let holds = shard
+                .at(at)
+                .held_by(owner)
+                .is_some_and(|h| token.is_none_or(|t| t == h.token));
+            if !holds {
                 return Err(LockError::NotOwner);
             }
-            self.remove_holder(shard, key, now, EventKind::Released)
+            self.remove_holder(shard, at, key, now, EventKind::Released)
         };
         ticket.wait().await
     }
 
     async fn extend_impl(&self, key: &Key, owner: &str, ttl_ms: u64) -> Result<Grant, LockError> {
         let (grant, ticket) = {
-            let mut guard = self.shard(key);
+            let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
             let expires_at_ms = deadline(now, ttl_ms)?;
-            self.settle(shard, key, now);
-            let Some(holder) = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut()) else {
+            let Some(at) = self.settle_held(shard, key, hash, now) else {
                 return Err(LockError::NotHeld);
             };
-            if *holder.owner != *owner {
+            let lock = shard.at(at);
+            let Some(holder) = lock.held_by(owner) else {
                 return Err(LockError::NotOwner);
-            }
+            };
             if holder.lease.is_some() {
                 return Err(LockError::InvalidArgument(format!(
                     "lock {:?} is held under lease {:?}: its expiry is the lease's; refresh the lease",
-                    key.name, holder.owner
+                    key.name,
+                    lock.owner()
                 )));
             }
-            self.move_expiry(holder, &mut shard.deadlines, key, expires_at_ms)
+            self.move_expiry(shard, at, key, expires_at_ms)
         };
         ticket.wait().await?;
         Ok(grant)
@@ -963,14 +903,15 @@ impl Engine {
 
     async fn force_unlock_impl(&self, key: &Key) -> Result<LockInfo, LockError> {
         let (info, ticket) = {
-            let mut guard = self.shard(key);
+            let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
-            self.settle(shard, key, now);
-            let Some(holder) = shard.locks.get(key).and_then(|e| e.holder.as_ref()) else {
+            let Some((at, info)) = self
+                .settle(shard, key, hash, now)
+                .and_then(|at| Some((at, shard.at(at).info()?)))
+            else {
                 return Err(LockError::NotHeld);
             };
-            let info = holder.info();
             tracing::warn!(
                 namespace = &*key.namespace,
                 name = &*key.name,
@@ -980,7 +921,7 @@ impl Engine {
             );
             (
                 info,
-                self.remove_holder(shard, key, now, EventKind::ForceReleased),
+                self.remove_holder(shard, at, key, now, EventKind::ForceReleased),
             )
         };
         ticket.wait().await?;
@@ -988,14 +929,10 @@ impl Engine {
     }
 
     fn get_impl(&self, key: &Key) -> Option<LockInfo> {
-        let mut guard = self.shard(key);
+        let (mut guard, hash) = self.shard(key);
         let now = self.clock.now_ms();
-        self.settle(&mut guard, key, now);
-        guard
-            .locks
-            .get(key)
-            .and_then(|e| e.holder.as_ref())
-            .map(Holder::info)
+        let at = self.settle(&mut guard, key, hash, now)?;
+        guard.at(at).info()
     }
 
     fn list_impl(&self, namespace: &str, prefix: &str) -> Vec<ListedLock> {
@@ -1003,16 +940,16 @@ impl Engine {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for (key, entry) in &shard.locks {
-                if *key.namespace != *namespace || !key.name.starts_with(prefix) {
+            for lock in shard.iter() {
+                if *lock.namespace.name != *namespace || !lock.name().starts_with(prefix) {
                     continue;
                 }
-                if let Some(h) = entry.holder.as_ref().filter(|h| h.expires_at_ms > now) {
+                if let Some(h) = lock.holder().filter(|h| h.expires_at_ms() > now) {
                     out.push(ListedLock {
-                        name: key.name.to_string(),
-                        info: h.info(),
+                        name: lock.name().to_string(),
+                        info: lock.info().expect("held"),
                         acquired_at_ms: Some(self.clock.to_wall_ms(h.acquired_at_ms)),
-                        waiters: entry.waiters.len() as u64,
+                        waiters: lock.waiters.len() as u64,
                     });
                 }
             }
@@ -1022,17 +959,18 @@ impl Engine {
     }
 
     fn release_now(&self, key: &Key, owner: &str, token: u64) {
-        let mut guard = self.shard(key);
+        let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        self.settle(shard, key, now);
+        let Some(at) = self.settle(shard, key, hash, now) else {
+            return;
+        };
         let holds = shard
-            .locks
-            .get(key)
-            .and_then(|e| e.holder.as_ref())
-            .is_some_and(|h| *h.owner == *owner && h.token == token);
+            .at(at)
+            .held_by(owner)
+            .is_some_and(|h| h.token == token);
         if holds {
-            drop(self.remove_holder(shard, key, now, EventKind::Released));
+            drop(self.remove_holder(shard, at, key, now, EventKind::Released));
         }
     }
 
@@ -1043,14 +981,16 @@ impl Engine {
         for shard in self.shards.iter() {
             let mut guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let shard = &mut *guard;
-            while let Some((due, key)) = shard.deadlines.first().cloned() {
+            while let Some((due, at)) = shard.next_deadline() {
                 if due > now {
                     earliest = earliest.min(due);
                     break;
                 }
-                self.settle(shard, &key, now);
-                // Defensive: never spin on an entry settle did not remove.
-                shard.deadlines.remove(&(due, key));
+                // The deadline is its holder's expiry, which has passed.
+                // Removing the holder removes this deadline, and a waiter
+                // granted in its place gets a later one: this loop ends.
+                let key = shard.at(at).key();
+                drop(self.remove_holder(shard, at, &key, now, EventKind::Expired));
             }
         }
         earliest.min(self.expire_leases(now))
@@ -1063,9 +1003,8 @@ impl Engine {
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.locks
-                    .values()
-                    .filter(|e| e.holder.as_ref().is_some_and(|h| h.expires_at_ms > now))
+                s.iter()
+                    .filter(|l| l.holder().is_some_and(|h| h.expires_at_ms() > now))
                     .count()
             })
             .sum()
@@ -1077,18 +1016,24 @@ impl Engine {
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.locks.values().map(|e| e.waiters.len()).sum::<usize>()
+                s.iter().map(|l| l.waiters.len()).sum::<usize>()
             })
             .sum()
     }
 }
 
-fn remove_waiter(shard: &mut Shard, key: &Key, id: u64) {
-    if let Some(entry) = shard.locks.get_mut(key) {
-        entry.waiters.retain(|w| w.id != id);
-        if entry.holder.is_none() && entry.waiters.is_empty() {
-            shard.locks.remove(key);
-        }
+/// Forgets the lock at `at` if it has neither holder nor waiters.
+fn forget_if_idle(shard: &mut Shard, at: usize) {
+    let lock = shard.at(at);
+    if lock.holder().is_none() && lock.waiters.is_empty() {
+        shard.remove(at);
+    }
+}
+
+fn remove_waiter(shard: &mut Shard, key: &Key, hash: u64, id: u64) {
+    if let Some(at) = shard.find(hash, key) {
+        shard.at_mut(at).waiters.retain(|w| w.id != id);
+        forget_if_idle(shard, at);
     }
 }
 
@@ -1109,8 +1054,8 @@ impl Drop for Waiting<'_> {
         if !self.queued {
             return;
         }
-        let mut guard = self.engine.shard(self.key);
-        remove_waiter(&mut guard, self.key, self.id);
+        let (mut guard, hash) = self.engine.shard(self.key);
+        remove_waiter(&mut guard, self.key, hash, self.id);
         drop(guard);
         if let Ok(Ok(handoff)) = self.rx.try_recv() {
             self.engine
@@ -1290,15 +1235,15 @@ impl LockBackend for Engine {
         let mut by_namespace: HashMap<Arc<str>, NamespaceStats, FxBuild> = HashMap::default();
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for (key, entry) in &shard.locks {
+            for lock in shard.iter() {
                 let row = by_namespace
-                    .entry(key.namespace.clone())
+                    .entry(lock.namespace.name.clone())
                     .or_insert_with(|| NamespaceStats {
-                        namespace: key.namespace.to_string(),
+                        namespace: lock.namespace.name.to_string(),
                         ..NamespaceStats::default()
                     });
-                row.waiters += entry.waiters.len() as u64;
-                match entry.holder.as_ref().filter(|h| h.expires_at_ms > now) {
+                row.waiters += lock.waiters.len() as u64;
+                match lock.holder().filter(|h| h.expires_at_ms() > now) {
                     Some(h) if h.durability == Durability::Persistent => row.persistent += 1,
                     Some(_) => row.ephemeral += 1,
                     None => {}

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::{deadline, Engine, FxBuild, Shard};
+use super::{deadline, key_hash, Engine, FxBuild, Shard};
 use crate::backend::BoxFuture;
 use crate::error::LockError;
 use crate::journal::{JournalOp, LeaseRecord};
@@ -326,13 +326,14 @@ impl Engine {
             let old = std::mem::replace(&mut state.expires_at_ms, expires_at_ms);
             drop(state);
             for key in &keys {
-                let shard = shards.of(self.shard_index(key));
-                let holder = shard.locks.get_mut(key).and_then(|e| e.holder.as_mut());
-                if let Some(holder) = holder.filter(|h| *h.owner == *cell.key.name) {
-                    shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
-                    holder.expires_at_ms = expires_at_ms;
-                    shard.deadlines.insert((expires_at_ms, key.clone()));
-                    let token = holder.token;
+                let hash = key_hash(&key.namespace, &key.name);
+                let shard = shards.of(self.shard_of(hash));
+                let held = shard.find(hash, key).and_then(|at| {
+                    let holder = shard.at(at).held_by(&cell.key.name)?;
+                    Some((at, holder.token))
+                });
+                if let Some((at, token)) = held {
+                    shard.move_expiry(at, expires_at_ms);
                     self.events.emit(|| LockEvent {
                         kind: EventKind::Extended,
                         namespace: key.namespace.clone(),
@@ -379,24 +380,29 @@ impl Engine {
             self.leases.remove(&cell, expires_at_ms);
             let mut ops = vec![JournalOp::DeleteLease(cell.key.clone())];
             for key in &keys {
-                let shard = shards.of(self.shard_index(key));
-                let entry = shard.locks.get_mut(key);
-                let Some(holder) =
-                    entry.and_then(|e| e.holder.take_if(|h| *h.owner == *cell.key.name))
-                else {
+                let hash = key_hash(&key.namespace, &key.name);
+                let shard = shards.of(self.shard_of(hash));
+                let Some(at) = shard.find(hash, key) else {
                     continue;
                 };
-                self.held.remove(&key.namespace);
-                shard.deadlines.remove(&(holder.expires_at_ms, key.clone()));
-                self.emit_left(EventKind::Released, key, &holder, now);
+                let lock = shard.at(at);
+                let Some(holder) = lock.held_by(&cell.key.name) else {
+                    continue;
+                };
+                lock.namespace.remove();
+                self.emit_left(EventKind::Released, key, lock.owner(), holder, now);
+                shard.take_holder(at);
                 ops.push(JournalOp::Delete(key.clone()));
             }
             // One commit for the lease and all its locks. Submitted before
             // the hand-offs, whose grants must be journaled after it.
             let ticket = self.journal_if_persistent(cell.durability, || JournalOp::Batch(ops));
             for key in &keys {
-                let shard = shards.of(self.shard_index(key));
-                self.hand_off(shard, key, now);
+                let hash = key_hash(&key.namespace, &key.name);
+                let shard = shards.of(self.shard_of(hash));
+                if let Some(at) = shard.find(hash, key) {
+                    self.hand_off(shard, at, key, now);
+                }
             }
             self.emit_lease(EventKind::LeaseRevoked, &cell, now);
             (keys.len() as u64, ticket)
