@@ -31,9 +31,12 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use lockd_core::{
-    Clock, Engine, EngineOptions, Journal, JournalOp, Recovered, SystemClock, Ticket,
+    Clock, Engine, EngineOptions, Journal, JournalOp, Key, Record, Recovered, SystemClock, Ticket,
 };
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{
+    AccessGuard, Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    StorageError,
+};
 
 pub use writer::WriterStats;
 
@@ -77,13 +80,42 @@ pub fn open(path: impl AsRef<Path>) -> Result<Arc<Engine>, OpenError> {
 }
 
 /// Opens (or creates) the store at `path` with an explicit clock and options.
+///
+/// Recovery streams: each lock record goes from redb straight into the
+/// engine's table, so a million recovered locks are never held twice
+/// (benchmark B5, docs/benchmarks.md).
 pub fn open_with(
     path: impl AsRef<Path>,
     clock: Arc<dyn Clock>,
     options: EngineOptions,
 ) -> Result<Arc<Engine>, OpenError> {
-    let (journal, recovered) = RedbJournal::open(path)?;
-    Ok(Engine::new(Arc::new(journal), recovered, clock, options))
+    let (journal, db, queue) = RedbJournal::prepare(path.as_ref())?;
+    let journal = Arc::new(journal);
+    let corrupt = |detail: String| OpenError::Corrupt {
+        path: journal.path.clone(),
+        detail,
+    };
+    let recovered = read_meta_and_leases(&db).map_err(corrupt)?;
+    let engine = {
+        let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
+        let table = txn
+            .open_table(codec::LOCKS)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let rows = table.iter().map_err(|e| corrupt(e.to_string()))?;
+        // Ops the engine submits meanwhile (deletes of expired records) wait
+        // in the queue until the writer starts, below; on an error they are
+        // dropped with the journal, and the file is left untouched.
+        Engine::resume(
+            journal.clone(),
+            recovered,
+            rows.map(decode_lock_row),
+            clock,
+            options,
+        )
+        .map_err(corrupt)?
+    };
+    journal.start(db, queue)?;
+    Ok(engine)
 }
 
 /// The redb journal: a writer thread fed through a channel.
@@ -105,7 +137,21 @@ impl std::fmt::Debug for RedbJournal {
 impl RedbJournal {
     /// Opens the file, reads what to resume from, and starts the writer.
     pub fn open(path: impl AsRef<Path>) -> Result<(RedbJournal, Recovered), OpenError> {
-        let path = path.as_ref().to_path_buf();
+        let (journal, db, queue) = RedbJournal::prepare(path.as_ref())?;
+        let recovered = read_state(&db).map_err(|detail| OpenError::Corrupt {
+            path: journal.path.clone(),
+            detail,
+        })?;
+        journal.start(db, queue)?;
+        Ok((journal, recovered))
+    }
+
+    /// Opens the file and creates its tables if new. The journal accepts
+    /// ops at once; they are written once [`RedbJournal::start`] runs.
+    fn prepare(
+        path: &Path,
+    ) -> Result<(RedbJournal, Database, mpsc::Receiver<writer::Pending>), OpenError> {
+        let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| OpenError::Io {
                 path: path.clone(),
@@ -113,11 +159,7 @@ impl RedbJournal {
             })?;
         }
         let db = create_database(&path).map_err(|e| classify(&path, e))?;
-        let corrupt = |detail: String| OpenError::Corrupt {
-            path: path.clone(),
-            detail,
-        };
-        // Create the tables on first open, so reads below never miss them.
+        // Create the tables on first open, so reads never miss them.
         let init = || -> Result<(), redb::Error> {
             let txn = db.begin_write()?;
             txn.open_table(codec::LOCKS)?;
@@ -126,28 +168,33 @@ impl RedbJournal {
             txn.commit()?;
             Ok(())
         };
-        init().map_err(|e| corrupt(e.to_string()))?;
-        let recovered = read_state(&db).map_err(corrupt)?;
-        let stats = Arc::new(WriterStats::default());
+        init().map_err(|e| OpenError::Corrupt {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("lockd-redb-writer".to_string())
-            .spawn({
-                let stats = stats.clone();
-                let path = path.clone();
-                move || writer::run(&path, db, rx, &stats)
-            })
-            .map_err(|source| OpenError::Io {
-                path: path.clone(),
-                source,
-            })?;
         let journal = RedbJournal {
             path,
             queue: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
-            stats,
+            thread: Mutex::new(None),
+            stats: Arc::new(WriterStats::default()),
         };
-        Ok((journal, recovered))
+        Ok((journal, db, rx))
+    }
+
+    /// Starts the writer thread on `db`, draining `queue`.
+    fn start(&self, db: Database, queue: mpsc::Receiver<writer::Pending>) -> Result<(), OpenError> {
+        let stats = self.stats.clone();
+        let path = self.path.clone();
+        let thread = std::thread::Builder::new()
+            .name("lockd-redb-writer".to_string())
+            .spawn(move || writer::run(&path, db, queue, &stats))
+            .map_err(|source| OpenError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        Ok(())
     }
 
     /// Commit counters, for metrics and benchmarks.
@@ -194,25 +241,30 @@ fn classify(path: &Path, e: DatabaseError) -> OpenError {
     }
 }
 
+/// Everything to resume from, the lock records included (materialised:
+/// [`RedbJournal::open`]'s contract).
 fn read_state(db: &Database) -> Result<Recovered, String> {
+    let mut recovered = read_meta_and_leases(db)?;
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let table = txn.open_table(codec::LOCKS).map_err(|e| e.to_string())?;
+    // Sized exactly: with a million locks, doubling growth would hold up to
+    // twice their size at the peak of a restart.
+    let rows = table.len().map_err(|e| e.to_string())?;
+    recovered.locks = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
+    for row in table.iter().map_err(|e| e.to_string())? {
+        recovered.locks.push(decode_lock_row(row)?);
+    }
+    Ok(recovered)
+}
+
+/// The token reservation and the leases; no locks.
+fn read_meta_and_leases(db: &Database) -> Result<Recovered, String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let meta = txn.open_table(codec::META).map_err(|e| e.to_string())?;
     let reserved = meta
         .get(codec::TOKENS_RESERVED)
         .map_err(|e| e.to_string())?
         .map_or(0, |v| v.value());
-    let table = txn.open_table(codec::LOCKS).map_err(|e| e.to_string())?;
-    // Sized exactly: with a million locks, doubling growth would hold up to
-    // twice their size at the peak of a restart.
-    let rows = table.len().map_err(|e| e.to_string())?;
-    let mut locks = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
-    for row in table.iter().map_err(|e| e.to_string())? {
-        let (k, v) = row.map_err(|e| e.to_string())?;
-        let key = codec::decode_key(k.value()).ok_or("a lock key is malformed")?;
-        let record = codec::decode_record(v.value())
-            .ok_or_else(|| format!("the record of lock {key:?} is malformed"))?;
-        locks.push((key, record));
-    }
     let table = txn.open_table(codec::LEASES).map_err(|e| e.to_string())?;
     let mut leases = Vec::new();
     for row in table.iter().map_err(|e| e.to_string())? {
@@ -223,11 +275,28 @@ fn read_state(db: &Database) -> Result<Recovered, String> {
         leases.push((lease, record));
     }
     Ok(Recovered {
-        locks,
+        locks: Vec::new(),
         leases,
         next_token: reserved.saturating_add(1),
         reserved_up_to: reserved,
     })
+}
+
+type LockRow<'a> = Result<
+    (
+        AccessGuard<'a, &'static [u8]>,
+        AccessGuard<'a, &'static [u8]>,
+    ),
+    StorageError,
+>;
+
+/// One row of the `locks` table, decoded.
+fn decode_lock_row(row: LockRow<'_>) -> Result<(Key, Record), String> {
+    let (k, v) = row.map_err(|e| e.to_string())?;
+    let key = codec::decode_key(k.value()).ok_or("a lock key is malformed")?;
+    let record = codec::decode_record(v.value())
+        .ok_or_else(|| format!("the record of lock {key:?} is malformed"))?;
+    Ok((key, record))
 }
 
 impl Journal for RedbJournal {
