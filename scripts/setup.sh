@@ -27,8 +27,10 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
 fi
 
+# iproute2 (ip netns, ip link, tc) and python3 (the relay into a namespace):
+# host/lockd/tests/partitions.rs.
 apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
-    etcd-server redis-server)
+    etcd-server redis-server iproute2 python3)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
