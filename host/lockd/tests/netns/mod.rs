@@ -143,6 +143,11 @@ impl Net {
         ip(&all)
     }
 
+    /// The prefix of its namespaces' names (`lkp<pid>-<n>`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Adds node `name` with address `SUBNET.host`, linked to the bridge.
     pub fn add(&mut self, name: &str, host: u8) -> Node {
         let node = Node {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -50,9 +50,6 @@ pub struct Target {
     pub port: AtomicU16,
     /// Bumped on every restart, so clients drop pooled connections.
     pub incarnation: AtomicU64,
-    /// The server's IP address when it is not 127.0.0.1 (a host in another
-    /// network namespace, `partitions.rs`).
-    pub ip: OnceLock<String>,
 }
 
 impl Target {
@@ -61,15 +58,7 @@ impl Target {
         Arc::new(Target {
             port: AtomicU16::new(port),
             incarnation: AtomicU64::new(0),
-            ip: OnceLock::new(),
         })
-    }
-
-    /// A server that stays on `ip:port`.
-    pub fn remote(ip: &str, port: u16) -> Arc<Self> {
-        let target = Target::fixed(port);
-        target.ip.set(ip.to_string()).unwrap();
-        target
     }
 }
 
@@ -341,8 +330,7 @@ impl Client {
             self.incarnation = incarnation;
         }
         let port = self.target.port.load(Ordering::SeqCst);
-        let ip = self.target.ip.get().map_or("127.0.0.1", String::as_str);
-        let url = format!("http://{ip}:{port}/v1/{path}");
+        let url = format!("http://127.0.0.1:{port}/v1/{path}");
         let agent = self.agent.as_ref().unwrap();
         let invoke = self.recorder.invoke();
         let result = agent
