@@ -9,7 +9,8 @@
 //!
 //! Prints the machine, the fsync regime and one markdown table per workload
 //! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale, B6 etcd
-//! mode, B7 portable: the capability composed with `lockd plug`). `--smoke`
+//! mode, B7 portable: the capability composed with `lockd plug`, B8 the cost of
+//! keep-alive). `--smoke`
 //! runs everything with tiny counts in seconds, to keep the suite from
 //! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
@@ -21,6 +22,7 @@ mod b4_rest;
 mod b5_scale;
 mod b6_etcd;
 mod b7_portable;
+mod b8_keepalive;
 mod drive;
 mod fsync;
 mod peers;
@@ -314,6 +316,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("b7") {
         emit(b7_portable::run(&ctx)?);
+    }
+    if wanted("b8") {
+        emit(b8_keepalive::run(&ctx)?);
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
