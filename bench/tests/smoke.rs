@@ -26,6 +26,7 @@ fn smoke_run_prints_every_table() {
         "## B5 scale",
         "## B6 etcd mode",
         "## B7 portable",
+        "## B8 keep-alive cost",
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
