@@ -128,7 +128,10 @@ impl Net {
                  iproute2, which scripts/setup.sh installs): {e}"
             ),
             Err(e) => {
-                eprintln!(
+                // Written to the real stderr, past libtest's capture, so the
+                // skip shows in a normal run.
+                let _ = writeln!(
+                    std::io::stderr(),
                     "SKIPPED {test}: network namespaces are not available here ({e}); \
                      run as root with iproute2 installed (CI=true makes this a failure)"
                 );
