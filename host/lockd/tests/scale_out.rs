@@ -610,3 +610,81 @@ fn load_with_member_kill(
         unexpected,
     }
 }
+
+/// `GET /v1/events` on host B, read line by line on a thread: the data
+/// lines of events (heartbeats and comments skipped).
+fn event_stream(host: &Server) -> std::sync::mpsc::Receiver<serde_json::Value> {
+    use std::io::BufRead as _;
+    let response = ureq::get(format!("{}/v1/events?namespace=default", host.url))
+        .call()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut lines = std::io::BufReader::new(response.into_body().into_reader());
+    // The stream is open once its opening comment arrives.
+    let mut first = String::new();
+    lines.read_line(&mut first).unwrap();
+    assert!(first.starts_with(": lockd events"), "{first:?}");
+    thread::spawn(move || {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match lines.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                let event = serde_json::from_str(data).unwrap();
+                if tx.send(event).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next event of `kind` about `name` on `events`, within 10 s.
+fn expect_event(
+    events: &std::sync::mpsc::Receiver<serde_json::Value>,
+    kind: &str,
+    name: &str,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let event = events
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no {kind} event for {name} within 10 s"));
+        if event["type"] == kind && event["name"] == name {
+            return event;
+        }
+    }
+}
+
+/// Events come from etcd: a change made through host A shows on host B's
+/// event stream, with A's owner and token (docs/scale-out.md#events).
+#[test]
+fn events_made_on_one_host_arrive_on_the_others_stream() {
+    let cluster = ScaleOut::start(2);
+    let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
+    let events = event_stream(b);
+
+    let alice = lock(a, "seen", "alice", 60_000);
+    let acquired = expect_event(&events, "acquired", "seen");
+    assert_eq!(acquired["owner"], "alice");
+    assert_eq!(acquired["fencing_token"], alice.token);
+
+    let r = a.post_json("/v1/locks/force-unlock", &json!({"name": "seen"}));
+    assert_eq!((r.code, r.status()), (200, "released"), "{}", r.body);
+    let forced = expect_event(&events, "force_released", "seen");
+    assert_eq!(forced["owner"], "alice");
+    assert_eq!(forced["fencing_token"], alice.token);
+
+    let r = a.post_json("/v1/leases/grant", &json!({"ttl_ms": 60_000}));
+    assert_eq!((r.code, r.status()), (200, "granted"), "{}", r.body);
+    let lease = r.json["lease_id"].as_str().unwrap().to_string();
+    expect_event(&events, "lease_granted", &lease);
+    let r = a.post_json("/v1/leases/revoke", &json!({"lease_id": lease}));
+    assert_eq!((r.code, r.status()), (200, "revoked"), "{}", r.body);
+    expect_event(&events, "lease_revoked", &lease);
+}
