@@ -8,6 +8,8 @@
 #     loopback ports)
 #   - redis-server (a peer of the benchmark suite, lockd-bench, whose smoke
 #     run is part of the tests; it starts its own redis-server)
+#   - wrk (the independent load generator docs/benchmarks.md cross-checks
+#     B3 and B4 with; bench/wrk/ holds its scripts)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
 #   - chromium and chromium-driver (host/lockd/tests/ui_browser.rs drives the
 #     web page at /ui/ in headless chromium over WebDriver)
@@ -28,9 +30,9 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
 fi
 
 # iproute2 (ip netns, ip link, tc) and python3 (the relay into a namespace):
-# host/lockd/tests/partitions.rs.
+# host/lockd/tests/partitions.rs. wrk: the benchmarks' cross-checks.
 apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
-    etcd-server redis-server iproute2 python3)
+    etcd-server redis-server iproute2 python3 wrk)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
