@@ -75,6 +75,8 @@ struct Host {
     process: NsProcess,
     /// To its REST port over its own loopback: its clients live on it.
     fwd: Forwarder,
+    /// Relays between it and etcd, if any.
+    _relays: Vec<Forwarder>,
 }
 
 impl Host {
@@ -102,7 +104,13 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(mut net: Net) -> Cluster {
+    fn start(net: Net) -> Cluster {
+        Cluster::start_with(net, None)
+    }
+
+    /// [`Cluster::start`], host 0 reaching etcd through a relay that holds
+    /// back etcd's answers while the file `held_back` exists.
+    fn start_with(mut net: Net, held_back: Option<&std::path::Path>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("lockd-partitions-")
             .tempdir()
@@ -177,43 +185,71 @@ impl Cluster {
                 .join(",")
         );
         for i in 0..2u8 {
-            let node = cluster.net.add(&format!("h{i}"), 21 + i);
-            let home = cluster.dir.path().join(format!("h{i}"));
-            std::fs::create_dir(&home).unwrap();
-            std::fs::write(home.join("lockd.toml"), LOCKD_TOML).unwrap();
-            let args: Vec<String> = ["serve", "--listen", &format!("0.0.0.0:{PORT}")]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(["--store".to_string(), store.clone()])
-                .collect();
-            let log = cluster.dir.path().join(format!("h{i}.log"));
-            let (mut process, lines) =
-                NsProcess::spawn(Some(&node.ns), &lockd_bin(), &args, &home, &[], &log, true);
-            let lines = lines.unwrap();
-            let until = Instant::now() + Duration::from_secs(60);
-            loop {
-                match lines.recv_timeout(Duration::from_millis(100)) {
-                    Ok(line) if line.starts_with("lockd listening on") => break,
-                    Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {}
-                }
-                if let Some(status) = process.exited() {
-                    panic!("lockd host {i} exited ({status}): {}", process.log_tail());
-                }
-                assert!(
-                    Instant::now() < until,
-                    "lockd host {i} did not start: {}",
-                    process.log_tail()
-                );
-            }
-            let fwd = Forwarder::start(
-                &node.ns,
-                &[format!("127.0.0.1:{PORT}")],
-                &cluster.dir.path().join(format!("h{i}.relay.log")),
-            );
-            cluster.hosts.push(Host { node, process, fwd });
+            cluster.add_host(i, &store, held_back.filter(|_| i == 0));
         }
         cluster
+    }
+
+    /// Starts lockd host `i` (node `h<i>`, `SUBNET.2<i>`) on `store`. With
+    /// `held_back`, the host reaches etcd only through a relay inside its
+    /// namespace to member 0, which holds back etcd's answers while that
+    /// file exists.
+    fn add_host(&mut self, i: u8, store: &str, held_back: Option<&std::path::Path>) {
+        let node = self.net.add(&format!("h{i}"), 21 + i);
+        let home = self.dir.path().join(format!("h{i}"));
+        std::fs::create_dir(&home).unwrap();
+        std::fs::write(home.join("lockd.toml"), LOCKD_TOML).unwrap();
+        let mut relays = Vec::new();
+        let store = match held_back {
+            None => store.to_string(),
+            Some(pause) => {
+                let relay = Forwarder::start_inside(
+                    &node.ns,
+                    &format!("{}:2379", self.etcd[0].node.ip),
+                    pause,
+                    &self.dir.path().join(format!("h{i}.etcd-relay.log")),
+                );
+                let store = format!("etcd:http://127.0.0.1:{}", relay.port(0));
+                relays.push(relay);
+                store
+            }
+        };
+        let args: Vec<String> = ["serve", "--listen", &format!("0.0.0.0:{PORT}")]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--store".to_string(), store])
+            .collect();
+        let log = self.dir.path().join(format!("h{i}.log"));
+        let (mut process, lines) =
+            NsProcess::spawn(Some(&node.ns), &lockd_bin(), &args, &home, &[], &log, true);
+        let lines = lines.unwrap();
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.starts_with("lockd listening on") => break,
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {}
+            }
+            if let Some(status) = process.exited() {
+                panic!("lockd host {i} exited ({status}): {}", process.log_tail());
+            }
+            assert!(
+                Instant::now() < until,
+                "lockd host {i} did not start: {}",
+                process.log_tail()
+            );
+        }
+        let fwd = Forwarder::start(
+            &node.ns,
+            &[format!("127.0.0.1:{PORT}")],
+            &self.dir.path().join(format!("h{i}.relay.log")),
+        );
+        self.hosts.push(Host {
+            node,
+            process,
+            fwd,
+            _relays: relays,
+        });
     }
 
     fn wait_etcd_healthy(&mut self) {
@@ -1162,4 +1198,74 @@ fn a_client_cut_off_from_its_host_loses_its_kept_alive_locks_at_their_ttl() {
     lockd_tests::report(&format!(
         "partition, client cut off from its host: {figures}"
     ));
+}
+
+/// A `get` whose etcd answer is held back past the expiry it read, while
+/// the holder extends the lock meanwhile, must not answer `not_found`: the
+/// lock was held throughout. Host A reaches etcd through a relay that holds
+/// etcd's answers back while a file exists; B grants and extends. (Seen under
+/// load in the host-cut test right after the heal: docs/reliability.md,
+/// "Partitions", findings.)
+#[test]
+fn a_get_answered_late_never_reports_a_held_lock_free() {
+    let _serial = serial();
+    let Some(net) = Net::create_or_skip("a_get_answered_late") else {
+        return;
+    };
+    let pause_dir = tempfile::tempdir().unwrap();
+    let pause = pause_dir.path().join("hold-etcd-answers");
+    let cluster = Cluster::start_with(net, Some(&pause));
+    let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
+    let clock = lockd_tests::history::Clock::new();
+    // A works through the relay.
+    let r = a.post("/v1/locks/get", &serde_json::json!({"name": "late"}));
+    assert_eq!((r.code, r.status()), (404, "not_found"), "{}", r.body);
+
+    let r = b.post(
+        "/v1/locks/lock",
+        &serde_json::json!({"name": "late", "owner": "bob", "ttl_ms": 500, "wait_ms": 0}),
+    );
+    assert_eq!((r.code, r.status()), (200, "acquired"), "{}", r.body);
+    let first_expiry = r.json["expires_at_ms"].as_u64().unwrap();
+    let granted_ms = clock.ceil_ms();
+    std::fs::write(&pause, b"").unwrap();
+    let (get_invoked_ms, get, get_answered_ms) = thread::scope(|s| {
+        let get = s.spawn(|| {
+            let invoked = clock.floor_ms();
+            let r = a.post("/v1/locks/get", &serde_json::json!({"name": "late"}));
+            (invoked, r, clock.ceil_ms())
+        });
+        // A's read reaches etcd at once; its answer waits in the relay.
+        thread::sleep(Duration::from_millis(100));
+        let r = b.post(
+            "/v1/locks/extend",
+            &serde_json::json!({"name": "late", "owner": "bob", "ttl_ms": 10_000}),
+        );
+        assert_eq!((r.code, r.status()), (200, "extended"), "{}", r.body);
+        while clock.floor_ms() < first_expiry + 300 {
+            thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::remove_file(&pause).unwrap();
+        get.join().unwrap()
+    });
+    let still = b.post("/v1/locks/get", &serde_json::json!({"name": "late"}));
+    println!(
+        "granted at {granted_ms} (expiry {first_expiry}), A's get [{get_invoked_ms}..{get_answered_ms}] \
+         -> {} {}; B's get after it -> {}",
+        get.code, get.body, still.body
+    );
+    assert_eq!(still.json["owner"], "bob", "{}", still.body);
+    assert!(
+        get_answered_ms > first_expiry,
+        "the relay did not hold A's answer back past the first expiry"
+    );
+    assert_eq!(
+        (get.code, get.status(), get.json["owner"].as_str()),
+        (200, "found", Some("bob")),
+        "A's get answered {} {} for a lock bob held throughout it (granted before it, extended \
+         during it, held after it): a snapshot read before the extend was judged against the clock \
+         after its answer came in",
+        get.code,
+        get.body
+    );
 }

@@ -366,30 +366,39 @@ pub fn http_exchange(addr: SocketAddr, request: &str) -> Option<String> {
     Some(answer)
 }
 
-/// The relay a [`Forwarder`] runs: `python3 -c RELAY NS HOST:PORT...`. It
-/// binds one listener per target on 127.0.0.1 in the root namespace, prints
-/// their ports (one line each), then enters NS (`setns(2)` through ctypes;
-/// threads started afterwards inherit it) and relays every accepted
-/// connection to its target, connecting from inside NS.
+/// The relay a [`Forwarder`] runs: `python3 -c RELAY NS MODE PAUSE
+/// HOST:PORT...`. It binds one listener per target on 127.0.0.1 in the root
+/// namespace (MODE `outside`) or in NS (`inside`), prints their ports (one
+/// line each), enters NS (`setns(2)` through ctypes; threads started
+/// afterwards inherit it) and relays every accepted connection to its
+/// target, connecting from inside NS. While the file PAUSE exists (if not
+/// empty), the target's answers are held back.
 const RELAY: &str = r#"
-import ctypes, os, socket, sys, threading
-ns, targets = sys.argv[1], sys.argv[2:]
+import ctypes, os, socket, sys, threading, time
+ns, inside, pause, targets = sys.argv[1], sys.argv[2] == "inside", sys.argv[3], sys.argv[4:]
+def enter():
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open("/var/run/netns/" + ns, os.O_RDONLY)
+    if libc.setns(fd, 0x40000000) != 0:
+        sys.exit("setns " + ns + ": " + os.strerror(ctypes.get_errno()))
+if inside:
+    enter()
 listeners = []
 for t in targets:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(256)
     listeners.append((s, t))
-libc = ctypes.CDLL(None, use_errno=True)
-fd = os.open("/var/run/netns/" + ns, os.O_RDONLY)
-if libc.setns(fd, 0x40000000) != 0:
-    sys.exit("setns " + ns + ": " + os.strerror(ctypes.get_errno()))
-def copy(src, dst):
+if not inside:
+    enter()
+def copy(src, dst, held=False):
     try:
         while True:
             b = src.recv(65536)
             if not b:
                 break
+            while held and pause and os.path.exists(pause):
+                time.sleep(0.002)
             dst.sendall(b)
     except OSError:
         pass
@@ -401,7 +410,7 @@ def serve(conn, host, port):
         return
     for x in (conn, up):
         x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    back = threading.Thread(target=copy, args=(up, conn), daemon=True)
+    back = threading.Thread(target=copy, args=(up, conn, True), daemon=True)
     back.start()
     copy(conn, up)
     for x in (up, conn):
@@ -435,7 +444,30 @@ pub struct Forwarder {
 impl Forwarder {
     /// Starts a relay into `ns` for each `host:port` of `targets`.
     pub fn start(ns: &str, targets: &[String], log: &Path) -> Forwarder {
-        let mut args = vec!["-c".to_string(), RELAY.to_string(), ns.to_string()];
+        Forwarder::launch(ns, "outside", None, targets, log)
+    }
+
+    /// A relay *inside* `ns`, from its loopback to `target`, that holds
+    /// back the target's answers while the file `pause` exists.
+    pub fn start_inside(ns: &str, target: &str, pause: &Path, log: &Path) -> Forwarder {
+        Forwarder::launch(ns, "inside", Some(pause), &[target.to_string()], log)
+    }
+
+    fn launch(
+        ns: &str,
+        mode: &str,
+        pause: Option<&Path>,
+        targets: &[String],
+        log: &Path,
+    ) -> Forwarder {
+        let pause = pause.map_or(String::new(), |p| p.display().to_string());
+        let mut args = vec![
+            "-c".to_string(),
+            RELAY.to_string(),
+            ns.to_string(),
+            mode.to_string(),
+            pause,
+        ];
         args.extend(targets.iter().cloned());
         let dir = log.parent().unwrap();
         let (mut process, lines) =
