@@ -18,6 +18,9 @@
 //!   REST, both through host A, and is cut off: `lockd exec` stops its
 //!   command and exits 76 before the lock's expiry, and B's waiters get the
 //!   locks no sooner than their expiries.
+//! - `a_get_answered_late_…`: host A reaches etcd through a relay that holds
+//!   etcd's answers back; a `get` answered after the expiry it read, while
+//!   the holder extended meanwhile, must still find the holder.
 //!
 //! Needs root (network namespaces); without it the tests fail under `CI`
 //! and are skipped with a message elsewhere. They run one at a time (each
