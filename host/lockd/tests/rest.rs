@@ -1086,19 +1086,31 @@ fn resolve<'a>(doc: &'a Value, mut v: &'a Value) -> &'a Value {
 fn check_schema(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     let schema = resolve(doc, schema);
     if let Some(alternatives) = schema["oneOf"].as_array() {
+        // A typed schema with `oneOf` (a request with two shapes): its own
+        // keywords apply, and the alternatives only add `required` fields and
+        // constraints on the properties they name. An untyped one (a choice
+        // of replies) is exactly one of its alternatives.
+        let typed = schema["type"].is_string();
         let failures: Vec<String> = alternatives
             .iter()
-            .filter_map(|alternative| check_schema(doc, alternative, value, at).err())
+            .filter_map(|alternative| {
+                if typed {
+                    check_constraints(doc, alternative, value, at).err()
+                } else {
+                    check_schema(doc, alternative, value, at).err()
+                }
+            })
             .collect();
-        return if failures.len() + 1 == alternatives.len() {
-            Ok(())
-        } else {
-            Err(format!(
+        if failures.len() + 1 != alternatives.len() {
+            return Err(format!(
                 "{at}: {value} matches {} of oneOf's {} schemas: {failures:?}",
                 alternatives.len() - failures.len(),
                 alternatives.len()
-            ))
-        };
+            ));
+        }
+        if !typed {
+            return Ok(());
+        }
     }
     if let Some(options) = schema["enum"].as_array() {
         if !options.contains(value) {
@@ -1141,6 +1153,31 @@ fn check_schema(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<
         }
         Some(_) | None => Ok(()),
     }
+}
+
+/// The `required` fields of `alternative` are in the object `value`, and
+/// the properties it names, where present, match it.
+fn check_constraints(
+    doc: &Value,
+    alternative: &Value,
+    value: &Value,
+    at: &str,
+) -> Result<(), String> {
+    let object = value
+        .as_object()
+        .ok_or(format!("{at}: {value} is not an object"))?;
+    for field in alternative["required"].as_array().into_iter().flatten() {
+        let field = field.as_str().unwrap();
+        if !object.contains_key(field) {
+            return Err(format!("{at}: required {field:?} missing from {value}"));
+        }
+    }
+    for (key, property) in alternative["properties"].as_object().into_iter().flatten() {
+        if let Some(v) = object.get(key) {
+            check_schema(doc, property, v, &format!("{at}.{key}"))?;
+        }
+    }
+    Ok(())
 }
 
 #[test]
