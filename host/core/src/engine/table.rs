@@ -508,6 +508,14 @@ mod tests {
         assert_eq!(shard.next_deadline().map(|(due, _)| due), earliest);
     }
 
+    /// The per-lock sizes docs/benchmarks.md (B5 round two) accounts for:
+    /// growing them shows in B5's RSS a million times over.
+    #[test]
+    fn a_lock_costs_what_the_benchmark_notes_say() {
+        assert_eq!(std::mem::size_of::<Lock>(), 80);
+        assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
+    }
+
     #[test]
     fn stays_consistent_through_inserts_moves_and_removals() {
         let mut shard = Shard::default();
