@@ -7,10 +7,18 @@
 //! growing pause. After one member of three died, calls stalled for up to
 //! hundreds of milliseconds.
 //!
-//! So a refused request ([`Rotation::refused`]) wakes [`Rotation::keep`],
-//! which probes every endpoint with a TCP connect and takes those that
-//! refuse out of rotation (never the last one in it). While any is out, it
-//! probes again every [`REPROBE`] and puts back those that accept.
+//! A member cut off by a partition refuses nothing: requests sent there
+//! hang until their deadline, again and again (one member of three cut off
+//! made every host's calls about 15 times slower, in
+//! host/lockd/tests/partitions.rs).
+//!
+//! So a refused request, or one that got no answer within its deadline
+//! ([`Rotation::refused`]), wakes [`Rotation::keep`], which probes every
+//! endpoint's `/health` (etcd answers `{"health":"true"}` on its client
+//! port while the member is part of a quorum with a leader) and takes those
+//! that fail or do not answer in time out of rotation (never the last one
+//! in it). While any is out, it probes again every [`REPROBE`] and puts back
+//! those that are healthy again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -97,10 +105,7 @@ impl Rotation {
             } else {
                 self.refused.notified().await;
             }
-            let mut alive = Vec::with_capacity(endpoints.len());
-            for e in endpoints {
-                alive.push(accepts(e).await);
-            }
+            let alive = probe_all(endpoints.iter().map(|e| healthy(e))).await;
             self.apply_probe(client, &alive).await;
             tokio::time::sleep(SETTLE).await;
         }
@@ -153,13 +158,62 @@ impl Rotation {
     }
 }
 
-/// Whether `endpoint` (`http://HOST:PORT`, as validated by the options)
-/// accepts a TCP connection.
-async fn accepts(endpoint: &str) -> bool {
+/// Runs the probes at once: a member that does not answer costs the round
+/// one [`PROBE_TIMEOUT`], not one per member.
+async fn probe_all<F: std::future::Future<Output = bool>>(
+    probes: impl Iterator<Item = F>,
+) -> Vec<bool> {
+    // Few endpoints (3 or 5): polling them together through a join of boxed
+    // futures keeps this free of another dependency.
+    let mut boxed: Vec<std::pin::Pin<Box<F>>> = probes.map(Box::pin).collect();
+    let mut done: Vec<Option<bool>> = vec![None; boxed.len()];
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in boxed.iter_mut().enumerate() {
+            if done[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => done[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    done.into_iter().map(|d| d.unwrap_or(false)).collect()
+}
+
+/// Whether the member at `endpoint` (`http://HOST:PORT`, as validated by
+/// the options) answers `GET /health` with `"health":"true"` within
+/// [`PROBE_TIMEOUT`]: reachable, and part of a quorum with a leader.
+async fn healthy(endpoint: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-    let authority = authority.trim_end_matches('/');
+    let authority = authority.trim_end_matches('/').to_string();
+    let probe = async {
+        let mut stream = TcpStream::connect(&authority).await.ok()?;
+        let request =
+            format!("GET /health HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut reply = Vec::new();
+        // The answer is a few hundred bytes; read at most 4 KiB of it.
+        let mut chunk = [0u8; 1024];
+        while reply.len() < 4096 {
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&chunk[..n]);
+        }
+        let reply = String::from_utf8_lossy(&reply);
+        Some(reply.starts_with("HTTP/1.1 200") && reply.contains("\"health\":\"true\""))
+    };
     matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(authority)).await,
-        Ok(Ok(_))
+        tokio::time::timeout(PROBE_TIMEOUT, probe).await,
+        Ok(Some(true))
     )
 }

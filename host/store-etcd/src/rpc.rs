@@ -218,9 +218,14 @@ where
     let outcome = tokio::time::timeout(limit, attempts).await;
     match outcome {
         Ok(result) => result,
-        Err(_) => Err(match last {
-            Some(e) => format!("no answer within {limit:?} (last error: {e})"),
-            None => format!("no answer within {limit:?}"),
+        Err(_) => Err({
+            // No answer in time: perhaps a member cut off by a partition,
+            // which refuses nothing. Have the rotation probe them.
+            on_refused();
+            match last {
+                Some(e) => format!("no answer within {limit:?} (last error: {e})"),
+                None => format!("no answer within {limit:?}"),
+            }
         }),
     }
 }

@@ -110,8 +110,14 @@ impl Inner {
     pub(super) async fn get_flow(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
         let lock_key = self.layout.lock_key(key);
         let queue = self.layout.queue_prefix(key);
-        let snap = self.settled(&lock_key, &queue, None).await?;
+        // Liveness is judged at the time the read was asked, not when its
+        // answer arrived: an answer held up in the network (a partition
+        // healing) may show an expiry that has passed since, while the
+        // holder extended meanwhile. Judged at the asking, a read's answer
+        // is true at one moment between its call and its return
+        // (host/lockd/tests/partitions.rs, `answered_late`).
         let now = self.clock.now_ms();
+        let snap = self.settled(&lock_key, &queue, None).await?;
         if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
             // Found expired: removed now, so every host's event stream
             // hears of it. The answer does not wait on the cleanup.
@@ -147,6 +153,8 @@ impl Inner {
         namespace: &str,
         prefix: &str,
     ) -> Result<Vec<ListedLock>, LockError> {
+        // Judged at the asking, as in `get_flow`.
+        let now = self.clock.now_ms();
         let resp = self
             .etcd
             .range(
@@ -176,7 +184,6 @@ impl Inner {
                 *waiters.entry(name).or_default() += 1;
             }
         }
-        let now = self.clock.now_ms();
         let mut out = Vec::new();
         for kv in resp.kvs() {
             let h = Held::from_kv(kv)?;
