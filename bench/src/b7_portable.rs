@@ -261,21 +261,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     ] {
         for mode in ["nolock", "ephemeral"] {
             eprintln!("B7: {label}, {mode}");
-            ctx.rt.block_on(crate::b3_edge::open_loop(
-                addr,
-                mode,
-                rates[0],
-                Duration::from_millis(500),
-            ))?;
+            crate::b3_edge::open_loop(addr, mode, rates[0], Duration::from_millis(500))?;
             let mut best: Option<(u32, Measured)> = None;
             let mut missed = None;
             for &rate in &rates {
-                let mut m = ctx.rt.block_on(crate::b3_edge::open_loop(
-                    addr,
-                    mode,
-                    rate,
-                    ctx.plan.b3_step,
-                ))?;
+                let mut m = crate::b3_edge::open_loop(addr, mode, rate, ctx.plan.b3_step)?;
                 let p99 = m.latencies.quantile(0.99);
                 ladder.row(vec![
                     format!("{label}, {mode}"),
