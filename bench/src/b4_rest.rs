@@ -27,7 +27,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         check_errors(&format!("lockd REST {durability}"), &m)?;
         Ok(m)
     };
+    let (commits_before, ops_before) = server.commits();
     let durable = measure("persistent")?;
+    let (commits_after, ops_after) = server.commits();
+    let (commits, committed) = (commits_after - commits_before, ops_after - ops_before);
     let ephemeral = measure("ephemeral")?;
     drop(server);
 
@@ -57,6 +60,13 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         ratio(durable.rate(), always.rate()),
         ratio(durable.rate(), etcd.rate()),
         ratio(ephemeral.rate(), volatile.rate()),
+    );
+    let _ = writeln!(
+        out,
+        "- group commit, durable run (warm-up included): {} commits (fsyncs) for {} store operations, {:.1} per commit, with {clients} connections.",
+        count(commits as f64),
+        count(committed as f64),
+        committed as f64 / commits.max(1) as f64,
     );
     Ok(out)
 }

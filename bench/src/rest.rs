@@ -17,6 +17,7 @@ use crate::drive::Pair;
 /// A running `lockd serve`, stopped on drop.
 pub struct Server {
     pub addr: SocketAddr,
+    service: lockd_core::LockService,
     rt: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -38,15 +39,36 @@ impl Server {
             auth_token: None,
         }))?;
         let addr = server.addr();
+        let service = server.service().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         rt.spawn(server.run(async {
             let _ = stopped.await;
         }));
         Ok(Server {
             addr,
+            service,
             rt: Some(rt),
             stop: Some(stop),
         })
+    }
+}
+
+impl Server {
+    /// The store's commits and the operations they carried so far, from
+    /// the service's metrics (`lockd_store_commits_total`,
+    /// `lockd_store_committed_ops_total`).
+    pub fn commits(&self) -> (u64, u64) {
+        let metrics = self.service.render_metrics();
+        let value = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (
+            value("lockd_store_commits_total"),
+            value("lockd_store_committed_ops_total"),
+        )
     }
 }
 
