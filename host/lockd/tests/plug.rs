@@ -82,6 +82,10 @@ fn imports(engine: &Engine, path: &Path) -> Vec<String> {
 /// functions all trap: enough to compose, not to run.
 fn component_from_wit(wit: &str, world: &str) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
+    // The `wasi:io` release lock.wit uses (its pollables).
+    resolve
+        .push_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../wit/deps/io"))
+        .unwrap();
     let package = resolve.push_str("test.wit", wit).unwrap();
     let world = resolve.select_world(&[package], Some(world)).unwrap();
     let mut module =

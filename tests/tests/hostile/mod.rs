@@ -478,7 +478,7 @@ async fn trap_guards() {
         if n == "5000" {
             assert_eq!(
                 a.line("result trap-guards refused g/4096 "),
-                "Error::Denied(\"this instance already holds 4096 guards, the most allowed\")"
+                "Error::Denied(\"this instance already holds 4096 guards and leases, the most allowed\")"
             );
         }
         assert!(service.metrics().count(Op::Lock, "ok") >= before + acquired as u64);

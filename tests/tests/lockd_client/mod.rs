@@ -15,10 +15,11 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 
 /// The interfaces the client must export: every interface of the package.
-const EXPORTS: [&str; 3] = [
+const EXPORTS: [&str; 4] = [
     "lockd:lock/types@0.1.0",
     "lockd:lock/locks@0.1.0",
     "lockd:lock/guards@0.1.0",
+    "lockd:lock/leases@0.1.0",
 ];
 
 /// The names of the functions and types of an imported or exported instance.
@@ -109,7 +110,28 @@ pub(crate) fn lockd_client() {
         "[method]guard.is-held",
         "[method]guard.extend",
         "[method]guard.release",
+        "[static]guard.acquire-with",
+        "[method]guard.subscribe-lost",
     ] {
         assert!(guards.contains(method), "guards lacks {method}: {guards:?}");
+    }
+    let (_, leases) = exports
+        .iter()
+        .find(|(name, _)| name == "lockd:lock/leases@0.1.0")
+        .unwrap();
+    let leases = instance_items(&engine, leases);
+    for method in [
+        "lease",
+        "[static]lease.grant",
+        "[method]lease.id",
+        "[method]lease.expires-at-ms",
+        "[method]lease.lock",
+        "[method]lease.unlock",
+        "[method]lease.refresh",
+        "[method]lease.revoke",
+        "[method]lease.is-alive",
+        "[method]lease.subscribe-lost",
+    ] {
+        assert!(leases.contains(method), "leases lacks {method}: {leases:?}");
     }
 }
