@@ -268,16 +268,16 @@ pub(crate) fn open_loop_paced(
     } else {
         Duration::ZERO
     };
-    // Connect first (the connections open from the threads' own runtimes).
-    let start = Instant::now()
-        + Duration::from_millis(50)
-        + Duration::from_micros(200) * connections as u32;
-    // Past this, a connection that fell hopelessly behind gives up on its
-    // remaining requests, which count as failures.
-    let give_up = start + duration + Duration::from_secs(2);
+    // Every thread connects first, then all wait at the barrier; the first
+    // request is due a little after the last of them is ready. (A fixed
+    // head start was too short for 64 threads on 2 cores: the first
+    // requests went out tens of milliseconds late and set the p99.)
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(connections + 1));
+    let start_at = std::sync::Arc::new(std::sync::OnceLock::<Instant>::new());
     let mut threads = Vec::with_capacity(connections);
     for c in 0..connections {
         let path_prefix = format!("/bench/{mode}/c{c}-");
+        let (ready, start_at) = (ready.clone(), start_at.clone());
         let thread = std::thread::Builder::new()
             .name(format!("b3-conn-{c}"))
             .spawn(move || -> anyhow::Result<(Latencies, Latencies, u64)> {
@@ -285,7 +285,13 @@ pub(crate) fn open_loop_paced(
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                let mut conn = rt.block_on(Connection::open(addr))?;
+                let conn = rt.block_on(Connection::open(addr));
+                ready.wait();
+                let mut conn = conn?;
+                let start = *start_at.wait();
+                // Past this, a connection that fell hopelessly behind gives
+                // up on its remaining requests, which count as failures.
+                let give_up = start + duration + Duration::from_secs(2);
                 let share = (total as usize / connections) + 1;
                 let mut lat = Latencies::with_capacity(share);
                 let mut late = Latencies::with_capacity(share);
@@ -314,6 +320,9 @@ pub(crate) fn open_loop_paced(
             })?;
         threads.push(thread);
     }
+    ready.wait();
+    let start = Instant::now() + Duration::from_millis(20);
+    let _ = start_at.set(start);
     let mut m = Measured {
         ops: 0,
         errors: 0,
