@@ -11,7 +11,10 @@
 //! (see [`open_loop`]). A rate is held when every request got a 200 and
 //! p99 ≤ 10 ms; one bisection step refines the highest rate held. Then each
 //! function closed loop on one connection, the shape of `wrk -t1 -c1`, for
-//! the cross-check with wrk (docs/benchmarks.md).
+//! the cross-check with wrk (docs/benchmarks.md), beside lockd's own
+//! `/healthz` (the server's tail without a component), and closed loop on
+//! all the connections, the shape of `wrk -c64`: the most the server answers,
+//! from which a lock's cost is read too.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -58,27 +61,58 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         "send lateness p50 / p99",
         "non-200",
     ]);
-    let mut closed = Table::new(["function", "req/s", "p50", "p99", "p99.9", "max"]);
+    let mut closed = Table::new([
+        "function",
+        "req/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+        "p99 ÷ p50",
+    ]);
+    let mut saturated = Table::new(["function", "req/s", "p50", "p99", "p99.9"]);
+    let mut saturated_rates = Vec::new();
     let mut lowest_rate_p50 = Vec::new();
+    let mut tails = Vec::new();
+    // The control first: lockd's own `/healthz` on one connection.
+    {
+        let caller = ctx.rt.block_on(EdgeGet::healthz(server.addr))?;
+        let mut m = ctx.rt.block_on(closed_loop(vec![caller], ctx.window()));
+        crate::check_errors("B3 closed loop, /healthz", &m)?;
+        let tail = closed_row(&mut closed, "REST `GET /healthz` (control)", &mut m);
+        tails.push(("/healthz", tail));
+    }
     for mode in ["nolock", "ephemeral", "persistent"] {
         eprintln!("B3: {mode}");
         // Warm up: instance pool, code, connections.
         open_loop(server.addr, mode, 500, Duration::from_millis(500))?;
 
         // Closed loop on one connection: what `wrk -t1 -c1` measures.
-        let caller = ctx.rt.block_on(EdgeGet::connect(server.addr, mode))?;
+        let caller = ctx.rt.block_on(EdgeGet::connect(server.addr, mode, 0))?;
         let mut m = ctx.rt.block_on(closed_loop(vec![caller], ctx.window()));
         crate::check_errors(&format!("B3 closed loop, {mode}"), &m)?;
+        let tail = closed_row(&mut closed, &format!("edge-bench, {mode}"), &mut m);
+        tails.push((mode, tail));
+
+        // Closed loop on all the connections: the most the server answers,
+        // what `wrk -c64` measures.
+        let callers = (0..CONNECTIONS)
+            .map(|c| ctx.rt.block_on(EdgeGet::connect(server.addr, mode, c + 1)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut m = ctx.rt.block_on(closed_loop(callers, ctx.window()));
+        crate::check_errors(
+            &format!("B3 closed loop, {CONNECTIONS} connections, {mode}"),
+            &m,
+        )?;
         let [p50, p99, p999] = percentiles(&mut m);
-        let max = latency(m.latencies.quantile(1.0));
-        closed.row(vec![
+        saturated.row(vec![
             format!("edge-bench, {mode}"),
             count(m.rate()),
             p50,
             p99,
             p999,
-            max,
         ]);
+        saturated_rates.push((mode, m.rate()));
 
         let mut best: Option<(u32, Measured)> = None;
         let mut missed = None;
@@ -185,14 +219,59 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     }
     let _ = write!(
         out,
+        "\nClosed loop, {CONNECTIONS} keep-alive connections (the most the server answers, what `wrk -c{CONNECTIONS}` measures; {} s warm-up, {} s measured):\n\n",
+        ctx.window().warmup.as_secs_f64(),
+        ctx.window().measure.as_secs_f64()
+    );
+    out += &saturated.render();
+    out.push('\n');
+    let saturated_nolock = saturated_rates[0].1;
+    for ((mode, rate), goal) in saturated_rates[1..].iter().zip([10.0, 30.0]) {
+        let cost = (1.0 - rate / saturated_nolock) * 100.0;
+        let met = if cost <= goal { "met" } else { "not met" };
+        let _ = writeln!(
+            out,
+            "- {mode} lock at {CONNECTIONS} connections: {} of the no-lock rate; cost {cost:.1}% (goal ≤ {goal:.0}%: {met}).",
+            crate::stats::ratio(*rate, saturated_nolock),
+        );
+    }
+    let _ = write!(
+        out,
         "\nClosed loop, one keep-alive connection (what `wrk -t1 -c1 --latency` measures; {} s warm-up, {} s measured):\n\n",
         ctx.window().warmup.as_secs_f64(),
         ctx.window().measure.as_secs_f64()
     );
     out += &closed.render();
+    out.push('\n');
+    let control = tails[0].1;
+    for (mode, tail) in &tails[1..] {
+        let met = if *tail <= 2.0 { "met" } else { "not met" };
+        let _ = writeln!(
+            out,
+            "- {mode}: p99 ÷ p50 {tail:.1}× (goal ≤ 2×: {met}); the server's own floor in this run, `/healthz`: {control:.1}×.",
+        );
+    }
     out += "\nEvery rate tried (send lateness: how late the generator sent against the due times, its own error; the last row of a function may be a bisection step):\n\n";
     out += &ladder.render();
     Ok(out)
+}
+
+/// Adds a closed-loop run's row to `table`; returns its p99 ÷ p50.
+fn closed_row(table: &mut Table, what: &str, m: &mut Measured) -> f64 {
+    let p50 = m.latencies.quantile(0.5);
+    let p99 = m.latencies.quantile(0.99);
+    let [p50s, p99s, p999s] = percentiles(m);
+    let tail = p99.as_secs_f64() / p50.as_secs_f64().max(1e-9);
+    table.row(vec![
+        what.to_string(),
+        count(m.rate()),
+        p50s,
+        p99s,
+        p999s,
+        latency(m.latencies.quantile(1.0)),
+        format!("{tail:.1}×"),
+    ]);
+    tail
 }
 
 /// One keep-alive connection GETting the function, a fresh id per request:
@@ -200,23 +279,41 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
 struct EdgeGet {
     conn: Connection,
     prefix: String,
+    /// GET `prefix` itself, with no id (the REST control, `/healthz`).
+    fixed: bool,
 }
 
 impl EdgeGet {
-    async fn connect(addr: SocketAddr, mode: &str) -> anyhow::Result<EdgeGet> {
+    /// A caller of the function in `mode`; `tag` keeps its ids apart from
+    /// those of the other connections.
+    async fn connect(addr: SocketAddr, mode: &str, tag: usize) -> anyhow::Result<EdgeGet> {
         Ok(EdgeGet {
             conn: Connection::open(addr).await?,
-            prefix: format!("/bench/{mode}/closed-"),
+            prefix: format!("/bench/{mode}/closed-{tag}-"),
+            fixed: false,
+        })
+    }
+
+    /// A caller of lockd's own `/healthz`: the same server and connection
+    /// handling with no component, so its tail is the machine's and the
+    /// server's, not the function's.
+    async fn healthz(addr: SocketAddr) -> anyhow::Result<EdgeGet> {
+        Ok(EdgeGet {
+            conn: Connection::open(addr).await?,
+            prefix: "/healthz".into(),
+            fixed: true,
         })
     }
 }
 
 impl Pair for EdgeGet {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
-        let (status, body) = self
-            .conn
-            .send("GET", &format!("{}{i}", self.prefix), None)
-            .await?;
+        let path = if self.fixed {
+            self.prefix.clone()
+        } else {
+            format!("{}{i}", self.prefix)
+        };
+        let (status, body) = self.conn.send("GET", &path, None).await?;
         anyhow::ensure!(
             status == 200,
             "answered {status}: {}",

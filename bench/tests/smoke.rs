@@ -30,6 +30,14 @@ fn smoke_run_prints_every_table() {
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
+    // B3's closed-loop runs: saturation on every connection, and the REST
+    // control beside the functions on one.
+    for part in [
+        "Closed loop, 64 keep-alive connections",
+        "REST `GET /healthz` (control)",
+    ] {
+        assert!(report.contains(part), "no {part:?} in:\n{report}");
+    }
     // Every peer took part.
     for peer in [
         "Redis appendfsync always",
