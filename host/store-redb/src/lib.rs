@@ -101,7 +101,12 @@ pub fn open_with(
         let table = txn
             .open_table(codec::LOCKS)
             .map_err(|e| corrupt(e.to_string()))?;
+        let count = table.len().map_err(|e| corrupt(e.to_string()))?;
         let rows = table.iter().map_err(|e| corrupt(e.to_string()))?;
+        let rows = Counted {
+            rows,
+            left: usize::try_from(count).unwrap_or(usize::MAX),
+        };
         // Ops the engine submits meanwhile (deletes of expired records) wait
         // in the queue until the writer starts, below; on an error they are
         // dropped with the journal, and the file is left untouched.
@@ -116,6 +121,27 @@ pub fn open_with(
     };
     journal.start(db, queue)?;
     Ok(engine)
+}
+
+/// The rows of a table, with their count as the iterator's size hint, so
+/// the engine can size itself before it reads them.
+struct Counted<I> {
+    rows: I,
+    left: usize,
+}
+
+impl<I: Iterator> Iterator for Counted<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        let row = self.rows.next()?;
+        self.left = self.left.saturating_sub(1);
+        Some(row)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, None)
+    }
 }
 
 /// The redb journal: a writer thread fed through a channel.

@@ -273,6 +273,16 @@ impl Shard {
         &mut self.locks[at]
     }
 
+    /// Makes room for `additional` more locks, so that filling the shard
+    /// (recovery) does not rehash its index and move its vectors as it grows.
+    pub(super) fn reserve(&mut self, additional: usize) {
+        let locks = &self.locks;
+        self.index
+            .reserve(additional, |&at| locks[at as usize].hash());
+        self.locks.reserve(additional);
+        self.deadlines.reserve(additional);
+    }
+
     /// Every lock of the shard.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Lock> {
         self.locks.iter()
