@@ -113,9 +113,9 @@
 
 mod deadlines;
 mod endpoints;
+mod etcd_lease;
 mod events;
 mod keys;
-mod leases;
 mod local;
 mod options;
 mod recent;
@@ -166,7 +166,7 @@ impl EtcdBackend {
                 "an etcd store needs at least one endpoint".into(),
             ));
         }
-        leases::wait_for_retired(options.request_timeout).await;
+        etcd_lease::wait_for_retired(options.request_timeout).await;
         let inner = Inner::connect(options, clock).await.inspect_err(|e| {
             tracing::warn!(error = %e, "cannot connect to the etcd store");
         })?;

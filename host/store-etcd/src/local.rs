@@ -18,82 +18,83 @@ use std::time::Duration;
 use lockd_core::Key;
 use tokio::sync::watch;
 
-struct Turn {
-    /// The next ticket to hand out. Changed under the map's mutex.
+struct Line {
+    /// The number of the next turn to hand out. Changed under the map's
+    /// mutex.
     next: u64,
-    /// The ticket whose turn it is.
+    /// The number of the turn being served.
     serving: watch::Sender<u64>,
 }
 
-/// Per-name FIFO turns.
+/// Per-name lines of `lock` calls, served in FIFO order.
 #[derive(Default)]
 pub(crate) struct Turns {
-    map: Arc<Mutex<HashMap<Key, Turn>>>,
+    map: Arc<Mutex<HashMap<Key, Line>>>,
 }
 
-/// One place in the line of a name. Its turn ends when it is dropped.
-pub(crate) struct Ticket {
-    map: Arc<Mutex<HashMap<Key, Turn>>>,
+/// One `lock` call's place in the line of a name. Its turn ends when it
+/// is dropped.
+pub(crate) struct Turn {
+    map: Arc<Mutex<HashMap<Key, Line>>>,
     key: Key,
     n: u64,
     rx: watch::Receiver<u64>,
 }
 
 impl Turns {
-    /// Takes the next ticket for `key`. Synchronous, so the order of the
-    /// calls is the order of the tickets.
-    pub(crate) fn ticket(&self, key: &Key) -> Ticket {
+    /// Takes the next turn on `key`. Synchronous, so the order of the
+    /// calls is the order of the turns.
+    pub(crate) fn take(&self, key: &Key) -> Turn {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let turn = map.entry(key.clone()).or_insert_with(|| Turn {
+        let line = map.entry(key.clone()).or_insert_with(|| Line {
             next: 0,
             serving: watch::Sender::new(0),
         });
-        let n = turn.next;
-        turn.next += 1;
-        Ticket {
+        let n = line.next;
+        line.next += 1;
+        Turn {
             map: self.map.clone(),
             key: key.clone(),
             n,
-            rx: turn.serving.subscribe(),
+            rx: line.serving.subscribe(),
         }
     }
-}
 
-impl Turns {
-    /// Waits (at most `limit`) until every ticket of `key` taken so far has
+    /// Waits (at most `limit`) until every turn on `key` taken so far has
     /// ended.
     pub(crate) async fn settle(&self, key: &Key, limit: Duration) {
         let taken = {
             let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            map.get(key).map(|t| (t.serving.subscribe(), t.next))
+            map.get(key)
+                .map(|line| (line.serving.subscribe(), line.next))
         };
         if let Some((mut rx, next)) = taken {
-            // An error: every ticket of the name ended.
+            // An error: every turn on the name ended.
             let _ = tokio::time::timeout(limit, rx.wait_for(|s| *s >= next)).await;
         }
     }
 }
 
-impl Ticket {
-    /// Waits until every earlier ticket of the name has ended.
+impl Turn {
+    /// Waits until every earlier turn on the name has ended.
     pub(crate) async fn wait(&mut self) {
         let n = self.n;
-        // The sender lives while any ticket of the name does.
+        // The sender lives while any turn on the name does.
         let _ = self.rx.wait_for(|s| *s >= n).await;
     }
 }
 
-impl Drop for Ticket {
+impl Drop for Turn {
     fn drop(&mut self) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(turn) = map.get_mut(&self.key) else {
+        let Some(line) = map.get_mut(&self.key) else {
             return;
         };
         let n = self.n;
-        // Tickets end in order (each waits for its turn first); a ticket
-        // dropped before its turn (its task was cancelled with the runtime)
+        // Turns end in order (each waits for its turn first); a turn
+        // dropped before it came (its task was cancelled with the runtime)
         // leaves the line as it is.
-        turn.serving.send_if_modified(|s| {
+        line.serving.send_if_modified(|s| {
             if *s == n {
                 *s = n + 1;
                 true
@@ -101,7 +102,7 @@ impl Drop for Ticket {
                 false
             }
         });
-        if *turn.serving.borrow() == turn.next {
+        if *line.serving.borrow() == line.next {
             map.remove(&self.key);
         }
     }
@@ -171,11 +172,11 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn tickets_are_served_in_order_and_cleaned_up() {
+    async fn turns_are_served_in_order_and_cleaned_up() {
         let turns = Turns::default();
         let k = Key::new("n", "a");
-        let mut t0 = turns.ticket(&k);
-        let mut t1 = turns.ticket(&k);
+        let mut t0 = turns.take(&k);
+        let mut t1 = turns.take(&k);
         t0.wait().await;
         let second = tokio::spawn(async move {
             t1.wait().await;
@@ -188,17 +189,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn turns_settle_waits_for_the_tickets_taken_before() {
+    async fn turns_settle_waits_for_the_turns_taken_before() {
         let turns = Arc::new(Turns::default());
         let k = Key::new("n", "a");
-        let t0 = turns.ticket(&k);
-        let t1 = turns.ticket(&k);
+        let t0 = turns.take(&k);
+        let t1 = turns.take(&k);
         let t = turns.clone();
         let kk = k.clone();
         let settled = tokio::spawn(async move { t.settle(&kk, Duration::from_secs(10)).await });
-        // A ticket taken after the settle began is not waited for.
+        // A turn taken after the settle began is not waited for.
         tokio::task::yield_now().await;
-        let later = turns.ticket(&k);
+        let later = turns.take(&k);
         drop(t0);
         tokio::task::yield_now().await;
         assert!(!settled.is_finished());

@@ -31,7 +31,7 @@ use super::grant::deadline;
 use super::queue::{WaitEnd, WATCH_RETRY};
 use super::{nobody_queued, unchanged, Inner};
 use crate::events::Why;
-use crate::local::Ticket;
+use crate::local::Turn;
 use crate::record::{from_json, to_json, Held, LeaseRecord, Leased, LockRecord, Queued};
 use crate::rpc::gets;
 
@@ -547,14 +547,14 @@ impl Inner {
         lease_id: &str,
         options: LockOptions,
     ) -> oneshot::Receiver<Result<Grant, LockError>> {
-        let ticket = self.turns.ticket(key);
+        let turn = self.turns.take(key);
         let (tx, rx) = oneshot::channel();
         let inner = self.clone();
         let (key, lease_id) = (key.clone(), lease_id.to_string());
         self.handle.spawn(async move {
             let mut caller = tx;
             let result = inner
-                .lease_lock_flow(&key, &lease_id, options, ticket, &mut caller)
+                .lease_lock_flow(&key, &lease_id, options, turn, &mut caller)
                 .await;
             inner.answer_lock(&key, &lease_id, result, caller).await;
         });
@@ -568,7 +568,7 @@ impl Inner {
         key: &Key,
         lease_id: &str,
         options: LockOptions,
-        mut ticket: Ticket,
+        mut turn: Turn,
         caller: &mut oneshot::Sender<Result<Grant, LockError>>,
     ) -> Result<(Grant, bool), LockError> {
         let wait_until = self.clock.now_ms().saturating_add(options.wait_ms);
@@ -576,7 +576,7 @@ impl Inner {
         let queue = self.layout.queue_prefix(key);
         let lease_key = self.layout.lease_key(&key.namespace, lease_id);
         self.settle_pending(|k| k == key).await;
-        ticket.wait().await;
+        turn.wait().await;
         if caller.is_closed() {
             return Err(LockError::Unavailable("the caller went away".into()));
         }
@@ -589,7 +589,7 @@ impl Inner {
                 Err(LockError::NotHeld)
             }
         };
-        let mut ticket = Some(ticket);
+        let mut turn = Some(turn);
         loop {
             let attempt = self
                 .try_lease_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
@@ -610,7 +610,7 @@ impl Inner {
                     Some(lease_id),
                 )
                 .await?;
-            drop(ticket.take());
+            drop(turn.take());
             let waited = tokio::select! {
                 waited = self.wait_in_queue(&lock_key, &queue, &w, wait_until, caller) => waited,
                 () = self.watch_lease_end(lease_key.clone()) => {

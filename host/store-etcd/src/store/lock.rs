@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::grant::Attempt;
 use super::queue::WaitEnd;
 use super::{log_unavailable, Inner};
-use crate::local::Ticket;
+use crate::local::Turn;
 
 impl Inner {
     /// Starts a `lock` call in a task of its own and returns where its
@@ -22,11 +22,11 @@ impl Inner {
         ttl_ms: u64,
         options: LockOptions,
     ) -> oneshot::Receiver<Result<Grant, LockError>> {
-        let ticket = self.turns.ticket(key);
+        let turn = self.turns.take(key);
         let (tx, rx) = oneshot::channel();
         let task =
             self.clone()
-                .lock_task(key.clone(), owner.to_string(), ttl_ms, options, ticket, tx);
+                .lock_task(key.clone(), owner.to_string(), ttl_ms, options, turn, tx);
         self.handle.spawn(task);
         rx
     }
@@ -39,11 +39,11 @@ impl Inner {
         owner: String,
         ttl_ms: u64,
         options: LockOptions,
-        ticket: Ticket,
+        turn: Turn,
         mut caller: oneshot::Sender<Result<Grant, LockError>>,
     ) {
         let result = self
-            .lock_flow(&key, &owner, ttl_ms, options, ticket, &mut caller)
+            .lock_flow(&key, &owner, ttl_ms, options, turn, &mut caller)
             .await;
         self.answer_lock(&key, &owner, result, caller).await;
     }
@@ -88,18 +88,18 @@ impl Inner {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
-        mut ticket: Ticket,
+        mut turn: Turn,
         caller: &mut oneshot::Sender<Result<Grant, LockError>>,
     ) -> Result<(Grant, bool), LockError> {
         let wait_until = self.clock.now_ms().saturating_add(options.wait_ms);
         let lock_key = self.layout.lock_key(key);
         let queue = self.layout.queue_prefix(key);
         self.settle_pending(|k| k == key).await;
-        ticket.wait().await;
+        turn.wait().await;
         if caller.is_closed() {
             return Err(LockError::Unavailable("the caller went away".into()));
         }
-        let mut ticket = Some(ticket);
+        let mut turn = Some(turn);
         loop {
             let holder = match self
                 .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
@@ -115,7 +115,7 @@ impl Inner {
                 .enqueue(key, owner, ttl_ms, options.durability, None)
                 .await?;
             // In the queue: the next local caller may go.
-            drop(ticket.take());
+            drop(turn.take());
             match self
                 .wait_in_queue(&lock_key, &queue, &w, wait_until, caller)
                 .await

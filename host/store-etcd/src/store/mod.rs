@@ -32,8 +32,8 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::deadlines::Deadlines;
+use crate::etcd_lease::{Session, SharedLeases};
 use crate::keys::Layout;
-use crate::leases::{Session, SharedLeases};
 use crate::local::{Pending, Turns};
 use crate::options::EtcdOptions;
 use crate::recent::RecentGrants;

@@ -1,6 +1,9 @@
-//! The leases this backend's keys live on: leases shared by persistent
-//! grants, and the session lease that carries waiter keys and ephemeral
-//! locks.
+//! etcd's own leases: the ones this backend's keys live on, so that etcd
+//! removes what nobody cleans up. Leases shared by persistent grants, and
+//! the session lease that carries waiter keys and ephemeral locks.
+//!
+//! Not lockd's leases (docs/contract.md#c16-leases), which are records of
+//! their own in etcd: see `store/lease.rs`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
