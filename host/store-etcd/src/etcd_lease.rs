@@ -3,17 +3,72 @@
 //! the session lease that carries waiter keys and ephemeral locks.
 //!
 //! Not lockd's leases (docs/contract.md#c16-leases), which are records of
-//! their own in etcd: see `store/lease.rs`.
+//! their own in etcd: see `store/lockd_lease.rs`.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lockd_core::LockError;
+use lockd_core::{Durability, LockError};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::rpc::{revoke, Etcd};
+
+/// The etcd leases of one backend: its session lease, and the leases its
+/// persistent keys share.
+#[derive(Debug)]
+pub(crate) struct EtcdLeases {
+    session: Session,
+    shared: SharedLeases,
+}
+
+impl EtcdLeases {
+    /// Grants the session lease of a new backend (`session_ttl_secs`
+    /// long); shared leases end `lease_slack` after the keys they carry.
+    pub(crate) async fn open(
+        etcd: &Etcd,
+        session_ttl_secs: i64,
+        lease_slack: Duration,
+    ) -> Result<EtcdLeases, LockError> {
+        Ok(EtcdLeases {
+            session: Session::open(etcd, session_ttl_secs).await?,
+            shared: SharedLeases::new(lease_slack),
+        })
+    }
+
+    /// The current session lease id.
+    pub(crate) fn session(&self) -> i64 {
+        self.session.id()
+    }
+
+    /// The etcd lease for a key that must last `ttl_ms` from now: a shared
+    /// one if `durability` is persistent; if ephemeral, the session lease
+    /// of the host the key belongs to (`session`; `None`: this backend).
+    pub(crate) async fn for_key(
+        &self,
+        etcd: &Etcd,
+        durability: Durability,
+        ttl_ms: u64,
+        session: Option<i64>,
+    ) -> Result<i64, LockError> {
+        match durability {
+            Durability::Persistent => self.shared.lease_for(etcd, ttl_ms).await,
+            Durability::Ephemeral => Ok(session.unwrap_or_else(|| self.session())),
+        }
+    }
+
+    /// Keeps the session lease alive for the backend's life (see
+    /// [`Session::keep_alive`]).
+    pub(crate) async fn keep_alive(&self, etcd: &Etcd) {
+        self.session.keep_alive(etcd).await;
+    }
+
+    /// Revokes the session lease in the background (see [`Session::retire`]).
+    pub(crate) fn retire(&self, etcd: &Etcd, handle: &Handle) {
+        self.session.retire(etcd, handle);
+    }
+}
 
 /// Grants a lease of `secs` seconds.
 async fn grant_lease(etcd: &Etcd, secs: i64) -> Result<i64, LockError> {
@@ -33,7 +88,7 @@ async fn grant_lease(etcd: &Etcd, secs: i64) -> Result<i64, LockError> {
 /// whose expiry plus slack falls before the lease ends, instead of a lease
 /// granted (one more round trip) and revoked per grant.
 #[derive(Debug)]
-pub(crate) struct SharedLeases {
+struct SharedLeases {
     /// `EtcdOptions::lease_slack`, in milliseconds.
     slack_ms: u64,
     leases: Mutex<Vec<SharedLease>>,
@@ -49,7 +104,7 @@ struct SharedLease {
 }
 
 impl SharedLeases {
-    pub(crate) fn new(slack: Duration) -> SharedLeases {
+    fn new(slack: Duration) -> SharedLeases {
         SharedLeases {
             slack_ms: slack.as_millis().min(u128::from(u64::MAX)) as u64,
             leases: Mutex::new(Vec::new()),
@@ -69,7 +124,7 @@ impl SharedLeases {
     /// serves every grant it fits for that long; so a dead host's key
     /// stays in etcd at most that much past its lease of old, and a busy
     /// host grants a lease every few seconds instead of one per lock.
-    pub(crate) async fn lease_for(&self, etcd: &Etcd, ttl_ms: u64) -> Result<i64, LockError> {
+    async fn lease_for(&self, etcd: &Etcd, ttl_ms: u64) -> Result<i64, LockError> {
         let need = self.lease_secs(ttl_ms);
         let spare = (need / 4).max(5);
         let fits = |ends: Instant, now: Instant| {
@@ -102,17 +157,15 @@ impl SharedLeases {
 /// The session lease: the lease of this backend's waiter keys and
 /// ephemeral locks. Replaced if it is ever lost.
 #[derive(Debug)]
-pub(crate) struct Session {
+struct Session {
     id: AtomicI64,
     /// `EtcdOptions::session_ttl`, in whole seconds.
     ttl_secs: i64,
-    /// The sequence number of the next waiter key.
-    next_waiter: AtomicU64,
 }
 
 impl Session {
     /// Grants the session lease of a new backend.
-    pub(crate) async fn open(etcd: &Etcd, ttl_secs: i64) -> Result<Session, LockError> {
+    async fn open(etcd: &Etcd, ttl_secs: i64) -> Result<Session, LockError> {
         let id = grant_lease(etcd, ttl_secs).await.map_err(|e| match e {
             LockError::Unavailable(m) => {
                 LockError::Unavailable(format!("cannot open a session on etcd: {m}"))
@@ -122,28 +175,19 @@ impl Session {
         Ok(Session {
             id: AtomicI64::new(id),
             ttl_secs,
-            next_waiter: AtomicU64::new(0),
         })
     }
 
     /// The current session lease id.
-    pub(crate) fn id(&self) -> i64 {
+    fn id(&self) -> i64 {
         self.id.load(Ordering::Relaxed)
-    }
-
-    /// The session lease and a waiter id on it, unique among all waiters
-    /// ever: `<session lease hex>-<sequence>`.
-    pub(crate) fn next_waiter(&self) -> (i64, String) {
-        let session = self.id();
-        let n = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        (session, format!("{session:x}-{n}"))
     }
 
     /// Keeps the session lease alive; if it was lost (etcd unreachable for
     /// longer than its TTL), starts a new one. Waiters and ephemeral locks
     /// of the lost session are gone with it. Runs for the backend's life
     /// (aborted when it is dropped).
-    pub(crate) async fn keep_alive(&self, etcd: &Etcd) {
+    async fn keep_alive(&self, etcd: &Etcd) {
         let ttl = self.ttl_secs;
         let period = Duration::from_millis((ttl as u64 * 1000 / 3).max(500));
         loop {
@@ -188,7 +232,7 @@ impl Session {
     /// Revokes the session lease in the background, so its ephemeral locks
     /// and waiter keys go now; a backend connected later in this process
     /// waits for that first ([`wait_for_retired`]).
-    pub(crate) fn retire(&self, etcd: &Etcd, handle: &Handle) {
+    fn retire(&self, etcd: &Etcd, handle: &Handle) {
         let (done, rx) = watch::channel(false);
         RETIRING.lock().unwrap_or_else(|e| e.into_inner()).push(rx);
         let client = etcd.client().clone();

@@ -39,7 +39,7 @@
 //!   the same). The slack keeps the lease from ending before the expiry when
 //!   clocks differ; under a [`lockd_core::ManualClock`] (tests), a generous
 //!   slack keeps leases from running out in real time while the test clock
-//!   stands still.
+//!   stands still. See `etcd_lease.rs`.
 //! - **Transactions.** Every write is one etcd transaction guarded by a
 //!   compare on what was read (the lock key's `mod_revision`, or its absence;
 //!   the head waiter's `mod_revision`), so a decision made on stale data is
@@ -59,7 +59,7 @@
 //!   refresh (idempotent re-lock, extend) writes the same record with the
 //!   token stored in it, since the refresh moves `mod_revision`. A refresh
 //!   whose answer arrives after the expiry it checked may have landed after
-//!   it, so it is taken back (see `Inner::refresh` in `store/grant.rs`).
+//!   it, so it is taken back (see `Grants::refresh` in `store/grant.rs`).
 //! - **Dead members** leave the client's rotation at their first refused
 //!   request and come back once they accept connections (`endpoints.rs`).
 //! - **Waiting.** A caller that must wait puts a waiter key under the lock's
@@ -73,10 +73,11 @@
 //!   the queue is FIFO across all hosts, nobody barges past it, and no read
 //!   shows a free moment nobody could use. A waiter that times out or whose caller
 //!   goes away deletes its key (if a grant reached it first, that grant is
-//!   kept on timeout and released when nobody is left to receive it).
+//!   kept on timeout and released when nobody is left to receive it). See
+//!   `store/queue.rs`.
 //! - **Ordering within one process.** `lock` calls on one name make their
 //!   first attempt and join the queue one at a time, in call order, so two
-//!   waiters of one host queue in the order they called.
+//!   waiters of one host queue in the order they called (`local.rs`).
 //! - **Durability.** etcd commits every write to a quorum's disk before it
 //!   answers, so a persistent grant, extend or unlock is durable on return. An
 //!   *ephemeral* lock uses the same key but lives on the session lease of the
@@ -91,7 +92,7 @@
 //!   the lease key's `mod_revision`, so a refresh or a revoke is one
 //!   transaction over the lease and its listed locks (and, for a revoke,
 //!   their queue heads), guarded by all their revisions. The lease and its
-//!   locks share one `expires_at_ms`. See `store/lease.rs`.
+//!   locks share one `expires_at_ms`. See `store/lockd_lease.rs`.
 //! - **Events** (docs/http.md#events) come from one etcd watch per backend
 //!   on the whole prefix, with previous values, from the revision read at
 //!   connect (and, after a failure, from the last revision seen). Each
@@ -269,33 +270,22 @@ impl LockBackend for EtcdBackend {
         ttl_ms: u64,
         durability: Durability,
     ) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(self.inner.lease_op("lease grant", lease, move |inner| {
-            inner.grant_lease(lease, ttl_ms, durability)
-        }))
+        Box::pin(self.inner.grant_lease(lease, ttl_ms, durability))
     }
 
     fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(
-            self.inner
-                .lease_op("lease refresh", lease, |inner| inner.refresh_lease(lease)),
-        )
+        Box::pin(self.inner.refresh_lease(lease))
     }
 
     fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(
-            self.inner
-                .lease_op("lease revoke", lease, |inner| inner.revoke_lease(lease)),
-        )
+        Box::pin(self.inner.revoke_lease(lease))
     }
 
     fn get_lease<'a>(
         &'a self,
         lease: &'a Key,
     ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
-        Box::pin(
-            self.inner
-                .lease_op("lease get", lease, |inner| inner.get_lease(lease)),
-        )
+        Box::pin(self.inner.get_lease(lease))
     }
 
     fn lock_in_lease<'a>(

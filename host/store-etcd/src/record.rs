@@ -135,6 +135,12 @@ impl LeaseRecord {
         }
     }
 
+    /// Whether the lease lists `name` or has room for it under `max`
+    /// locks.
+    pub(crate) fn has_room_for(&self, name: &str, max: usize) -> bool {
+        self.locks.iter().any(|n| n == name) || self.locks.len() < max
+    }
+
     /// Removes `name` from the lock list; whether it was there.
     pub(crate) fn remove(&mut self, name: &str) -> bool {
         match self.locks.binary_search_by(|n| n.as_str().cmp(name)) {
@@ -326,6 +332,7 @@ mod tests {
             l.add(n);
         }
         assert!(l.remove("c") && !l.remove("c"));
+        assert!(l.has_room_for("a", 2) && !l.has_room_for("c", 2) && l.has_room_for("c", 3));
         assert_eq!(
             std::str::from_utf8(&to_json(&l)).unwrap(),
             r#"{"v":1,"ttl_ms":1000,"expires_at_ms":17,"durability":"persistent","locks":["a","b"]}"#

@@ -1,123 +1,107 @@
-//! The `lock` call end to end: the first attempt, waiting in the queue,
-//! and undoing a grant nobody is left to receive.
+//! The `lock` and `lock_in_lease` calls from the caller's turn to the
+//! grant: the first attempt, then waiting in the queue (and, under a lease,
+//! for the lease's end) until the lock is handed over or the wait is up.
+//! Each call runs in a task of its own (started in `mod.rs`, which also
+//! undoes a grant nobody is left to receive), so that it finishes and
+//! cleans up even if its caller goes away.
 
 use std::sync::Arc;
 
 use lockd_core::{Grant, Key, LockError, LockOptions};
-use tokio::sync::oneshot;
 
-use super::grant::Attempt;
-use super::queue::WaitEnd;
-use super::{log_unavailable, Inner};
-use crate::local::Turn;
+use super::grant::{Attempt, Grants};
+use super::keyspace::Keyspace;
+use super::lockd_lease::{LeaseAttempt, LockdLeases};
+use super::queue::{Caller, Queue, WaitEnd};
+use crate::local::{Pending, Turn};
 
-impl Inner {
-    /// Starts a `lock` call in a task of its own and returns where its
-    /// answer will arrive. Takes the caller's turn on the name at once
-    /// (before any await), so call order is queue order.
-    pub(crate) fn start_lock(
-        self: &Arc<Self>,
-        key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
-    ) -> oneshot::Receiver<Result<Grant, LockError>> {
-        let turn = self.turns.take(key);
-        let (tx, rx) = oneshot::channel();
-        let task =
-            self.clone()
-                .lock_task(key.clone(), owner.to_string(), ttl_ms, options, turn, tx);
-        self.handle.spawn(task);
-        rx
-    }
+/// The calls that may wait for a lock, built on the grants, the leases and
+/// the queue.
+pub(super) struct LockCalls {
+    ks: Arc<Keyspace>,
+    queue: Arc<Queue>,
+    grants: Arc<Grants>,
+    leases: Arc<LockdLeases>,
+    /// This backend's detached releases in flight, which a call on the
+    /// same name waits for first.
+    pending: Arc<Pending>,
+}
 
-    /// The task behind `lock`: answers the caller, or undoes a fresh grant
-    /// nobody is left to receive.
-    async fn lock_task(
-        self: Arc<Self>,
-        key: Key,
-        owner: String,
-        ttl_ms: u64,
-        options: LockOptions,
-        turn: Turn,
-        mut caller: oneshot::Sender<Result<Grant, LockError>>,
-    ) {
-        let result = self
-            .lock_flow(&key, &owner, ttl_ms, options, turn, &mut caller)
-            .await;
-        self.answer_lock(&key, &owner, result, caller).await;
-    }
-
-    /// Answers a `lock` (or `lock_in_lease`) caller, or undoes a fresh
-    /// grant nobody is left to receive.
-    pub(super) async fn answer_lock(
-        &self,
-        key: &Key,
-        owner: &str,
-        result: Result<(Grant, bool), LockError>,
-        caller: oneshot::Sender<Result<Grant, LockError>>,
-    ) {
-        match result {
-            Ok((grant, fresh)) => {
-                if caller.send(Ok(grant)).is_err() && fresh {
-                    let undone = self
-                        .unlock_flow(key, owner, Some(grant.fencing_token))
-                        .await;
-                    // Nobody waits for this answer; a failure leaves the
-                    // lock to expire.
-                    let _ = log_unavailable("undo of an unreceived grant", key, undone);
-                }
-            }
-            // Nobody is left to see the failure: not a store failure to
-            // report (it may be "the caller went away").
-            Err(e) if caller.is_closed() => {
-                tracing::debug!(error = %e, "lock call ended after its caller went away");
-            }
-            Err(e) => {
-                let _ = caller.send(log_unavailable("lock", key, Err(e)));
-            }
+impl LockCalls {
+    pub(super) fn new(
+        ks: Arc<Keyspace>,
+        queue: Arc<Queue>,
+        grants: Arc<Grants>,
+        leases: Arc<LockdLeases>,
+        pending: Arc<Pending>,
+    ) -> LockCalls {
+        LockCalls {
+            ks,
+            queue,
+            grants,
+            leases,
+            pending,
         }
     }
 
-    /// The whole `lock` call, run in its own task so that it finishes (and
-    /// cleans up) even if the caller goes away. Returns the grant and
-    /// whether it is fresh (a refresh is not undone when the caller left).
-    async fn lock_flow(
+    /// Starts a call that may wait `wait_ms` from now: answers the time its
+    /// waiting ends, once the caller's turn on the name has come (and this
+    /// backend's detached releases of it have ended), so its first attempt
+    /// may go. `Unavailable` if the caller went away meanwhile.
+    async fn start(
+        &self,
+        key: &Key,
+        wait_ms: u64,
+        turn: &mut Turn,
+        caller: &Caller,
+    ) -> Result<u64, LockError> {
+        let wait_until = self.ks.clock.now_ms().saturating_add(wait_ms);
+        self.pending
+            .settle(|k| k == key, self.ks.etcd.request_timeout())
+            .await;
+        turn.wait().await;
+        if caller.is_closed() {
+            return Err(LockError::Unavailable("the caller went away".into()));
+        }
+        Ok(wait_until)
+    }
+
+    /// The whole `lock` call. Returns the grant and whether it is fresh (a
+    /// refresh is not undone when the caller left).
+    pub(super) async fn lock(
         &self,
         key: &Key,
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
         mut turn: Turn,
-        caller: &mut oneshot::Sender<Result<Grant, LockError>>,
+        caller: &mut Caller,
     ) -> Result<(Grant, bool), LockError> {
-        let wait_until = self.clock.now_ms().saturating_add(options.wait_ms);
-        let lock_key = self.layout.lock_key(key);
-        let queue = self.layout.queue_prefix(key);
-        self.settle_pending(|k| k == key).await;
-        turn.wait().await;
-        if caller.is_closed() {
-            return Err(LockError::Unavailable("the caller went away".into()));
-        }
+        let wait_until = self.start(key, options.wait_ms, &mut turn, caller).await?;
+        let lock_key = self.ks.layout.lock_key(key);
+        let queue = self.ks.layout.queue_prefix(key);
         let mut turn = Some(turn);
         loop {
             let holder = match self
+                .grants
                 .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
                 .await?
             {
                 Attempt::Granted(g, fresh) => return Ok((g, fresh)),
                 Attempt::Busy(info) => info,
             };
-            if options.wait_ms == 0 || self.clock.now_ms() >= wait_until || caller.is_closed() {
+            if options.wait_ms == 0 || self.ks.clock.now_ms() >= wait_until || caller.is_closed() {
                 return Err(LockError::Busy(holder));
             }
             let w = self
+                .queue
                 .enqueue(key, owner, ttl_ms, options.durability, None)
                 .await?;
             // In the queue: the next local caller may go.
             drop(turn.take());
             match self
-                .wait_in_queue(&lock_key, &queue, &w, wait_until, caller)
+                .queue
+                .wait(&lock_key, &queue, &w, wait_until, caller)
                 .await
             {
                 Ok(WaitEnd::Granted(g)) => return Ok((g, true)),
@@ -125,6 +109,7 @@ impl Inner {
                 Ok(WaitEnd::TimedOut) => {
                     // Out of the queue; free with nobody ahead means ours.
                     return match self
+                        .grants
                         .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
                         .await?
                     {
@@ -138,8 +123,95 @@ impl Inner {
                 Err(e) => {
                     // Best effort: leave the queue, and release a grant
                     // handed over meanwhile. The session lease is the net.
-                    if let Ok(Some(h)) = self.leave_queue(&lock_key, &w).await {
-                        let _ = self.unlock_flow(key, owner, Some(h.token)).await;
+                    if let Ok(Some(h)) = self.queue.leave(&lock_key, &w).await {
+                        let _ = self.grants.unlock(key, owner, Some(h.token)).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The whole `lock_in_lease` call: [`LockCalls::lock`] with the lease's
+    /// owner, expiry and durability, and `NotHeld` once the lease has ended.
+    pub(super) async fn lock_in_lease(
+        &self,
+        key: &Key,
+        lease_id: &str,
+        options: LockOptions,
+        mut turn: Turn,
+        caller: &mut Caller,
+    ) -> Result<(Grant, bool), LockError> {
+        let wait_until = self.start(key, options.wait_ms, &mut turn, caller).await?;
+        let lock_key = self.ks.layout.lock_key(key);
+        let queue = self.ks.layout.queue_prefix(key);
+        let lease_key = self.ks.layout.lease_key(&key.namespace, lease_id);
+        // A grant whose lease ended before it arrived is no grant (it has
+        // the lease's expiry, so it is free already).
+        let live = |(g, fresh): (Grant, bool)| {
+            if g.expires_at_ms > self.ks.clock.now_ms() {
+                Ok((g, fresh))
+            } else {
+                Err(LockError::NotHeld)
+            }
+        };
+        let mut turn = Some(turn);
+        loop {
+            let attempt = self
+                .leases
+                .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                .await?;
+            let (holder, lease) = match attempt {
+                LeaseAttempt::Granted(g, fresh) => return live((g, fresh)),
+                LeaseAttempt::Busy(info, lease) => (info, lease),
+            };
+            if options.wait_ms == 0 || self.ks.clock.now_ms() >= wait_until || caller.is_closed() {
+                return Err(LockError::Busy(holder));
+            }
+            let w = self
+                .queue
+                .enqueue(
+                    key,
+                    lease_id,
+                    lease.ttl_ms,
+                    lease.durability.into(),
+                    Some(lease_id),
+                )
+                .await?;
+            drop(turn.take());
+            let waited = tokio::select! {
+                waited = self.queue.wait(&lock_key, &queue, &w, wait_until, caller) => waited,
+                () = self.leases.watch_end(lease_key.clone()) => {
+                    // The lease ended while waiting: leave the queue (a grant
+                    // that reached it meanwhile ended with the lease, or is
+                    // released now).
+                    if let Some(h) = self.queue.leave(&lock_key, &w).await? {
+                        let _ = self.grants.unlock(key, lease_id, Some(h.token)).await;
+                    }
+                    return Err(LockError::NotHeld);
+                }
+            };
+            match waited {
+                Ok(WaitEnd::Granted(g)) => return live((g, true)),
+                // Dropped from the queue: the lease ended (the next attempt
+                // says so) or the session was lost.
+                Ok(WaitEnd::Lost) => continue,
+                Ok(WaitEnd::TimedOut) => {
+                    let last = self
+                        .leases
+                        .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                        .await?;
+                    return match last {
+                        LeaseAttempt::Granted(g, fresh) => live((g, fresh)),
+                        LeaseAttempt::Busy(info, _) => Err(LockError::Busy(info)),
+                    };
+                }
+                Ok(WaitEnd::Cancelled) => {
+                    return Err(LockError::Unavailable("the caller went away".into()))
+                }
+                Err(e) => {
+                    if let Ok(Some(h)) = self.queue.leave(&lock_key, &w).await {
+                        let _ = self.grants.unlock(key, lease_id, Some(h.token)).await;
                     }
                     return Err(e);
                 }

@@ -1,66 +1,82 @@
-//! The lock operations, as etcd transactions. See the crate docs for the
-//! design; every write here is a transaction guarded by a compare on the
-//! revision it read, so a decision made on stale data is never applied.
+//! The lock store, as etcd transactions. See the crate docs for the design;
+//! every write here is a transaction guarded by a compare on the revision
+//! it read, so a decision made on stale data is never applied.
 //!
-//! [`Inner`] holds what the operations share and answers the backend's
-//! calls; the flows live in the submodule of their concern:
+//! The parts, each built on those listed before it:
 //!
-//! - `read`: one consistent read of a lock and its queue (handing an
-//!   expired lock to the queue's head first), `get` and `list`;
-//! - `grant`: writing a holder: a fresh grant, a hand-off to the head of
-//!   the queue, a refresh (`extend`, an idempotent `lock`), the quota;
-//! - `queue`: a waiter's key, its watch, and leaving the queue;
-//! - `lock`: the whole `lock` call, in a task of its own;
-//! - `release`: `unlock`, in one round trip when it can be;
-//! - `lease`: leases, their locks, refresh, revoke and the end watch;
-//! - `observe`: the events watch, and the sweeper of expired keys.
+//! - `txn`: the shared pieces of a guarded transaction: the compares, and
+//!   [`txn::LeaseEdits`], what one transaction does to lease records;
+//! - `keyspace`: [`Keyspace`], the cluster, the key layout, the clock, the
+//!   etcd leases keys live on, and the writes several parts make;
+//! - `queue`: [`Queue`], a lock's FIFO wait queue: a consistent read of a
+//!   lock and its queue that first serves the head, the hand-off to the
+//!   head, joining, waiting and leaving;
+//! - `grant`: [`Grants`], a holder's grant, refresh and release (in one
+//!   round trip when it can be), and the reads of who holds what;
+//! - `lockd_lease`: [`LockdLeases`], lockd's leases: their records, refresh,
+//!   revoke, a lock attempt under one, and the watch of a lease's end;
+//! - `lock`: [`LockCalls`], the `lock` and `lock_in_lease` calls that may
+//!   wait in the queue;
+//! - `observe`: [`Observer`], the events watch and the sweeper of expired
+//!   keys.
+//!
+//! [`Inner`] owns the parts and answers the backend's calls: it keeps this
+//! process's order of calls on a name (`local.rs`), logs store failures,
+//! and runs the background work.
 
 mod grant;
-mod lease;
+mod keyspace;
 mod lock;
+mod lockd_lease;
 mod observe;
 mod queue;
-mod read;
-mod release;
+mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions};
-use lockd_core::{BackendStats, Clock, EventSender, Grant, Key, ListedLock, LockError, LockInfo};
+use etcd_client::{Client, ConnectOptions};
+use lockd_core::{
+    BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
+    LockEvent, LockInfo, LockOptions,
+};
 use tokio::runtime::Handle;
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::deadlines::Deadlines;
-use crate::etcd_lease::{Session, SharedLeases};
+use self::grant::Grants;
+use self::keyspace::Keyspace;
+use self::lock::LockCalls;
+use self::lockd_lease::LockdLeases;
+use self::observe::Observer;
+use self::queue::{Caller, Queue};
+use crate::etcd_lease::EtcdLeases;
 use crate::keys::Layout;
 use crate::local::{Pending, Turns};
 use crate::options::EtcdOptions;
-use crate::recent::RecentGrants;
-use crate::record::Held;
 use crate::rpc::Etcd;
 use crate::stats::StatsCache;
 
-/// Everything the operations share. Spawned tasks hold it through an `Arc`.
+/// The store: its parts, and what the backend's calls share. Spawned tasks
+/// hold it through an `Arc`.
 pub(crate) struct Inner {
-    /// The cluster: requests, resends, the endpoints in rotation.
-    etcd: Etcd,
-    layout: Layout,
-    clock: Arc<dyn Clock>,
-    options: EtcdOptions,
-    /// The lease of this backend's waiter keys and ephemeral locks.
-    session: Session,
-    /// Leases shared by this backend's persistent grants.
-    leases: SharedLeases,
-    /// Grants this backend made and may release in one round trip.
-    recent: RecentGrants,
+    /// What every part stands on: the cluster, the layout, the clock, the
+    /// etcd leases.
+    ks: Arc<Keyspace>,
+    /// `unlock`, `extend`, `get`, `list`, force-unlock.
+    grants: Arc<Grants>,
+    /// The lease calls.
+    leases: Arc<LockdLeases>,
+    /// `lock` and `lock_in_lease`.
+    calls: LockCalls,
+    /// The events and the sweeper.
+    observer: Arc<Observer>,
+    /// This process's `lock` calls on each name, in call order.
     turns: Turns,
-    pending: Pending,
+    /// This process's detached releases in flight.
+    pending: Arc<Pending>,
     stats: StatsCache,
-    /// Every change the watch reports, for whoever subscribed.
-    events: EventSender,
-    /// Expiries of the lock and lease keys, for the sweeper.
-    deadlines: Deadlines,
+    options: EtcdOptions,
     handle: Handle,
 }
 
@@ -94,22 +110,49 @@ impl Inner {
             Err(_) => return Err(unreachable(&"timed out")),
         };
         let etcd = Etcd::new(client, options.endpoints.clone(), options.request_timeout);
-        let session = Session::open(&etcd, options.session_ttl_secs()).await?;
-        Ok(Arc::new(Inner {
+        let etcd_leases =
+            EtcdLeases::open(&etcd, options.session_ttl_secs(), options.lease_slack).await?;
+        let ks = Arc::new(Keyspace {
             etcd,
             layout: Layout::new(&options.prefix),
             clock,
-            session,
-            leases: SharedLeases::new(options.lease_slack),
-            options,
-            recent: RecentGrants::default(),
+            etcd_leases,
+        });
+        let max_locks_per_lease = options.max_locks_per_lease;
+        let queue = Arc::new(Queue::new(ks.clone(), max_locks_per_lease));
+        let grants = Arc::new(Grants::new(ks.clone(), queue.clone()));
+        let leases = Arc::new(LockdLeases::new(
+            ks.clone(),
+            queue.clone(),
+            max_locks_per_lease,
+        ));
+        let pending = Arc::new(Pending::default());
+        let calls = LockCalls::new(
+            ks.clone(),
+            queue.clone(),
+            grants.clone(),
+            leases.clone(),
+            pending.clone(),
+        );
+        let observer = Arc::new(Observer::new(ks.clone(), queue));
+        Ok(Arc::new(Inner {
+            ks,
+            grants,
+            leases,
+            calls,
+            observer,
             turns: Turns::default(),
-            pending: Pending::default(),
+            pending,
             stats: StatsCache::default(),
-            events: EventSender::default(),
-            deadlines: Deadlines::default(),
+            options,
             handle: Handle::current(),
         }))
+    }
+
+    /// Reads every lock and lease key into the sweeper's index, and answers
+    /// the revision read (see [`Inner::spawn_background`]).
+    pub(crate) async fn scan(&self) -> Result<i64, LockError> {
+        self.observer.scan().await
     }
 
     /// Starts the work that runs for the backend's life: the session's
@@ -117,22 +160,22 @@ impl Inner {
     /// `revision` + 1, see [`Inner::scan`]) and the sweeper. Abort them all
     /// when it ends.
     pub(crate) fn spawn_background(self: &Arc<Self>, revision: i64) -> [JoinHandle<()>; 4] {
-        let inner = self.clone();
+        let ks = self.ks.clone();
         let keepalive = self
             .handle
-            .spawn(async move { inner.session.keep_alive(&inner.etcd).await });
-        let inner = self.clone();
+            .spawn(async move { ks.etcd_leases.keep_alive(&ks.etcd).await });
+        let ks = self.ks.clone();
         let rotation = self
             .handle
-            .spawn(async move { inner.etcd.rotation().keep(inner.etcd.client()).await });
-        let watch = self.handle.spawn(self.clone().observe(revision));
-        let sweeper = self.handle.spawn(self.clone().sweep());
+            .spawn(async move { ks.etcd.rotation().keep(ks.etcd.client()).await });
+        let watch = self.handle.spawn(self.observer.clone().watch(revision));
+        let sweeper = self.handle.spawn(self.observer.clone().sweep());
         [keepalive, rotation, watch, sweeper]
     }
 
-    /// Ends the session in the background (see [`Session::retire`]).
+    /// Ends the session in the background (see [`EtcdLeases::retire`]).
     pub(crate) fn retire(&self) {
-        self.session.retire(&self.etcd, &self.handle);
+        self.ks.etcd_leases.retire(&self.ks.etcd, &self.handle);
     }
 
     pub(crate) fn options(&self) -> &EtcdOptions {
@@ -141,15 +184,15 @@ impl Inner {
 
     /// The current session lease id.
     pub(crate) fn session(&self) -> i64 {
-        self.session.id()
+        self.ks.etcd_leases.session()
     }
 
     pub(crate) fn endpoints_in_use(&self) -> Vec<String> {
-        self.etcd.rotation().in_use()
+        self.ks.etcd.rotation().in_use()
     }
 
     pub(crate) fn refused_requests(&self) -> u64 {
-        self.etcd.rotation().refused_total()
+        self.ks.etcd.rotation().refused_total()
     }
 
     /// Waits for this backend's `lock` calls on `key` made so far to queue
@@ -166,6 +209,83 @@ impl Inner {
             .await;
     }
 
+    /// Starts a `lock` call in a task of its own and returns where its
+    /// answer will arrive. Takes the caller's turn on the name at once
+    /// (before any await), so call order is queue order.
+    pub(crate) fn start_lock(
+        self: &Arc<Self>,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> oneshot::Receiver<Result<Grant, LockError>> {
+        let turn = self.turns.take(key);
+        let (mut caller, rx) = oneshot::channel();
+        let inner = self.clone();
+        let (key, owner) = (key.clone(), owner.to_string());
+        self.handle.spawn(async move {
+            let result = inner
+                .calls
+                .lock(&key, &owner, ttl_ms, options, turn, &mut caller)
+                .await;
+            inner.answer_lock(&key, &owner, result, caller).await;
+        });
+        rx
+    }
+
+    /// Starts `lock_in_lease` in a task of its own, as `start_lock` does.
+    pub(crate) fn start_lease_lock(
+        self: &Arc<Self>,
+        key: &Key,
+        lease_id: &str,
+        options: LockOptions,
+    ) -> oneshot::Receiver<Result<Grant, LockError>> {
+        let turn = self.turns.take(key);
+        let (mut caller, rx) = oneshot::channel();
+        let inner = self.clone();
+        let (key, lease_id) = (key.clone(), lease_id.to_string());
+        self.handle.spawn(async move {
+            let result = inner
+                .calls
+                .lock_in_lease(&key, &lease_id, options, turn, &mut caller)
+                .await;
+            inner.answer_lock(&key, &lease_id, result, caller).await;
+        });
+        rx
+    }
+
+    /// Answers a `lock` (or `lock_in_lease`) caller, or undoes a fresh
+    /// grant nobody is left to receive.
+    async fn answer_lock(
+        &self,
+        key: &Key,
+        owner: &str,
+        result: Result<(Grant, bool), LockError>,
+        caller: Caller,
+    ) {
+        match result {
+            Ok((grant, fresh)) => {
+                if caller.send(Ok(grant)).is_err() && fresh {
+                    let undone = self
+                        .grants
+                        .unlock(key, owner, Some(grant.fencing_token))
+                        .await;
+                    // Nobody waits for this answer; a failure leaves the
+                    // lock to expire.
+                    let _ = log_unavailable("undo of an unreceived grant", key, undone);
+                }
+            }
+            // Nobody is left to see the failure: not a store failure to
+            // report (it may be "the caller went away").
+            Err(e) if caller.is_closed() => {
+                tracing::debug!(error = %e, "lock call ended after its caller went away");
+            }
+            Err(e) => {
+                let _ = caller.send(log_unavailable("lock", key, Err(e)));
+            }
+        }
+    }
+
     pub(crate) async fn unlock(
         &self,
         key: &Key,
@@ -174,7 +294,7 @@ impl Inner {
     ) -> Result<(), LockError> {
         self.settle_turns(key).await;
         self.settle_pending(|k| k == key).await;
-        let result = self.unlock_flow(key, owner, token).await;
+        let result = self.grants.unlock(key, owner, token).await;
         log_unavailable("unlock", key, result)
     }
 
@@ -185,13 +305,13 @@ impl Inner {
         ttl_ms: u64,
     ) -> Result<Grant, LockError> {
         self.settle_pending(|k| k == key).await;
-        let result = self.extend_flow(key, owner, ttl_ms).await;
+        let result = self.grants.extend(key, owner, ttl_ms).await;
         log_unavailable("extend", key, result)
     }
 
     pub(crate) async fn get(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
         self.settle_pending(|k| k == key).await;
-        let result = self.get_flow(key).await;
+        let result = self.grants.get(key).await;
         log_unavailable("get", key, result)
     }
 
@@ -202,7 +322,7 @@ impl Inner {
     ) -> Result<Vec<ListedLock>, LockError> {
         self.settle_pending(|k| *k.namespace == *namespace && k.name.starts_with(prefix))
             .await;
-        let result = self.list_flow(namespace, prefix).await;
+        let result = self.grants.list(namespace, prefix).await;
         if let Err(LockError::Unavailable(cause)) = &result {
             tracing::warn!(
                 op = "list",
@@ -215,34 +335,75 @@ impl Inner {
         result
     }
 
-    /// Runs the lease operation `op` on `lease`, logging a failure the
-    /// caller sees as `unavailable`.
-    pub(crate) async fn lease_op<'a, T, F, Fut>(
-        &'a self,
-        op: &'static str,
-        lease: &Key,
-        call: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnOnce(&'a Inner) -> Fut,
-        Fut: std::future::Future<Output = Result<T, LockError>>,
-    {
-        let result = call(self).await;
-        log_unavailable(op, lease, result)
+    /// Releases `key` whoever holds it, to the head of its queue if anyone
+    /// waits, in one transaction marked force-released (a lock under a
+    /// lease leaves the lease's record in it too). Answers the holder it
+    /// released; `NotHeld` if the lock is free.
+    pub(crate) async fn force_unlock(&self, key: &Key) -> Result<LockInfo, LockError> {
+        self.settle_turns(key).await;
+        self.settle_pending(|k| k == key).await;
+        let result = self.grants.force_release(key).await;
+        let info = log_unavailable("force-unlock", key, result)?.info();
+        tracing::warn!(
+            namespace = &*key.namespace,
+            name = &*key.name,
+            owner = %info.owner,
+            token = info.fencing_token,
+            "lock force-released"
+        );
+        Ok(info)
     }
 
     /// Releases `owner`'s grant `token` in the background; later calls on
     /// the name through this backend wait for it.
     pub(crate) fn release_detached(self: &Arc<Self>, key: Key, owner: String, token: u64) {
         let pending = self.pending.begin(&key);
-        let inner = self.clone();
+        let grants = self.grants.clone();
         self.handle.spawn(async move {
             // Nobody waits for the answer; a failure leaves the lock to
             // expire.
-            let result = inner.unlock_flow(&key, &owner, Some(token)).await;
+            let result = grants.unlock(&key, &owner, Some(token)).await;
             let _ = log_unavailable("detached release", &key, result);
             drop(pending);
         });
+    }
+
+    pub(crate) async fn grant_lease(
+        &self,
+        lease: &Key,
+        ttl_ms: u64,
+        durability: Durability,
+    ) -> Result<u64, LockError> {
+        let result = self.leases.grant(lease, ttl_ms, durability).await;
+        log_unavailable("lease grant", lease, result)
+    }
+
+    pub(crate) async fn refresh_lease(&self, lease: &Key) -> Result<u64, LockError> {
+        let result = self.leases.refresh(lease).await;
+        log_unavailable("lease refresh", lease, result)
+    }
+
+    pub(crate) async fn revoke_lease(&self, lease: &Key) -> Result<u64, LockError> {
+        let result = self.leases.revoke(lease).await;
+        log_unavailable("lease revoke", lease, result)
+    }
+
+    pub(crate) async fn get_lease(&self, lease: &Key) -> Result<Option<LeaseInfo>, LockError> {
+        let result = self.leases.get(lease).await;
+        log_unavailable("lease get", lease, result)
+    }
+
+    /// A future that completes once the lease has ended: see
+    /// [`LockdLeases::watch_end`].
+    pub(crate) fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
+        let leases = self.leases.clone();
+        let lease_key = leases.lease_key(lease);
+        Box::pin(async move { leases.watch_end(lease_key).await })
+    }
+
+    /// A new subscriber to the backend's events.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
+        self.observer.subscribe()
     }
 
     /// The counts of the previous refresh; starts another in the background.
@@ -250,7 +411,7 @@ impl Inner {
         if self.stats.start_refresh() {
             let inner = self.clone();
             self.handle.spawn(async move {
-                inner.stats.refresh(&inner.etcd, &inner.layout).await;
+                inner.stats.refresh(&inner.ks.etcd, &inner.ks.layout).await;
             });
         }
         self.stats.last()
@@ -274,18 +435,4 @@ fn log_unavailable<T>(
         );
     }
     result
-}
-
-/// The compare that holds while the lock key is as read: absent, or at the
-/// revision read.
-fn unchanged(lock_key: &[u8], current: Option<&Held>) -> Compare {
-    match current {
-        None => Compare::version(lock_key.to_vec(), CompareOp::Equal, 0),
-        Some(h) => Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, h.mod_revision),
-    }
-}
-
-/// The compare that holds while nobody is queued for the lock.
-fn nobody_queued(queue: &[u8]) -> Compare {
-    Compare::version(queue.to_vec(), CompareOp::Equal, 0).with_prefix()
 }

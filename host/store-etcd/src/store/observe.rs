@@ -16,11 +16,13 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, Event, EventType, GetOptions, KeyValue, Txn, TxnOp, WatchOptions,
 };
-use lockd_core::{LockError, LockEvent};
+use lockd_core::{EventSender, LockError, LockEvent};
 use tokio::sync::broadcast;
 
-use super::queue::WATCH_RETRY;
-use super::Inner;
+use super::keyspace::Keyspace;
+use super::queue::{Queue, WATCH_RETRY};
+use super::txn::read_lease;
+use crate::deadlines::Deadlines;
 use crate::events::{lease_event, lock_events, Why};
 use crate::keys::Target;
 use crate::record::{from_json, Held, LeaseRecord};
@@ -41,15 +43,34 @@ enum WatchEnd {
     Failed(String),
 }
 
-impl Inner {
+/// The events watch and the sweeper, with what they keep.
+pub(super) struct Observer {
+    ks: Arc<Keyspace>,
+    queue: Arc<Queue>,
+    /// Every change the watch reports, for whoever subscribed.
+    events: EventSender,
+    /// Expiries of the lock and lease keys, for the sweeper.
+    deadlines: Deadlines,
+}
+
+impl Observer {
+    pub(super) fn new(ks: Arc<Keyspace>, queue: Arc<Queue>) -> Observer {
+        Observer {
+            ks,
+            queue,
+            events: EventSender::default(),
+            deadlines: Deadlines::default(),
+        }
+    }
+
     /// A new subscriber to the backend's events.
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
         self.events.subscribe()
     }
 
     /// The key and expiry of a lock or lease key's value, for the index.
     fn expiry_of(&self, kv: &KeyValue) -> Option<u64> {
-        match self.layout.classify(kv.key()) {
+        match self.ks.layout.classify(kv.key()) {
             Target::Lock(_) => Held::from_kv(kv).ok().map(|h| h.rec.expires_at_ms),
             Target::Lease(_) => from_json::<LeaseRecord>(kv.key(), kv.value())
                 .ok()
@@ -60,9 +81,9 @@ impl Inner {
 
     /// Reads every lock and lease key (not the waiters) into the expiry
     /// index, and answers the revision read: the watch goes on from there.
-    pub(crate) async fn scan(&self) -> Result<i64, LockError> {
-        let all = self.layout.all();
-        let waiters = self.layout.all_waiters();
+    pub(super) async fn scan(&self) -> Result<i64, LockError> {
+        let all = self.ks.layout.all();
+        let waiters = self.ks.layout.all_waiters();
         // [<prefix>/, <prefix>/.queue/) and [<prefix>/.queue0, <prefix>0):
         // everything but the waiters.
         let txn = Txn::new().and_then(vec![
@@ -75,7 +96,7 @@ impl Inner {
                 Some(GetOptions::new().with_range(successor(&all))),
             ),
         ]);
-        let resp = self.etcd.read_txn("scan", txn).await?;
+        let resp = self.ks.etcd.read_txn("scan", txn).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let mut entries = Vec::new();
         for get in gets(&resp) {
@@ -90,7 +111,7 @@ impl Inner {
     }
 
     /// Runs the events watch for the backend's life, from `revision` + 1.
-    pub(crate) async fn observe(self: Arc<Self>, mut revision: i64) {
+    pub(super) async fn watch(self: Arc<Self>, mut revision: i64) {
         let mut pause = WATCH_RETRY;
         loop {
             let seen = revision;
@@ -140,11 +161,12 @@ impl Inner {
             .with_prev_key()
             .with_progress_notify()
             .with_start_revision(*revision + 1);
-        let all = self.layout.all();
+        let all = self.ks.layout.all();
         let stream = self
+            .ks
             .etcd
             .rpc("events watch", || {
-                let mut wc = self.etcd.client().watch_client();
+                let mut wc = self.ks.etcd.client().watch_client();
                 let (key, options) = (all.clone(), options.clone());
                 async move { wc.watch(key, Some(options)).await }
             })
@@ -184,8 +206,8 @@ impl Inner {
     /// Publishes the events of `events` (whole revisions, in order) and
     /// keeps the expiry index.
     fn publish(&self, events: &[Event], revision: &mut i64) {
-        let now = self.clock.now_ms();
-        let marker = self.layout.marker_key();
+        let now = self.ks.clock.now_ms();
+        let marker = self.ks.layout.marker_key();
         let mut rest = events;
         while let Some(first) = rest.first() {
             let at = revision_of(first);
@@ -212,7 +234,7 @@ impl Inner {
     fn publish_one(&self, e: &Event, why: Option<Why>, now: u64) {
         let Some(kv) = e.kv() else { return };
         let put = e.event_type() == EventType::Put;
-        match self.layout.classify(kv.key()) {
+        match self.ks.layout.classify(kv.key()) {
             Target::Lock(key) => {
                 let new = put.then(|| Held::from_kv(kv).ok()).flatten();
                 match &new {
@@ -244,17 +266,17 @@ impl Inner {
     /// clock) until the earliest expiry it knows of, then removes every
     /// lock and lease that expired by then, marked expired; an expired
     /// lock with waiters goes to the head of its queue instead.
-    pub(crate) async fn sweep(self: Arc<Self>) {
+    pub(super) async fn sweep(self: Arc<Self>) {
         loop {
             match self.deadlines.earliest() {
                 Some(at) => tokio::select! {
-                    () = self.clock.sleep_until(at) => {}
+                    () = self.ks.clock.sleep_until(at) => {}
                     () = self.deadlines.added() => {}
                 },
                 None => self.deadlines.added().await,
             }
             tokio::time::sleep(SWEEP_PAUSE).await;
-            let now = self.clock.now_ms();
+            let now = self.ks.clock.now_ms();
             let mut failed = false;
             for key in self.deadlines.take_due(now) {
                 if let Err(e) = self.sweep_key(&key).await {
@@ -268,7 +290,7 @@ impl Inner {
                 }
             }
             if failed {
-                tokio::time::sleep(MAX_WATCH_PAUSE.min(self.etcd.request_timeout())).await;
+                tokio::time::sleep(MAX_WATCH_PAUSE.min(self.ks.etcd.request_timeout())).await;
             }
         }
     }
@@ -276,22 +298,22 @@ impl Inner {
     /// Removes the lock or lease at `key` if it has expired (each host's
     /// sweeper may try; the compares let one succeed).
     async fn sweep_key(&self, key: &[u8]) -> Result<(), LockError> {
-        match self.layout.classify(key) {
+        match self.ks.layout.classify(key) {
             Target::Lock(lock) => {
-                let queue = self.layout.queue_prefix(&lock);
+                let queue = self.ks.layout.queue_prefix(&lock);
                 // Hands an expired lock to the head of its queue, if any.
-                let snap = self.settled(key, &queue, None).await?;
-                let now = self.clock.now_ms();
+                let snap = self.queue.settled(key, &queue, None).await?;
+                let now = self.ks.clock.now_ms();
                 if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
-                    self.remove_expired(key, &queue, h).await?;
+                    self.ks.remove_expired(key, &queue, h).await?;
                 }
                 Ok(())
             }
             Target::Lease(_) => {
-                let Some(l) = self.read_lease(key).await? else {
+                let Some(l) = read_lease(&self.ks.etcd, key).await? else {
                     return Ok(());
                 };
-                if l.rec.live(self.clock.now_ms()) {
+                if l.rec.live(self.ks.clock.now_ms()) {
                     return Ok(());
                 }
                 let txn = Txn::new()
@@ -302,9 +324,13 @@ impl Inner {
                     )])
                     .and_then(vec![
                         TxnOp::delete(key.to_vec(), None),
-                        Why::Expired.marker(&self.layout),
+                        Why::Expired.marker(&self.ks.layout),
                     ]);
-                self.etcd.txn("remove expired lease", txn).await.map(drop)
+                self.ks
+                    .etcd
+                    .txn("remove expired lease", txn)
+                    .await
+                    .map(drop)
             }
             Target::Marker | Target::Other => Ok(()),
         }

@@ -1,19 +1,36 @@
-//! Waiting in a lock's queue: a waiter's key, its watch, and leaving the
-//! queue.
+//! A lock's FIFO wait queue: waiter keys, reading a lock together with its
+//! queue, handing the lock to the head, and waiting one's turn.
+//!
+//! A waiter key lives under the lock's queue prefix, on the session lease
+//! of its host; etcd's `create_revision` orders the queue. Whoever finds
+//! the lock free while someone waits hands it to the head first
+//! ([`Queue::settled`]), in one transaction that writes the lock (marked
+//! with the waiter's id) and deletes the waiter key, so nobody barges past
+//! the queue. A waiter watches only the waiter just ahead of it (and its
+//! own key); the head also watches the lock key and sleeps until the
+//! holder's expiry. No polling.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lockd_core::{Durability, Grant, Key, LockError};
 use tokio::sync::oneshot;
 
-use super::Inner;
-use crate::record::{to_json, Held, WaiterRecord};
+use super::keyspace::Keyspace;
+use super::txn::{unchanged, waiter_unchanged, LeaseEdits};
+use crate::events::Why;
+use crate::record::{to_json, Held, LockRecord, Queued, WaiterRecord};
 use crate::rpc::gets;
 
 /// Pause after a watch fails (a leader change, a dropped connection) before
 /// reading again: error backoff, not polling.
 pub(super) const WATCH_RETRY: Duration = Duration::from_millis(200);
+
+/// Where the answer of a `lock` call goes; a waiter leaves the queue once
+/// its caller has gone away.
+pub(super) type Caller = oneshot::Sender<Result<Grant, LockError>>;
 
 /// This backend's place in a wait queue.
 #[derive(Debug)]
@@ -32,7 +49,221 @@ pub(super) enum WaitEnd {
     Cancelled,
 }
 
-impl Inner {
+/// One consistent read of a lock and its queue.
+pub(super) struct Snap {
+    pub(super) revision: i64,
+    pub(super) lock: Option<Held>,
+    /// The first waiter (lowest create revision).
+    pub(super) head: Option<Queued>,
+    /// For a waiter: whether its own key still exists.
+    pub(super) own_present: bool,
+    /// For a waiter: the waiter just ahead of it.
+    pub(super) ahead: Option<Queued>,
+}
+
+/// The wait queues of every lock, as this backend joins and serves them.
+pub(super) struct Queue {
+    ks: Arc<Keyspace>,
+    /// `EtcdOptions::max_locks_per_lease`: a waiter under a lease that
+    /// holds this many other locks is dropped rather than served.
+    max_locks_per_lease: usize,
+    /// The sequence number of this backend's next waiter key.
+    next_waiter: AtomicU64,
+}
+
+impl Queue {
+    pub(super) fn new(ks: Arc<Keyspace>, max_locks_per_lease: usize) -> Queue {
+        Queue {
+            ks,
+            max_locks_per_lease,
+            next_waiter: AtomicU64::new(0),
+        }
+    }
+
+    /// Reads the lock key, its queue head and, for a waiter, its own key and
+    /// the waiter ahead of it, all at one revision.
+    async fn snapshot(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        let first_waiter = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut ops = vec![
+            TxnOp::get(lock_key.to_vec(), None),
+            TxnOp::get(queue.to_vec(), Some(first_waiter)),
+        ];
+        if let Some(w) = me {
+            ops.push(TxnOp::get(
+                w.key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+            let ahead = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision((w.create_revision - 1).max(1))
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(1);
+            ops.push(TxnOp::get(queue.to_vec(), Some(ahead)));
+        }
+        let resp = self
+            .ks
+            .etcd
+            .read_txn("read", Txn::new().and_then(ops))
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let gets = gets(&resp);
+        let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
+        let lock = first(0).map(Held::from_kv).transpose()?;
+        let head = first(1).map(Queued::from_kv).transpose()?;
+        let (own_present, ahead) = match me {
+            Some(w) => {
+                let ahead = first(3)
+                    .filter(|kv| {
+                        kv.key() != w.key.as_slice() && kv.create_revision() < w.create_revision
+                    })
+                    .map(Queued::from_kv)
+                    .transpose()?;
+                (first(2).is_some(), ahead)
+            }
+            None => (false, None),
+        };
+        Ok(Snap {
+            revision,
+            lock,
+            head,
+            own_present,
+            ahead,
+        })
+    }
+
+    /// A snapshot in which the lock is not free while someone waits: if it
+    /// is, the lock is first handed to the head of the queue. Every path
+    /// (a waiter, a `wait = 0` caller, an unlock) goes through here, so
+    /// nobody can take a lock past the queue.
+    pub(super) async fn settled(
+        &self,
+        lock_key: &[u8],
+        queue: &[u8],
+        me: Option<&Waiter>,
+    ) -> Result<Snap, LockError> {
+        loop {
+            let snap = self.snapshot(lock_key, queue, me).await?;
+            let now = self.ks.clock.now_ms();
+            let free = snap.lock.as_ref().is_none_or(|h| !h.live(now));
+            match &snap.head {
+                Some(head) if free => {
+                    // Either way, read again: handed off, or raced.
+                    self.hand_off(lock_key, snap.lock.as_ref(), head, now, Why::Expired)
+                        .await?;
+                }
+                _ => return Ok(snap),
+            }
+        }
+    }
+
+    /// Grants the lock to the waiter `head`, taking it out of the queue, in
+    /// one transaction that holds only if neither changed since the read.
+    /// Returns whether it held; `current` (expired, or being unlocked) is
+    /// replaced then.
+    ///
+    /// Leases: a live `current` under a lease leaves that lease's record,
+    /// and a waiter under a lease enters its lease's record, in the same
+    /// transaction (guarded by the lease keys' revisions). A waiter whose
+    /// lease has ended is dropped from the queue instead (`false`: read
+    /// again), so no lock is handed to a lease that ended.
+    ///
+    /// `why` is why `current` leaves (the transaction's marker).
+    pub(super) async fn hand_off(
+        &self,
+        lock_key: &[u8],
+        current: Option<&Held>,
+        head: &Queued,
+        now: u64,
+        why: Why,
+    ) -> Result<bool, LockError> {
+        let key = self.ks.key_of(lock_key)?;
+        let mut edits = LeaseEdits::new(&self.ks.etcd);
+        if let Some(h) = current.filter(|h| h.rec.lease && h.live(now)) {
+            let lease_key = self.ks.layout.lease_key(&key.namespace, &h.rec.owner);
+            edits.remove_lock(lease_key, &key.name).await?;
+        }
+        let Some((rec, lease)) = self.grant_for_waiter(&key, head, now, &mut edits).await? else {
+            self.drop_waiter(head).await?;
+            return Ok(false);
+        };
+        let mut when = vec![unchanged(lock_key, current), waiter_unchanged(head)];
+        let mut extra = vec![TxnOp::delete(head.key.clone(), None)];
+        extra.extend(self.ks.marked(why, current));
+        edits.apply(&mut when, &mut extra);
+        Ok(self
+            .ks
+            .put_holder(lock_key, when, &rec, lease, extra)
+            .await?
+            .is_some())
+    }
+
+    /// The record and etcd lease of the lock `key` handed to the waiter
+    /// `head` at `now`. A waiter under a lease gets the lease's expiry and
+    /// durability, and the lease lists the lock (in `edits`); `None` if
+    /// that lease has ended (or is full), and the waiter is to be dropped.
+    pub(super) async fn grant_for_waiter(
+        &self,
+        key: &Key,
+        head: &Queued,
+        now: u64,
+        edits: &mut LeaseEdits<'_>,
+    ) -> Result<Option<(LockRecord, i64)>, LockError> {
+        let w = &head.rec;
+        let Some(lease_id) = &w.lease else {
+            // On the waiter's own session if ephemeral: an ephemeral lock
+            // belongs to the host whose caller holds it.
+            let lease = self
+                .ks
+                .etcd_lease(w.durability.into(), w.ttl_ms, Some(w.session))
+                .await?;
+            let rec = LockRecord::fresh(
+                &w.owner,
+                now,
+                now.saturating_add(w.ttl_ms),
+                w.durability.into(),
+                Some(w.id.clone()),
+            );
+            return Ok(Some((rec, lease)));
+        };
+        let lease_key = self.ks.layout.lease_key(&key.namespace, lease_id);
+        let added = edits
+            .add_lock(lease_key, &key.name, now, self.max_locks_per_lease)
+            .await?;
+        let Some(l) = added.cloned() else {
+            return Ok(None);
+        };
+        let etcd_lease = self
+            .ks
+            .etcd_lease(l.durability.into(), l.expires_at_ms - now, l.session)
+            .await?;
+        let mut rec = LockRecord::fresh(
+            lease_id,
+            now,
+            l.expires_at_ms,
+            l.durability.into(),
+            Some(w.id.clone()),
+        );
+        rec.lease = true;
+        Ok(Some((rec, etcd_lease)))
+    }
+
+    /// Takes a waiter nobody can hand the lock to (its lease ended) out of
+    /// the queue, if it is still as read.
+    pub(super) async fn drop_waiter(&self, head: &Queued) -> Result<(), LockError> {
+        let txn = Txn::new()
+            .when(vec![waiter_unchanged(head)])
+            .and_then(vec![TxnOp::delete(head.key.clone(), None)]);
+        self.ks.etcd.txn("drop waiter", txn).await.map(drop)
+    }
+
     /// Puts a waiter key (on the session lease) at the back of the queue;
     /// with `lease`, a waiter under that lease (`owner` is its id).
     pub(super) async fn enqueue(
@@ -43,8 +274,13 @@ impl Inner {
         durability: Durability,
         lease: Option<&str>,
     ) -> Result<Waiter, LockError> {
-        let (session, id) = self.session.next_waiter();
-        let wkey = self.layout.waiter_key(key, &id);
+        // Unique among all waiters ever: `<session lease hex>-<sequence>`.
+        let session = self.ks.etcd_leases.session();
+        let id = format!(
+            "{session:x}-{}",
+            self.next_waiter.fetch_add(1, Ordering::Relaxed)
+        );
+        let wkey = self.ks.layout.waiter_key(key, &id);
         let lease = lease.map(str::to_string);
         let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease);
         let txn = Txn::new()
@@ -57,7 +293,7 @@ impl Inner {
                 ),
                 TxnOp::get(wkey.clone(), Some(GetOptions::new().with_keys_only())),
             ]);
-        let resp = self.etcd.txn("enqueue", txn).await?;
+        let resp = self.ks.etcd.txn("enqueue", txn).await?;
         let create_revision = gets(&resp)
             .first()
             .and_then(|g| g.kvs().first())
@@ -73,7 +309,7 @@ impl Inner {
 
     /// Takes `w` out of the queue. If a grant was handed to it first,
     /// returns that grant's holder.
-    pub(super) async fn leave_queue(
+    pub(super) async fn leave(
         &self,
         lock_key: &[u8],
         w: &Waiter,
@@ -82,7 +318,7 @@ impl Inner {
             .when(vec![Compare::version(w.key.clone(), CompareOp::Greater, 0)])
             .and_then(vec![TxnOp::delete(w.key.clone(), None)])
             .or_else(vec![TxnOp::get(lock_key.to_vec(), None)]);
-        let resp = self.etcd.txn("leave queue", txn).await?;
+        let resp = self.ks.etcd.txn("leave queue", txn).await?;
         if resp.succeeded() {
             return Ok(None);
         }
@@ -94,51 +330,17 @@ impl Inner {
         Ok((h.rec.waiter.as_deref() == Some(w.id.as_str())).then_some(h))
     }
 
-    /// Waits for any event on `keys` from `revision` on.
-    pub(super) async fn watch_any(&self, keys: &[Vec<u8>], revision: i64) -> Result<(), LockError> {
-        let options = || Some(WatchOptions::new().with_start_revision(revision));
-        let Some((first, rest)) = keys.split_first() else {
-            return Ok(());
-        };
-        let mut stream = self
-            .etcd
-            .rpc("watch", || {
-                let mut wc = self.etcd.client().watch_client();
-                let (key, options) = (first.clone(), options());
-                async move { wc.watch(key, options).await }
-            })
-            .await?;
-        for k in rest {
-            // A request on the stream just opened: a local send, no retry.
-            let limit = self.etcd.request_timeout();
-            match tokio::time::timeout(limit, stream.watch(k.clone(), options())).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(self.etcd.unavailable("watch", e)),
-                Err(_) => return Err(self.etcd.unavailable("watch", "timed out")),
-            }
-        }
-        loop {
-            match stream.message().await {
-                // Cancelled (say, compacted past `revision`): read again.
-                Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(()),
-                Ok(Some(_)) => {}
-                Ok(None) => return Err(self.etcd.unavailable("watch", "the stream closed")),
-                Err(e) => return Err(self.etcd.unavailable("watch", e)),
-            }
-        }
-    }
-
     /// Waits in the queue until the lock is handed to `w`, the deadline
     /// passes, or the caller goes away. Only the predecessor's deletion
     /// wakes a waiter (etcd's lock recipe), and the head also watches the
     /// lock key and sleeps until the holder's expiry.
-    pub(super) async fn wait_in_queue(
+    pub(super) async fn wait(
         &self,
         lock_key: &[u8],
         queue: &[u8],
         w: &Waiter,
         wait_until: u64,
-        caller: &mut oneshot::Sender<Result<Grant, LockError>>,
+        caller: &mut Caller,
     ) -> Result<WaitEnd, LockError> {
         loop {
             let snap = self.settled(lock_key, queue, Some(w)).await?;
@@ -150,8 +352,8 @@ impl Inner {
             if !snap.own_present {
                 return Ok(WaitEnd::Lost);
             }
-            if self.clock.now_ms() >= wait_until {
-                return Ok(match self.leave_queue(lock_key, w).await? {
+            if self.ks.clock.now_ms() >= wait_until {
+                return Ok(match self.leave(lock_key, w).await? {
                     Some(h) => WaitEnd::Granted(h.grant()),
                     None => WaitEnd::TimedOut,
                 });
@@ -168,8 +370,8 @@ impl Inner {
                 }
             }
             let watch_failed = tokio::select! {
-                watched = self.watch_any(&keys, snap.revision + 1) => watched.err(),
-                () = self.clock.sleep_until(wake_at) => None,
+                watched = self.ks.watch_any(&keys, snap.revision + 1) => watched.err(),
+                () = self.ks.clock.sleep_until(wake_at) => None,
                 () = caller.closed() => return Ok(self.cancel_wait(lock_key, w).await),
             };
             if let Some(e) = watch_failed {
@@ -183,7 +385,7 @@ impl Inner {
                 // the head must take over an expired lock at once.
                 tokio::select! {
                     () = tokio::time::sleep(WATCH_RETRY) => {}
-                    () = self.clock.sleep_until(wake_at) => {}
+                    () = self.ks.clock.sleep_until(wake_at) => {}
                     () = caller.closed() => return Ok(self.cancel_wait(lock_key, w).await),
                 }
             }
@@ -193,7 +395,7 @@ impl Inner {
     /// The caller of a waiting `lock` went away: leaves the queue, keeping a
     /// grant that reached the waiter first (released by the caller's task).
     async fn cancel_wait(&self, lock_key: &[u8], w: &Waiter) -> WaitEnd {
-        match self.leave_queue(lock_key, w).await {
+        match self.leave(lock_key, w).await {
             Ok(Some(h)) => WaitEnd::Granted(h.grant()),
             Err(e) => {
                 tracing::warn!(
