@@ -34,7 +34,7 @@ use rustc_hash::FxHasher;
 use tokio::sync::{oneshot, Notify};
 
 use crate::backend::{BoxFuture, LockBackend};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{deadline, Clock, SystemClock};
 use crate::error::LockError;
 use crate::events::EventSender;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
@@ -178,12 +178,6 @@ impl TokenAllocator {
         self.reserved_up_to.fetch_max(up_to, Ordering::AcqRel);
         Ok(())
     }
-}
-
-fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
-    now_ms.checked_add(ttl_ms).ok_or_else(|| {
-        LockError::InvalidArgument(format!("a ttl of {ttl_ms} ms overflows the clock"))
-    })
 }
 
 impl Engine {

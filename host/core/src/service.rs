@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
+use crate::ids::random_id;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, Op};
 use crate::types::{
@@ -299,7 +300,7 @@ impl LockService {
         let result = async {
             self.limits.check_namespace(namespace)?;
             self.limits.check_ttl(ttl_ms)?;
-            let id = fresh_lease_id()?;
+            let id = random_id("lease")?;
             let lease = Key::new(namespace, id.as_str());
             let expires_at_ms = self.backend.grant_lease(&lease, ttl_ms, durability).await?;
             Ok(LeaseGrant { id, expires_at_ms })
@@ -412,15 +413,6 @@ impl LockService {
     pub fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         self.backend.events()
     }
-}
-
-/// A fresh lease id: `lease-` and 32 hex digits, 128 bits from the OS's
-/// secure random source, so that nobody can guess another holder's lease.
-fn fresh_lease_id() -> Result<String, LockError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| LockError::Unavailable(format!("no randomness for a lease id: {e}")))?;
-    Ok(format!("lease-{:032x}", u128::from_be_bytes(bytes)))
 }
 
 /// Follows a store's events: records how long each grant was held, and
