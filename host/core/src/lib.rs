@@ -13,6 +13,9 @@
 //!   keep across restarts it writes through a [`Journal`]. With
 //!   [`NullJournal`] it is the `memory` store; `lockd-redb` provides the
 //!   persistent journal.
+//! - [`Engine`]'s constructors and [`LockService::new`] start a task, so
+//!   they must be called within a tokio runtime (they panic outside one,
+//!   saying so).
 //! - [`keepalive`] is the one keep-alive and lost rule of every holder (the
 //!   wasm capability's guards and leases, `lockd exec`), timed by a
 //!   [`Clock`]; [`random_id`] makes the ids of holders.
@@ -35,6 +38,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod background;
 mod clock;
 mod engine;
 mod error;

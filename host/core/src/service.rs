@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::{BoxFuture, LockBackend};
+use crate::background;
 use crate::error::LockError;
 use crate::ids::random_id;
 use crate::limits::Limits;
@@ -101,14 +102,23 @@ impl std::fmt::Debug for LockService {
 impl LockService {
     /// A service over `backend`, with no quotas.
     ///
-    /// Within a tokio runtime, it also follows the store's events to measure
-    /// hold times (`lockd_hold_seconds`); that task ends with the store.
+    /// It starts a task on the current tokio runtime that follows the
+    /// store's events, to measure hold times (`lockd_hold_seconds`) and to
+    /// tell holders of a force-release; the task ends with the store or the
+    /// service.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, saying so, whether or not the store
+    /// publishes events: one rule for every constructor that starts a task,
+    /// [`Engine::new`](crate::Engine::new)'s too.
     pub fn new(backend: Arc<dyn LockBackend>, limits: Limits) -> Self {
+        let runtime = background::runtime(
+            "lockd_core::LockService",
+            "the task that follows its store's events",
+        );
         let metrics = Arc::new(Metrics::default());
         let force_watchers = Arc::new(ForceWatchers::default());
-        if let (Ok(runtime), Some(events)) =
-            (tokio::runtime::Handle::try_current(), backend.events())
-        {
+        if let Some(events) = backend.events() {
             runtime.spawn(follow_events(
                 events,
                 Arc::downgrade(&metrics),
@@ -397,8 +407,7 @@ impl LockService {
 
     /// Completes once a lock held by `owner` in `namespace` is
     /// force-released (for a lease, `owner` is its id): how a holder hears
-    /// of it at once. Never completes for a store without events, or outside
-    /// a tokio runtime.
+    /// of it at once. Never completes for a store without events.
     pub fn force_released(&self, namespace: &str, owner: &str) -> BoxFuture<'static, ()> {
         let rx = self.force_watchers.register(namespace, owner);
         Box::pin(async move {
