@@ -12,9 +12,9 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
-use lockd_core::{Grant, Key, ListedLock, LockError, LockInfo, LockOptions};
+use lockd_core::{deadline, Grant, Key, ListedLock, LockError, LockInfo, LockOptions};
 
-use super::keyspace::{deadline, Keyspace};
+use super::keyspace::Keyspace;
 use super::queue::Queue;
 use super::txn::{nobody_queued, unchanged, LeaseEdits};
 use crate::events::Why;

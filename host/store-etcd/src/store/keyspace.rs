@@ -29,13 +29,6 @@ pub(super) struct Keyspace {
     pub(super) etcd_leases: EtcdLeases,
 }
 
-/// The expiry `ttl_ms` after `now_ms`.
-pub(super) fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
-    now_ms.checked_add(ttl_ms).ok_or_else(|| {
-        LockError::InvalidArgument(format!("ttl of {ttl_ms} ms overflows the deadline"))
-    })
-}
-
 impl Keyspace {
     /// The etcd lease for a key of `durability` that must last `ttl_ms`
     /// (see [`EtcdLeases::for_key`]).

@@ -26,10 +26,10 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
-use lockd_core::{Durability, Grant, Key, LeaseInfo, LockError, LockInfo};
+use lockd_core::{deadline, Durability, Grant, Key, LeaseInfo, LockError, LockInfo};
 
 use super::grant::check_quota;
-use super::keyspace::{deadline, Keyspace};
+use super::keyspace::Keyspace;
 use super::queue::{Queue, WATCH_RETRY};
 use super::txn::{nobody_queued, read_lease, unchanged, waiter_unchanged, LeaseEdits};
 use crate::events::Why;
