@@ -556,7 +556,7 @@ mod tests {
         assert_eq!(shard.next_deadline().map(|(due, _)| due), earliest);
     }
 
-    /// The per-lock sizes docs/benchmarks.md (B5 round two) accounts for:
+    /// The per-lock sizes docs/benchmarks.md (B5 scale, memory per held lock) accounts for:
     /// growing them shows in B5's RSS a million times over.
     #[test]
     fn a_lock_costs_what_the_benchmark_notes_say() {
