@@ -33,16 +33,27 @@ use tokio::signal::unix::{signal, Signal as Watched, SignalKind};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::{fail, parse_duration_ms, Client, Conn, Failure, Format, DEFAULT_SERVER};
+use crate::cli::client::Client;
+use crate::cli::failure::{exit_code, fail, Failure};
+use crate::cli::flags::{Conn, DEFAULT_SERVER};
+use crate::cli::output::Format;
+use crate::cli::time::parse_duration_ms;
 
 /// Exit code when the lock cannot be taken (EX_TEMPFAIL).
 pub const EXIT_NOT_TAKEN: i32 = 75;
 /// Exit code when the lock was lost while CMD ran.
 pub const EXIT_LOST: i32 = 76;
 
-/// `lockd exec`'s arguments.
+/// Run a command while holding a lock, like flock: take NAME (waiting up
+/// to --wait), run CMD with LOCKD_LOCK_NAME, LOCKD_NAMESPACE, LOCKD_OWNER
+/// and LOCKD_FENCING_TOKEN set, keep the lock alive while CMD runs,
+/// release it when CMD exits, and exit with CMD's status.
+///
+/// Exits 75 (CMD never started) if the lock cannot be taken, and 76 if
+/// the lock is lost while CMD runs (CMD then gets SIGTERM, and SIGKILL
+/// after --kill-after). SIGINT and SIGTERM are passed on to CMD.
 #[derive(Args, Debug)]
-pub struct ExecArgs {
+pub struct ExecCommand {
     /// The lock name.
     name: String,
     /// The lock's TTL; it is extended at a third of it while CMD runs.
@@ -71,29 +82,26 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
-/// Runs `lockd exec`; returns the process exit code.
-pub fn run(args: ExecArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("lockd exec: cannot start the async runtime: {e}");
-            return EXIT_NOT_TAKEN;
-        }
-    };
-    let code = match runtime.block_on(exec(args)) {
-        Ok(code) => code,
-        Err(failure) => {
-            eprintln!("lockd exec: {}", failure.message);
-            failure.code
-        }
-    };
-    // A renewal may still hang on a server that stopped answering; do not
-    // wait for it.
-    runtime.shutdown_background();
-    code
+impl ExecCommand {
+    /// Runs `lockd exec` on a small runtime of its own; returns the process
+    /// exit code.
+    pub fn execute(self) -> i32 {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("lockd exec: cannot start the async runtime: {e}");
+                return EXIT_NOT_TAKEN;
+            }
+        };
+        let code = exit_code(runtime.block_on(exec(self)), "lockd exec");
+        // A renewal may still hang on a server that stopped answering; do not
+        // wait for it.
+        runtime.shutdown_background();
+        code
+    }
 }
 
 /// What `lockd exec` holds.
@@ -117,8 +125,8 @@ enum Renewal {
     Failed(String),
 }
 
-async fn exec(args: ExecArgs) -> Result<i32, Failure> {
-    let ExecArgs {
+async fn exec(args: ExecCommand) -> Result<i32, Failure> {
+    let ExecCommand {
         name,
         ttl,
         wait,
@@ -218,7 +226,7 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
             biased;
             status = child.wait() => {
                 let code = match status {
-                    Ok(status) => exit_code(status),
+                    Ok(status) => child_exit_code(status),
                     Err(e) => {
                         eprintln!("lockd exec: cannot wait for {:?}: {e}", command[0]);
                         1
@@ -382,7 +390,7 @@ fn forward(child: &Child, sig: Signal) {
 }
 
 /// CMD's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> i32 {
+fn child_exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt as _;
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -417,7 +425,7 @@ mod tests {
     #[test]
     fn exit_codes_of_signals() {
         use std::os::unix::process::ExitStatusExt as _;
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(15)), 128 + 15);
+        assert_eq!(child_exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(child_exit_code(ExitStatus::from_raw(15)), 128 + 15);
     }
 }
