@@ -23,6 +23,9 @@ use super::flags::{Conn, DEFAULT_SERVER};
 use super::output::Format;
 use super::time::remaining;
 
+/// The longest any request waits for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A lockd answer: the route asked, the raw body and its status word. The
 /// rest of the body is parsed by [`Client::reply`] or [`Client::refused`],
 /// into the type the status word promises.
@@ -51,27 +54,21 @@ impl Client {
 
     /// A client whose every request gives up after `timeout`.
     pub fn with_timeout(conn: Conn, timeout: Duration) -> Result<Client, Failure> {
-        let server = normalize_server(&conn.server)?;
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(timeout.min(Duration::from_secs(10))))
-            .timeout_global(Some(timeout))
-            .build();
-        Ok(Client {
-            server,
-            agent: ureq::Agent::new_with_config(config),
-            auth_token: conn.auth_token.filter(|t| !t.is_empty()),
-            format: conn.format,
-        })
+        Client::build(conn, timeout.min(CONNECT_TIMEOUT), Some(timeout))
     }
 
     /// A client for a stream that lasts as long as it likes: connecting
     /// gives up after 10 s, reading never does.
     pub fn streaming(conn: Conn) -> Result<Client, Failure> {
+        Client::build(conn, CONNECT_TIMEOUT, None)
+    }
+
+    fn build(conn: Conn, connect: Duration, total: Option<Duration>) -> Result<Client, Failure> {
         let server = normalize_server(&conn.server)?;
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_connect(Some(connect))
+            .timeout_global(total)
             .build();
         Ok(Client {
             server,
@@ -81,13 +78,18 @@ impl Client {
         })
     }
 
+    /// `request` with the bearer token, if there is one.
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.auth_token {
+            Some(token) => request.header("Authorization", format!("Bearer {token}")),
+            None => request,
+        }
+    }
+
     /// `GET path` as a stream: the body of a 200 answer, read as it comes;
     /// any other answer is the failure it reports.
     pub fn open_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>, Failure> {
-        let mut request = self.agent.get(format!("{}{path}", self.server));
-        if let Some(token) = &self.auth_token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
+        let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
         let route = path.split_once('?').map_or(path, |(route, _)| route);
         let response = request.call().map_err(|e| self.unreachable(e))?;
         if response.status().as_u16() == 200 {
@@ -101,20 +103,14 @@ impl Client {
     pub fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
         let body = serde_json::to_string(body)
             .map_err(|e| fail(2, format!("cannot encode the request to {path}: {e}")))?;
-        let mut request = self.agent.post(format!("{}{path}", self.server));
-        if let Some(token) = &self.auth_token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
+        let request = self.authorized(self.agent.post(format!("{}{path}", self.server)));
         let result = request.content_type("application/json").send(body);
         self.answer(format!("POST {path}"), result)
     }
 
     /// `GET path` (with its query), answered.
     pub fn get(&self, path: &str) -> Result<Answer, Failure> {
-        let mut request = self.agent.get(format!("{}{path}", self.server));
-        if let Some(token) = &self.auth_token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
+        let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
         let route = path.split_once('?').map_or(path, |(route, _)| route);
         self.answer(format!("GET {route}"), request.call())
     }

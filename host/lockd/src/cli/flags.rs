@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use lockd::api::wire::DurabilityWord;
 use lockd::config::LockdConfig;
 use lockd::store::StoreSpec;
 
@@ -12,6 +13,16 @@ use super::output::Format;
 
 /// Where the server is when neither `--server` nor `LOCKD_SERVER` says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7450";
+
+/// The durability an `--ephemeral` flag (`lock`, `lease grant`, `exec`)
+/// asks for.
+pub fn durability(ephemeral: bool) -> DurabilityWord {
+    if ephemeral {
+        DurabilityWord::Ephemeral
+    } else {
+        DurabilityWord::Persistent
+    }
+}
 
 /// Options every client command takes.
 #[derive(Args, Clone, Debug)]

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::Args;
 use lockd::api::wire::{
-    DurabilityWord, ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
+    ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
 };
 use lockd_core::keepalive::{keep_alive, Holding, Lost, Renew, Terms};
 use lockd_core::{random_id, Clock, SystemClock};
@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::{Conn, DEFAULT_SERVER};
+use crate::cli::flags::{durability, Conn, DEFAULT_SERVER};
 use crate::cli::output::Format;
 use crate::cli::time::parse_duration_ms;
 
@@ -182,11 +182,7 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
         owner: Some(owner.clone()),
         ttl_ms: Some(ttl),
         wait_ms: Some(wait),
-        durability: Some(if ephemeral {
-            DurabilityWord::Ephemeral
-        } else {
-            DurabilityWord::Persistent
-        }),
+        durability: Some(durability(ephemeral)),
         lease_id: None,
     };
     let clock = SystemClock;

@@ -3,13 +3,13 @@
 
 use clap::{Args, Subcommand};
 use lockd::api::wire::{
-    DurabilityWord, ErrorReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply,
-    LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, Status,
+    ErrorReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
+    LeaseRequest, LeaseRevokedReply, Status,
 };
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{durability, Conn};
 use crate::cli::time::{parse_duration_ms, remaining, rfc3339, seconds};
 
 /// Leases: one expiry for several locks (take locks under a lease with
@@ -161,11 +161,7 @@ fn grant(ttl: u64, ephemeral: bool, namespace: String, conn: Conn) -> Result<i32
     let request = LeaseGrantRequest {
         namespace: Some(namespace),
         ttl_ms: ttl,
-        durability: Some(if ephemeral {
-            DurabilityWord::Ephemeral
-        } else {
-            DurabilityWord::Persistent
-        }),
+        durability: Some(durability(ephemeral)),
     };
     let answer = client.post(LeaseGrantRequest::PATH, &request)?;
     let granted: LeaseGrantedReply = client.expect("lease", &answer, Status::Granted)?;

@@ -1,12 +1,12 @@
 //! `lockd lock`: takes a lock (`POST /v1/locks/lock`).
 
 use clap::Args;
-use lockd::api::wire::{DurabilityWord, ErrorReply, GrantReply, LockRequest, Status};
+use lockd::api::wire::{ErrorReply, GrantReply, LockRequest, Status};
 
 use super::lease::lease_not_live;
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{durability, Conn};
 use crate::cli::time::{parse_duration_ms, rfc3339};
 
 /// Take a lock (durations: 500ms, 10s, 5m, 1h30m; a plain number is ms).
@@ -54,11 +54,7 @@ impl LockCommand {
             ttl_ms: self.ttl,
             wait_ms: self.wait,
             // Under a lease, the lease's durability applies.
-            durability: self.lease.is_none().then_some(if self.ephemeral {
-                DurabilityWord::Ephemeral
-            } else {
-                DurabilityWord::Persistent
-            }),
+            durability: self.lease.is_none().then_some(durability(self.ephemeral)),
             lease_id: self.lease,
         };
         let answer = client.post(LockRequest::PATH, &request)?;
