@@ -1,6 +1,13 @@
-//! The lockd runtime as a library: store selection and running command
-//! components with the lock capability. The `lockd` binary is a thin CLI
-//! over it, and the end-to-end tests call the same functions.
+//! The lockd runtime as a library: the server (the REST API in [`api`],
+//! component serving in [`serve`]), running command components ([`run`]),
+//! composing components for other hosts ([`plug`]), the epoch ticker every
+//! engine runs on ([`epoch`]), and how a store and lockd.toml are chosen
+//! ([`store`], [`config`]).
+//!
+//! The `lockd` binary (`src/main.rs`, with its `commands/` and `cli/`
+//! modules) is a command line over it: it parses flags, calls these
+//! functions, and speaks the REST API as a client. The end-to-end tests
+//! call the same functions.
 #![deny(missing_docs)]
 
 pub mod api;

@@ -45,13 +45,29 @@ impl FromStr for StoreSpec {
 }
 
 impl StoreSpec {
-    /// Opens the store. Must run inside a tokio runtime, which an etcd
-    /// store's background work (session keep-alive, watches) then runs on.
+    /// Opens the store. Must run inside a tokio runtime, which the engine's
+    /// purge task and an etcd store's background work (session keep-alive,
+    /// watches) then run on. A redb store's recovery reads the whole file,
+    /// so it runs on a blocking thread, off the executor.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn LockBackend>> {
         Ok(match self {
             StoreSpec::Memory => Engine::memory(),
-            StoreSpec::Redb(path) => lockd_redb::open(path)
-                .with_context(|| format!("opening store {}", path.display()))?,
+            StoreSpec::Redb(path) => {
+                let runtime = tokio::runtime::Handle::current();
+                let file = path.clone();
+                let recovery = tokio::task::spawn_blocking(move || {
+                    // The engine spawns its purge task on the caller's runtime.
+                    let _entered = runtime.enter();
+                    lockd_redb::open(file)
+                });
+                let opened = match recovery.await {
+                    Ok(opened) => opened,
+                    // A panic in recovery stays a panic, as if it had run here.
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => anyhow::bail!("opening store {}: {e}", path.display()),
+                };
+                opened.with_context(|| format!("opening store {}", path.display()))?
+            }
             StoreSpec::Etcd(options) => Arc::new(
                 EtcdBackend::connect(options.clone(), Arc::new(SystemClock))
                     .await

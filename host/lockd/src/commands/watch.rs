@@ -3,20 +3,56 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 
-use lockd::api::wire::{self, Event, LaggedEvent};
+use clap::Args;
+use lockd::api::wire::{self, Event, EventQuery, LaggedEvent};
 
-use crate::client::{fail, rfc3339, Failure, Format};
+use crate::cli::client::Client;
+use crate::cli::failure::{exit_code, fail, Failure};
+use crate::cli::flags::Conn;
+use crate::cli::output::Format;
+use crate::cli::time::rfc3339;
+
+/// Print lock events live (acquired, extended, released, expired,
+/// handed_off, force_released, lease_*), one line each, until
+/// interrupted. Exits 1 if the server closes the stream because this
+/// client fell behind, 3 if the stream ends otherwise.
+#[derive(Args, Debug)]
+pub struct WatchCommand {
+    /// Only events of this namespace [default: every namespace].
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Only events of locks whose name starts with this.
+    #[arg(long)]
+    prefix: Option<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+impl WatchCommand {
+    /// Prints until the stream ends; see [`print`] for the exit codes.
+    pub fn execute(self) -> i32 {
+        exit_code(self.run(), "lockd")
+    }
+
+    fn run(self) -> Result<i32, Failure> {
+        let query = EventQuery {
+            namespace: self.namespace,
+            prefix: self.prefix.filter(|p| !p.is_empty()),
+            access_token: None,
+        };
+        let format = self.conn.format;
+        let client = Client::streaming(self.conn)?;
+        let events = client.open_stream(&query.path())?;
+        print(events, format, &mut std::io::stdout().lock())
+    }
+}
 
 /// Reads the Server-Sent Events of `stream` and writes each event to `out`:
 /// its JSON line with `Format::Json`, else one readable line. Returns when
 /// the stream ends: exit 1 after a `lagged` event (this client fell
 /// behind), 3 when the server closed the stream otherwise, 0 when `out` is
 /// closed (`lockd watch | head`).
-pub(crate) fn print(
-    stream: impl Read,
-    format: Format,
-    out: &mut impl Write,
-) -> Result<i32, Failure> {
+pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<i32, Failure> {
     let mut lines = BufReader::new(stream);
     let mut event_name = String::new();
     let mut data = String::new();

@@ -16,33 +16,50 @@
 //!    later), less a safety margin of min(TTL/10, 1 s): CMD gets SIGTERM
 //!    before the lock can pass to anyone else, SIGKILL after `--kill-after`,
 //!    and `lockd exec` exits 76 with one line on stderr.
+//!
+//! Steps 2 and 3 are the core's one keep-alive rule
+//! ([`lockd_core::keepalive`], the same as a guest's guards and leases),
+//! driven by [`keep_alive`] over the REST API (`Held`'s [`Renew`]).
 //! 4. When CMD exits, the lock is released (unlock with its fencing token)
 //!    and `lockd exec` exits with CMD's status (128 + the signal if a signal
 //!    killed it). SIGINT and SIGTERM sent to `lockd exec` go to CMD.
 
+use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
 use lockd::api::wire::{
-    DurabilityWord, ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
+    ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
 };
+use lockd_core::keepalive::{keep_alive, Holding, Lost, Renew, Terms};
+use lockd_core::{random_id, Clock, SystemClock};
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::process::Child;
 use tokio::signal::unix::{signal, Signal as Watched, SignalKind};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::{fail, parse_duration_ms, Client, Conn, Failure, Format, DEFAULT_SERVER};
+use crate::cli::client::Client;
+use crate::cli::failure::{exit_code, fail, Failure};
+use crate::cli::flags::{durability, Conn, DEFAULT_SERVER};
+use crate::cli::output::Format;
+use crate::cli::time::parse_duration_ms;
 
 /// Exit code when the lock cannot be taken (EX_TEMPFAIL).
 pub const EXIT_NOT_TAKEN: i32 = 75;
 /// Exit code when the lock was lost while CMD ran.
 pub const EXIT_LOST: i32 = 76;
 
-/// `lockd exec`'s arguments.
+/// Run a command while holding a lock, like flock: take NAME (waiting up
+/// to --wait), run CMD with LOCKD_LOCK_NAME, LOCKD_NAMESPACE, LOCKD_OWNER
+/// and LOCKD_FENCING_TOKEN set, keep the lock alive while CMD runs,
+/// release it when CMD exits, and exit with CMD's status.
+///
+/// Exits 75 (CMD never started) if the lock cannot be taken, and 76 if
+/// the lock is lost while CMD runs (CMD then gets SIGTERM, and SIGKILL
+/// after --kill-after). SIGINT and SIGTERM are passed on to CMD.
 #[derive(Args, Debug)]
-pub struct ExecArgs {
+pub struct ExecCommand {
     /// The lock name.
     name: String,
     /// The lock's TTL; it is extended at a third of it while CMD runs.
@@ -71,32 +88,29 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
-/// Runs `lockd exec`; returns the process exit code.
-pub fn run(args: ExecArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("lockd exec: cannot start the async runtime: {e}");
-            return EXIT_NOT_TAKEN;
-        }
-    };
-    let code = match runtime.block_on(exec(args)) {
-        Ok(code) => code,
-        Err(failure) => {
-            eprintln!("lockd exec: {}", failure.message);
-            failure.code
-        }
-    };
-    // A renewal may still hang on a server that stopped answering; do not
-    // wait for it.
-    runtime.shutdown_background();
-    code
+impl ExecCommand {
+    /// Runs `lockd exec` on a small runtime of its own; returns the process
+    /// exit code.
+    pub fn execute(self) -> i32 {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("lockd exec: cannot start the async runtime: {e}");
+                return EXIT_NOT_TAKEN;
+            }
+        };
+        let code = exit_code(runtime.block_on(exec(self)), "lockd exec");
+        // A renewal may still hang on a server that stopped answering; do not
+        // wait for it.
+        runtime.shutdown_background();
+        code
+    }
 }
 
-/// What `lockd exec` holds.
+/// What `lockd exec` holds: all a renewal or the release needs.
 #[derive(Clone)]
 struct Held {
     conn: Conn,
@@ -104,21 +118,47 @@ struct Held {
     name: String,
     owner: String,
     token: u64,
-    ttl: Duration,
 }
 
-/// The outcome of one renewal.
-enum Renewal {
-    /// Extended; the request was sent at this instant.
-    Extended(Instant),
-    /// Refused: the lock is lost.
-    Refused(String),
-    /// Not answered (unreachable, unavailable): try again.
-    Failed(String),
+/// Renewal over the REST API: `POST /v1/locks/extend`, answered `extended`
+/// under the token `lockd exec` was granted.
+impl Renew for Held {
+    type Error = Failure;
+
+    fn renew(&self, ttl_ms: u64) -> impl Future<Output = Result<u64, Failure>> + Send {
+        let held = self.clone();
+        blocking(move || {
+            // No answer within the TTL is no use.
+            let client = Client::with_timeout(held.conn.clone(), Duration::from_millis(ttl_ms))?;
+            let request = ExtendRequest {
+                namespace: Some(held.namespace.clone()),
+                name: held.name.clone(),
+                owner: held.owner.clone(),
+                ttl_ms,
+            };
+            let answer = client.post(ExtendRequest::PATH, &request)?;
+            let grant: GrantReply = client.expect(&held.name, &answer, Status::Extended)?;
+            if grant.fencing_token != held.token {
+                return Err(fail(
+                    1,
+                    format!(
+                        "{} is held under token {}, not {}",
+                        held.name, grant.fencing_token, held.token
+                    ),
+                ));
+            }
+            Ok(grant.expires_at_ms)
+        })
+    }
+
+    /// Exit code 3: unreachable, `unavailable`, or no lockd answer.
+    fn is_unavailable(error: &Failure) -> bool {
+        error.code == 3
+    }
 }
 
-async fn exec(args: ExecArgs) -> Result<i32, Failure> {
-    let ExecArgs {
+async fn exec(args: ExecCommand) -> Result<i32, Failure> {
+    let ExecCommand {
         name,
         ttl,
         wait,
@@ -135,22 +175,19 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
         auth_token,
     };
     let not_taken = |f: Failure| fail(EXIT_NOT_TAKEN, format!("cannot take {name}: {}", f.message));
-    let owner = fresh_owner().map_err(not_taken)?;
+    let owner = random_id("exec").map_err(|e| not_taken(fail(3, e.to_string())))?;
     let request = LockRequest {
         namespace: Some(namespace.clone()),
         name: name.clone(),
         owner: Some(owner.clone()),
         ttl_ms: Some(ttl),
         wait_ms: Some(wait),
-        durability: Some(if ephemeral {
-            DurabilityWord::Ephemeral
-        } else {
-            DurabilityWord::Persistent
-        }),
+        durability: Some(durability(ephemeral)),
         lease_id: None,
     };
+    let clock = SystemClock;
     // The server's expiry is at least the send time + TTL.
-    let sent = Instant::now();
+    let sent_at_ms = clock.now_ms();
     let lock_conn = conn.clone();
     let grant = blocking(move || {
         let client = Client::new(lock_conn, wait)?;
@@ -165,24 +202,35 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
         name: name.clone(),
         owner,
         token: grant.fencing_token,
-        ttl: Duration::from_millis(ttl),
     };
-    let margin = margin(held.ttl);
-    let mut base = sent;
-    // A long wait in the queue leaves less of the TTL than `sent` says:
-    // renew once before CMD starts.
-    if sent.elapsed() > margin {
-        match renew(held.clone()).await {
-            Renewal::Extended(at) => base = at,
-            Renewal::Refused(why) | Renewal::Failed(why) => {
+    let mut terms = Terms {
+        renewed_at_ms: sent_at_ms,
+        ttl_ms: ttl,
+        expires_at_ms: grant.expires_at_ms,
+    };
+    // A long wait in the queue leaves less of the TTL than the send time
+    // says: renew once before CMD starts, so that it starts with a whole
+    // TTL, or not at all.
+    if clock.now_ms().saturating_sub(sent_at_ms) > terms.margin_ms() {
+        let renewed_at_ms = clock.now_ms();
+        match held.renew(ttl).await {
+            Ok(expires_at_ms) => {
+                terms = Terms {
+                    renewed_at_ms,
+                    ttl_ms: ttl,
+                    expires_at_ms,
+                }
+            }
+            Err(why) => {
                 release(&held).await;
                 return Err(fail(
                     EXIT_NOT_TAKEN,
-                    format!("cannot keep {name} after taking it: {why}"),
+                    format!("cannot keep {name} after taking it: {}", why.message),
                 ));
             }
         }
     }
+    let holding = Holding::new(terms);
 
     // Watch the signals to forward before CMD exists, so none is missed.
     let mut interrupt = watch(SignalKind::interrupt());
@@ -207,18 +255,15 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
         }
     };
 
-    let ttl = held.ttl;
-    let mut next_renewal = base + ttl / 3;
-    let mut in_flight: Option<JoinHandle<Renewal>> = None;
+    let keeping = keep_alive(&clock, &holding, &held);
+    tokio::pin!(keeping);
     let lost = loop {
-        let deadline = base + ttl.saturating_sub(margin);
         tokio::select! {
-            // Biased: CMD's exit and a renewal's answer count before the
-            // deadline when both are ready.
+            // Biased: CMD's exit counts before a loss when both are ready.
             biased;
             status = child.wait() => {
                 let code = match status {
-                    Ok(status) => exit_code(status),
+                    Ok(status) => child_exit_code(status),
                     Err(e) => {
                         eprintln!("lockd exec: cannot wait for {:?}: {e}", command[0]);
                         1
@@ -229,26 +274,14 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
             }
             Some(()) = next_signal(&mut interrupt) => forward(&child, Signal::INT),
             Some(()) = next_signal(&mut terminate) => forward(&child, Signal::TERM),
-            outcome = join(&mut in_flight), if in_flight.is_some() => {
-                in_flight = None;
-                match outcome {
-                    Renewal::Extended(at) => {
-                        base = base.max(at);
-                        next_renewal = base + ttl / 3;
-                    }
-                    Renewal::Refused(why) => break format!("a renewal was refused: {why}"),
-                    Renewal::Failed(_) => next_renewal = Instant::now() + margin,
-                }
-            }
-            () = tokio::time::sleep_until(deadline) => {
-                break format!(
-                    "no successful renewal within its TTL of {} ms",
-                    ttl.as_millis()
-                );
-            }
-            () = tokio::time::sleep_until(next_renewal), if in_flight.is_none() => {
-                in_flight = Some(tokio::spawn(renew(held.clone())));
-            }
+            lost = &mut keeping => break lost,
+        }
+    };
+    let lost = match lost {
+        Lost::Refused(why) => format!("a renewal was refused: {}", why.message),
+        // Nothing marks exec's holding from outside: `Marked` cannot come.
+        Lost::Expired { .. } | Lost::Marked => {
+            format!("no successful renewal within its TTL of {ttl} ms")
         }
     };
 
@@ -271,45 +304,6 @@ async fn exec(args: ExecArgs) -> Result<i32, Failure> {
         }
     }
     Ok(EXIT_LOST)
-}
-
-/// The safety margin before the expiry: min(TTL/10, 1 s).
-fn margin(ttl: Duration) -> Duration {
-    (ttl / 10).min(Duration::from_secs(1))
-}
-
-/// Extends the lock by its TTL; the outcome says when the request was sent.
-async fn renew(held: Held) -> Renewal {
-    let sent = Instant::now();
-    let result = blocking(move || {
-        // No answer within the TTL is no use.
-        let client = Client::with_timeout(held.conn.clone(), held.ttl)?;
-        let request = ExtendRequest {
-            namespace: Some(held.namespace.clone()),
-            name: held.name.clone(),
-            owner: held.owner.clone(),
-            ttl_ms: held.ttl.as_millis() as u64,
-        };
-        let answer = client.post(ExtendRequest::PATH, &request)?;
-        let grant: GrantReply = client.expect(&held.name, &answer, Status::Extended)?;
-        if grant.fencing_token != held.token {
-            return Err(fail(
-                1,
-                format!(
-                    "{} is held under token {}, not {}",
-                    held.name, grant.fencing_token, held.token
-                ),
-            ));
-        }
-        Ok(())
-    })
-    .await;
-    match result {
-        Ok(()) => Renewal::Extended(sent),
-        // Exit code 3: unreachable, `unavailable`, or no lockd answer.
-        Err(f) if f.code == 3 => Renewal::Failed(f.message),
-        Err(f) => Renewal::Refused(f.message),
-    }
 }
 
 /// Releases the lock (with its token); a failure is one line on stderr, and
@@ -348,15 +342,6 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(fail(3, format!("the request failed: {e}"))))
 }
 
-async fn join(handle: &mut Option<JoinHandle<Renewal>>) -> Renewal {
-    match handle {
-        Some(handle) => handle
-            .await
-            .unwrap_or_else(|e| Renewal::Failed(format!("the renewal failed: {e}"))),
-        None => std::future::pending().await,
-    }
-}
-
 fn watch(kind: SignalKind) -> Option<Watched> {
     signal(kind).ok()
 }
@@ -382,7 +367,7 @@ fn forward(child: &Child, sig: Signal) {
 }
 
 /// CMD's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> i32 {
+fn child_exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt as _;
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -391,33 +376,14 @@ fn exit_code(status: ExitStatus) -> i32 {
     }
 }
 
-/// `exec-` and 32 hex digits: 128 random bits, so no one can guess it.
-fn fresh_owner() -> Result<String, Failure> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| fail(3, format!("no randomness for an owner: {e}")))?;
-    Ok(format!("exec-{:032x}", u128::from_be_bytes(bytes)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn margins_and_owners() {
-        assert_eq!(margin(Duration::from_secs(30)), Duration::from_secs(1));
-        assert_eq!(
-            margin(Duration::from_millis(1500)),
-            Duration::from_millis(150)
-        );
-        let (a, b) = (fresh_owner().unwrap(), fresh_owner().unwrap());
-        assert_ne!(a, b);
-        assert!(a.starts_with("exec-") && a.len() == 37, "{a}");
-    }
-
-    #[test]
     fn exit_codes_of_signals() {
         use std::os::unix::process::ExitStatusExt as _;
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(15)), 128 + 15);
+        assert_eq!(child_exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(child_exit_code(ExitStatus::from_raw(15)), 128 + 15);
     }
 }

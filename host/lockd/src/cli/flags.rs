@@ -1,0 +1,71 @@
+//! Flags several commands share, each group flattened into the commands
+//! that take it: [`Conn`] (the client commands), [`StoreArgs`] (`run`,
+//! `serve`, `up`) and [`ServeArgs`] (`serve`, `up`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use lockd::api::wire::DurabilityWord;
+use lockd::config::LockdConfig;
+use lockd::store::StoreSpec;
+
+use super::output::Format;
+
+/// Where the server is when neither `--server` nor `LOCKD_SERVER` says.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7450";
+
+/// The durability an `--ephemeral` flag (`lock`, `lease grant`, `exec`)
+/// asks for.
+pub fn durability(ephemeral: bool) -> DurabilityWord {
+    if ephemeral {
+        DurabilityWord::Ephemeral
+    } else {
+        DurabilityWord::Persistent
+    }
+}
+
+/// Options every client command takes.
+#[derive(Args, Clone, Debug)]
+pub struct Conn {
+    /// The lockd server.
+    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// `text` for people, `json` for the server's JSON body as is.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Bearer token, if the server requires one.
+    #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+}
+
+/// Where locks live and lockd.toml: every subcommand that holds locks
+/// (`run`, `serve`, `up`) takes these and opens its service the same way.
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    /// Where locks live: redb:PATH, memory or etcd:http://HOST:PORT[,...]
+    /// [default: `store` in lockd.toml, else redb:.lockd/locks.redb].
+    #[arg(long, env = "LOCKD_STORE")]
+    pub store: Option<StoreSpec>,
+    /// lockd's configuration [default: ./lockd.toml if it exists].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// lockd.toml and the store it and the flags choose.
+    pub fn resolve(self) -> anyhow::Result<(LockdConfig, StoreSpec)> {
+        let config = LockdConfig::load_or_default(self.config.as_deref())?;
+        let store = config.store(self.store)?;
+        Ok((config, store))
+    }
+}
+
+/// Options `serve` and `up` share.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Require `Authorization: Bearer <token>` on every route but /healthz.
+    #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+}

@@ -1,0 +1,44 @@
+//! `lockd ls`: the live locks of a namespace (`GET /v1/locks`).
+
+use clap::Args;
+use lockd::api::wire::{ListQuery, ListReply, Status};
+use lockd::api::DEFAULT_NAMESPACE;
+
+use crate::cli::client::Client;
+use crate::cli::failure::{exit_code, Failure};
+use crate::cli::flags::Conn;
+use crate::cli::output::table;
+
+/// List the live locks of a namespace.
+#[derive(Args, Debug)]
+pub struct LsCommand {
+    /// Only names starting with this.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// The namespace to list.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+impl LsCommand {
+    /// Exits 0 with the table (or the line that says nothing is held).
+    pub fn execute(self) -> i32 {
+        exit_code(self.run(), "lockd")
+    }
+
+    fn run(self) -> Result<i32, Failure> {
+        let client = Client::new(self.conn, 0)?;
+        let query = ListQuery {
+            namespace: Some(self.namespace),
+            prefix: Some(self.prefix).filter(|p| !p.is_empty()),
+        };
+        let answer = client.get(&query.path())?;
+        let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        let list: ListReply = client.expect(namespace, &answer, Status::Found)?;
+        let prefix = query.prefix.as_deref().unwrap_or("");
+        client.text(|| table(&list.locks, namespace, prefix));
+        Ok(0)
+    }
+}

@@ -1,0 +1,96 @@
+//! `lockd serve`: the REST API, /metrics and /healthz, and a Spin
+//! manifest's HTTP components with `--manifest` ([`lockd::serve`]). Also the
+//! serving loop `lockd up` shares.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use lockd::serve::ServeOptions;
+
+use crate::cli::flags::ServeArgs;
+use crate::cli::runtime;
+
+/// Serve the REST API, /metrics and /healthz (and a Spin manifest's HTTP
+/// components with --manifest).
+#[derive(Args, Debug)]
+pub struct ServeCommand {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7450")]
+    listen: SocketAddr,
+    /// A Spin manifest whose HTTP components to serve too.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    #[command(flatten)]
+    common: ServeArgs,
+}
+
+impl ServeCommand {
+    /// Exits 0 after Ctrl-C or SIGTERM, 2 when the server cannot start.
+    pub fn execute(self) -> i32 {
+        serve_until_signal(self.listen, self.manifest, self.common)
+    }
+}
+
+/// `lockd serve` and `lockd up`: serves on a runtime of its own until Ctrl-C
+/// or SIGTERM (exit 0); exit 2 when the server cannot start.
+pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
+    runtime::block_on(async {
+        let started = async {
+            let (config, store) = args.store.resolve()?;
+            let options = ServeOptions {
+                listen,
+                store,
+                manifest,
+                config,
+                auth_token: args.auth_token.filter(|t| !t.is_empty()),
+            };
+            lockd::serve::serve(options, shutdown_signal()).await
+        }
+        .await;
+        match started {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("lockd: {e:#}");
+                2
+            }
+        }
+    })
+}
+
+/// Watches Ctrl-C and, on Unix, SIGTERM from the moment it is called, and
+/// returns a future that completes on the first of them. Watching starts
+/// before the server announces its address: registered on the future's first
+/// poll instead, a SIGTERM sent right after the announcement could still meet
+/// the default action and kill the process (`serve_stops_on_sigterm` saw it).
+/// A signal that cannot be watched never completes, rather than stopping the
+/// server at once.
+fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        async fn first(signal: Option<Signal>) {
+            match signal {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async move {
+            tokio::select! {
+                () = first(interrupt) => {}
+                () = first(terminate) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
