@@ -12,12 +12,19 @@ use crate::types::{
 /// A boxed, sendable future, so that [`LockBackend`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a store without leases answers to every lease operation (the
-/// trait's default), so that a store can add leases later.
-fn no_leases<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, LockError>> {
-    Box::pin(std::future::ready(Err(LockError::Unavailable(
-        "this lock store does not support leases".to_string(),
-    ))))
+/// What a store answers to an operation it does not support (the trait's
+/// default for leases and force-unlock), so that a store can add them
+/// later.
+///
+/// `denied`, not `unavailable`: `unavailable` means the outcome is unknown
+/// and invites a retry (docs/contract.md#c13-unavailable), while this is a
+/// definite refusal that changed nothing and that no retry will change.
+/// `denied` is the refusal of a well-formed call by what the store allows
+/// (C12); `invalid_argument` would blame the caller's arguments.
+fn not_supported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T, LockError>> {
+    Box::pin(std::future::ready(Err(LockError::Denied(format!(
+        "this lock store does not support {what}"
+    )))))
 }
 
 /// A lock store. Arguments reach it already validated by
@@ -75,7 +82,7 @@ pub trait LockBackend: Send + Sync + 'static {
         durability: Durability,
     ) -> BoxFuture<'a, Result<u64, LockError>> {
         let _ = (lease, ttl_ms, durability);
-        no_leases()
+        not_supported("leases")
     }
 
     /// Moves the expiry of a live lease, and so of every lock under it, to
@@ -83,7 +90,7 @@ pub trait LockBackend: Send + Sync + 'static {
     /// the lease is unknown, revoked or expired.
     fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
         let _ = lease;
-        no_leases()
+        not_supported("leases")
     }
 
     /// Ends a live lease and releases all its locks in one atomic step (each
@@ -91,7 +98,7 @@ pub trait LockBackend: Send + Sync + 'static {
     /// or `not_held` if the lease is unknown, revoked or expired.
     fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
         let _ = lease;
-        no_leases()
+        not_supported("leases")
     }
 
     /// The state of a live lease, or `None`.
@@ -100,7 +107,7 @@ pub trait LockBackend: Send + Sync + 'static {
         lease: &'a Key,
     ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
         let _ = lease;
-        no_leases()
+        not_supported("leases")
     }
 
     /// Takes `key` under the live lease `lease_id` of the key's namespace:
@@ -114,7 +121,7 @@ pub trait LockBackend: Send + Sync + 'static {
         options: LockOptions,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
         let _ = (key, lease_id, options);
-        no_leases()
+        not_supported("leases")
     }
 
     /// Completes once the lease has ended (revoked, or expired) as far as
@@ -130,9 +137,7 @@ pub trait LockBackend: Send + Sync + 'static {
     /// published. Answers the holder it released; `not_held` if free.
     fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         let _ = key;
-        Box::pin(std::future::ready(Err(LockError::Unavailable(
-            "this lock store does not support force-unlock".to_string(),
-        ))))
+        not_supported("force-unlock")
     }
 
     /// A subscription to the store's events (docs/http.md#events), or
@@ -151,4 +156,88 @@ pub trait LockBackend: Send + Sync + 'static {
     /// Gauges and counters for metrics. Called at scrape time, not on any
     /// hot path.
     fn stats(&self) -> BackendStats;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store with locks only: every required method, no optional one.
+    struct LocksOnly;
+
+    impl LockBackend for LocksOnly {
+        fn lock<'a>(
+            &'a self,
+            _: &'a Key,
+            _: &'a str,
+            _: u64,
+            _: LockOptions,
+        ) -> BoxFuture<'a, Result<Grant, LockError>> {
+            unimplemented!("not called")
+        }
+        fn unlock<'a>(
+            &'a self,
+            _: &'a Key,
+            _: &'a str,
+            _: Option<u64>,
+        ) -> BoxFuture<'a, Result<(), LockError>> {
+            unimplemented!("not called")
+        }
+        fn extend<'a>(
+            &'a self,
+            _: &'a Key,
+            _: &'a str,
+            _: u64,
+        ) -> BoxFuture<'a, Result<Grant, LockError>> {
+            unimplemented!("not called")
+        }
+        fn get<'a>(&'a self, _: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
+            unimplemented!("not called")
+        }
+        fn list<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
+            unimplemented!("not called")
+        }
+        fn release_detached(&self, _: Key, _: String, _: u64) {}
+        fn stats(&self) -> BackendStats {
+            BackendStats::default()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn unsupported_operations_are_refused_not_unknown() {
+        let store = LocksOnly;
+        let lease = Key::new("ns", "lease-1");
+        let refused = |e: LockError, what: &str| {
+            assert_eq!(
+                e,
+                LockError::Denied(format!("this lock store does not support {what}"))
+            );
+        };
+        let options = LockOptions::default();
+        refused(
+            store
+                .grant_lease(&lease, 1_000, Durability::Persistent)
+                .await
+                .unwrap_err(),
+            "leases",
+        );
+        refused(store.refresh_lease(&lease).await.unwrap_err(), "leases");
+        refused(store.revoke_lease(&lease).await.unwrap_err(), "leases");
+        refused(store.get_lease(&lease).await.unwrap_err(), "leases");
+        refused(
+            store
+                .lock_in_lease(&lease, "lease-1", options)
+                .await
+                .unwrap_err(),
+            "leases",
+        );
+        refused(
+            store.force_unlock(&lease).await.unwrap_err(),
+            "force-unlock",
+        );
+    }
 }

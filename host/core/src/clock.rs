@@ -18,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use crate::error::LockError;
+
 /// A source of time that can also sleep.
 pub trait Clock: Send + Sync + 'static {
     /// Now, in the clock's monotonic milliseconds: never steps, and reads as
@@ -35,6 +37,15 @@ pub trait Clock: Send + Sync + 'static {
     fn monotonic_of_wall_ms(&self, wall_ms: u64) -> u64 {
         wall_ms
     }
+}
+
+/// The deadline `ttl_ms` after `now_ms`, on the same clock. A TTL that
+/// overflows it is refused, nothing changed: a deadline that saturated
+/// instead would hold a lock forever.
+pub fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
+    now_ms.checked_add(ttl_ms).ok_or_else(|| {
+        LockError::InvalidArgument(format!("a ttl of {ttl_ms} ms overflows the clock"))
+    })
 }
 
 /// Moves `ms` by `offset`, saturating.
@@ -192,5 +203,14 @@ mod tests {
         assert_eq!(clock.monotonic_of_wall_ms(4_600_500), 1_000_500);
         clock.step_wall(-7_200_000);
         assert_eq!(clock.to_wall_ms(1_000_000), 0, "saturates below the epoch");
+    }
+
+    #[test]
+    fn a_deadline_that_overflows_is_refused() {
+        assert_eq!(deadline(10, 5), Ok(15));
+        assert!(matches!(
+            deadline(u64::MAX - 1, 2),
+            Err(LockError::InvalidArgument(_))
+        ));
     }
 }

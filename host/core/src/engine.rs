@@ -24,32 +24,38 @@
 //! (its name and owner in one allocation, its namespace interned once per
 //! engine), a 4-byte slot in the shard's hash index and a 16-byte entry in
 //! its deadline heap (see the `table` module).
+//!
+//! This file holds the engine and its lock operations. Beside it: `table`
+//! (a shard's locks, index, deadlines and waiters), `queue` (waiting in a
+//! lock's FIFO queue, hand-off and time-out), `leases`, `tokens` (fencing
+//! tokens and their durable reservations), `recovery` (the constructors,
+//! resuming from what the journal recovered), `purge` (the task that
+//! sweeps expired holders at their deadlines) and `lock_backend` (the
+//! [`LockBackend`](crate::LockBackend) face, answering in wall-clock time).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use rustc_hash::FxHasher;
-use tokio::sync::{oneshot, Notify};
-
-use crate::backend::{BoxFuture, LockBackend};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{deadline, Clock};
 use crate::error::LockError;
 use crate::events::EventSender;
-use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered, Ticket};
-use crate::metrics::{BackendStats, NamespaceStats};
+use crate::journal::{Journal, JournalOp, Record, Ticket};
 use crate::types::{
-    Durability, EventKind, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+    Durability, EventKind, Grant, Key, ListedLock, LockEvent, LockInfo, LockOptions,
 };
 
 mod leases;
+mod lock_backend;
+mod purge;
+mod queue;
+mod recovery;
 mod table;
+mod tokens;
 
 use leases::{LeaseCell, LeaseTable};
-use table::{key_hash, Holder, Lock, Namespace, Namespaces, NewHolder, Shard};
-
-type FxBuild = BuildHasherDefault<FxHasher>;
+use purge::{PurgeSignal, Sweep};
+use table::{key_hash, FxBuild, Holder, Lock, Namespaces, NewHolder, Queued, Shard};
+use tokens::TokenAllocator;
 
 /// Tuning knobs of the engine.
 #[derive(Clone, Debug)]
@@ -70,7 +76,8 @@ impl Default for EngineOptions {
     }
 }
 
-/// The single-node [`LockBackend`]. See the module docs for its invariants.
+/// The single-node [`LockBackend`](crate::LockBackend). See the module docs
+/// for its invariants.
 pub struct Engine {
     shards: Box<[Mutex<Shard>]>,
     tokens: TokenAllocator,
@@ -90,291 +97,19 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("shards", &self.shards.len())
-            .field("next_token", &self.tokens.next.load(Ordering::Relaxed))
+            .field("next_token", &self.tokens.peek())
             .finish_non_exhaustive()
     }
-}
-
-struct Waiter {
-    id: u64,
-    owner: String,
-    ttl_ms: u64,
-    durability: Durability,
-    /// Waiting under a lease: granted with the lease's expiry, and refused
-    /// with `not_held` if the lease ended meanwhile.
-    lease: Option<Arc<LeaseCell>>,
-    tx: oneshot::Sender<Result<Handoff, LockError>>,
 }
 
 /// What the synchronous part of `lock` decided.
 enum Attempt {
     Granted(Grant, Ticket),
     Refreshed(Grant, Ticket),
-    Queued {
-        id: u64,
-        rx: oneshot::Receiver<Result<Handoff, LockError>>,
-        wait_until: u64,
-    },
-}
-
-/// A grant made on a waiter's behalf, still to be acknowledged by it.
-struct Handoff {
-    grant: Grant,
-    ticket: Ticket,
-}
-
-/// Wakes the purge task early when a deadline sooner than the one it sleeps
-/// towards appears, and when the engine is dropped.
-struct PurgeSignal {
-    notify: Notify,
-    /// The deadline the purge task currently sleeps towards.
-    next_wake_ms: AtomicU64,
-}
-
-impl PurgeSignal {
-    fn note_deadline(&self, deadline_ms: u64) {
-        if deadline_ms < self.next_wake_ms.load(Ordering::Acquire) {
-            self.next_wake_ms.store(deadline_ms, Ordering::Release);
-            self.notify.notify_one();
-        }
-    }
-}
-
-/// Issues fencing tokens from one global counter, and makes sure a token is
-/// covered by a durable reservation before any grant carrying it is
-/// acknowledged. After a restart the counter resumes above the reservation,
-/// so tokens never go backwards, for ephemeral locks too.
-struct TokenAllocator {
-    next: AtomicU64,
-    reserved_up_to: AtomicU64,
-    block: u64,
-    refill: tokio::sync::Mutex<()>,
-}
-
-impl TokenAllocator {
-    /// Called under the shard mutex, so that per name, token order is grant
-    /// order.
-    fn issue(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::Relaxed)
-    }
-
-    async fn make_durable(&self, token: u64, journal: &dyn Journal) -> Result<(), LockError> {
-        if token <= self.reserved_up_to.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _one_refill_at_a_time = self.refill.lock().await;
-        if token <= self.reserved_up_to.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let up_to = self
-            .next
-            .load(Ordering::Relaxed)
-            .max(token)
-            .saturating_add(self.block);
-        journal
-            .submit(JournalOp::ReserveTokens { up_to })
-            .wait()
-            .await?;
-        self.reserved_up_to.fetch_max(up_to, Ordering::AcqRel);
-        Ok(())
-    }
-}
-
-fn deadline(now_ms: u64, ttl_ms: u64) -> Result<u64, LockError> {
-    now_ms.checked_add(ttl_ms).ok_or_else(|| {
-        LockError::InvalidArgument(format!("a ttl of {ttl_ms} ms overflows the clock"))
-    })
+    Queued(Queued),
 }
 
 impl Engine {
-    /// The `memory` store: nothing survives a restart, and tokens are seeded
-    /// from the wall clock (see [`Recovered::in_memory`]).
-    ///
-    /// Like [`Engine::new`], this must be called within a tokio runtime.
-    pub fn memory() -> Arc<Engine> {
-        Engine::new(
-            Arc::new(NullJournal),
-            Recovered::in_memory(),
-            Arc::new(SystemClock),
-            EngineOptions::default(),
-        )
-    }
-
-    /// An engine resuming from `recovered`, writing through `journal`.
-    ///
-    /// Spawns the purge task on the current tokio runtime; it ends when the
-    /// engine is dropped.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    pub fn new(
-        journal: Arc<dyn Journal>,
-        mut recovered: Recovered,
-        clock: Arc<dyn Clock>,
-        options: EngineOptions,
-    ) -> Arc<Engine> {
-        let locks = std::mem::take(&mut recovered.locks);
-        let rows = locks.into_iter().map(Ok::<_, std::convert::Infallible>);
-        match Engine::resume(journal, recovered, rows, clock, options) {
-            Ok(engine) => engine,
-            Err(never) => match never {},
-        }
-    }
-
-    /// [`Engine::new`] with the persistent locks streamed from `locks`
-    /// (after those in `recovered.locks`), so that a store never holds a
-    /// million recovered records and the engine's table at once. Stops at
-    /// the first error, which it returns; the engine is then dropped
-    /// unstarted (what it submitted to `journal` meanwhile is up to the
-    /// journal to drop).
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    pub fn resume<E>(
-        journal: Arc<dyn Journal>,
-        mut recovered: Recovered,
-        locks: impl IntoIterator<Item = Result<(Key, Record), E>>,
-        clock: Arc<dyn Clock>,
-        options: EngineOptions,
-    ) -> Result<Arc<Engine>, E> {
-        let shards = (0..options.shards.max(1))
-            .map(|_| Mutex::new(Shard::default()))
-            .collect();
-        let engine = Arc::new(Engine {
-            shards,
-            tokens: TokenAllocator {
-                next: AtomicU64::new(recovered.next_token.max(1)),
-                reserved_up_to: AtomicU64::new(recovered.reserved_up_to),
-                block: options.token_block.max(1),
-                refill: tokio::sync::Mutex::new(()),
-            },
-            journal,
-            clock,
-            purge: Arc::new(PurgeSignal {
-                notify: Notify::new(),
-                next_wake_ms: AtomicU64::new(u64::MAX),
-            }),
-            next_waiter_id: AtomicU64::new(0),
-            namespaces: Namespaces::default(),
-            leases: LeaseTable::default(),
-            events: EventSender::default(),
-        });
-        let now = engine.clock.now_ms();
-        for (lease, mut record) in std::mem::take(&mut recovered.leases) {
-            record.expires_at_ms = engine.clock.monotonic_of_wall_ms(record.expires_at_ms);
-            if record.expires_at_ms <= now {
-                drop(engine.journal.submit(JournalOp::DeleteLease(lease)));
-                continue;
-            }
-            engine.leases.insert(LeaseCell::new(
-                lease,
-                record.ttl_ms,
-                record.expires_at_ms,
-                Durability::Persistent,
-            ));
-            engine.purge.note_deadline(record.expires_at_ms);
-        }
-        let mut highest_recorded = None;
-        let mut last_namespace: Option<Arc<Namespace>> = None;
-        let rows = std::mem::take(&mut recovered.locks)
-            .into_iter()
-            .map(Ok)
-            .chain(locks);
-        // Size the shards for what is coming (a store says how many rows it
-        // has): growing them lock by lock rehashed every index several
-        // times, a sixth of recovery's time with a million locks (B5).
-        let expected = rows.size_hint().0;
-        if expected > 0 {
-            let per_shard = expected.div_ceil(engine.shards.len());
-            // Keys spread unevenly; a little headroom spares a last rehash.
-            let per_shard = per_shard + per_shard / 16;
-            for shard in &engine.shards {
-                shard
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .reserve(per_shard);
-            }
-        }
-        for row in rows {
-            let (key, record) = row?;
-            highest_recorded = highest_recorded.max(Some(record.token));
-            let namespace = match last_namespace.take() {
-                Some(ns) if *ns.name == *key.namespace => ns,
-                _ => engine.namespaces.get(&key.namespace),
-            };
-            engine.recover_lock(key, record, &namespace, now);
-            last_namespace = Some(namespace);
-        }
-        // Resume above any token found in a record too: a grant's record can
-        // reach the disk in an earlier batch than the reservation covering it.
-        if let Some(highest) = highest_recorded {
-            engine
-                .tokens
-                .next
-                .fetch_max(highest.saturating_add(1), Ordering::Relaxed);
-        }
-        tokio::spawn(purge_loop(Arc::downgrade(&engine), engine.purge.clone()));
-        Ok(engine)
-    }
-
-    /// Installs one recovered lock of `namespace`, or drops its record if it
-    /// expired while the store was closed.
-    fn recover_lock(&self, key: Key, mut record: Record, namespace: &Arc<Namespace>, now: u64) {
-        record.expires_at_ms = self.clock.monotonic_of_wall_ms(record.expires_at_ms);
-        // A lock under a live lease takes the lease's expiry: a refresh
-        // writes only the lease's record. A lease that is gone was
-        // revoked (its locks' records went with it, in one batch) or
-        // expired after all its locks' recorded expiries.
-        let lease = self.leases.live_owner(&key.namespace, &record.owner, now);
-        if let Some(lease) = &lease {
-            record.expires_at_ms = lease.attach(&key.name);
-        }
-        if record.expires_at_ms <= now {
-            // Expired while we were down: free, and no longer worth keeping.
-            drop(self.journal.submit(JournalOp::Delete(key)));
-            return;
-        }
-        let (mut shard, hash) = self.shard(&key);
-        let at = shard.find_or_insert(hash, &key, &record.owner, || namespace.clone());
-        if shard.take_holder(at).is_some() {
-            // The same key twice (no store returns that): the last one wins.
-            shard.at(at).namespace.remove();
-        }
-        // Recovered locks count against quotas but are never refused.
-        shard.at(at).namespace.add();
-        shard.set_holder(
-            at,
-            NewHolder {
-                owner: &record.owner,
-                token: record.token,
-                expires_at_ms: record.expires_at_ms,
-                acquired_at_ms: now,
-                durability: Durability::Persistent,
-                lease,
-            },
-        );
-    }
-
-    /// A grant or `busy` answer, its expiry in wall-clock time (the
-    /// engine's deadlines are monotonic: see [`Clock`]).
-    fn wall_grant(&self, result: Result<Grant, LockError>) -> Result<Grant, LockError> {
-        match result {
-            Ok(grant) => Ok(Grant {
-                expires_at_ms: self.clock.to_wall_ms(grant.expires_at_ms),
-                ..grant
-            }),
-            Err(LockError::Busy(info)) => Err(LockError::Busy(self.wall_info(info))),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn wall_info(&self, info: LockInfo) -> LockInfo {
-        LockInfo {
-            expires_at_ms: self.clock.to_wall_ms(info.expires_at_ms),
-            ..info
-        }
-    }
-
     /// The shard of the key whose hash is `hash`. The high half picks the
     /// shard, so the low bits (the shard's index) and the top seven (its
     /// control bytes) stay spread within a shard.
@@ -423,13 +158,59 @@ impl Engine {
     ) -> Result<(Grant, Ticket), LockError> {
         let at = shard.find_or_insert(hash, key, owner, || self.namespaces.get(&key.namespace));
         if let Err(e) = shard.at(at).namespace.try_add(quota) {
-            forget_if_idle(shard, at);
+            shard.forget_if_idle(at);
             return Err(e);
         }
         let (grant, ticket) =
             self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease);
         self.emit(EventKind::Acquired, shard.at(at), key);
         Ok((grant, ticket))
+    }
+
+    /// Makes `owner` the holder of the free lock `key`: under `lease`, with
+    /// the lease's expiry and durability (`not_held` if it ended), else for
+    /// `ttl_ms` with `options.durability`; if the namespace's quota allows.
+    /// The caller holds the shard mutex.
+    #[allow(clippy::too_many_arguments)]
+    fn install_fresh(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        hash: u64,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        lease: Option<&Arc<LeaseCell>>,
+        now: u64,
+    ) -> Result<(Grant, Ticket), LockError> {
+        match lease {
+            Some(lease) => {
+                let expires_at_ms = lease
+                    .attach_if_live(&key.name, now)
+                    .ok_or(LockError::NotHeld)?;
+                self.install(
+                    shard,
+                    key,
+                    hash,
+                    owner,
+                    expires_at_ms,
+                    lease.durability,
+                    Some(lease.clone()),
+                    options.quota,
+                )
+                .inspect_err(|_| lease.detach(&key.name))
+            }
+            None => self.install(
+                shard,
+                key,
+                hash,
+                owner,
+                deadline(now, ttl_ms)?,
+                options.durability,
+                None,
+                options.quota,
+            ),
+        }
     }
 
     /// Publishes `kind` about the holder of `lock` (which must have one).
@@ -594,62 +375,6 @@ impl Engine {
             .filter(|&at| shard.at(at).holder().is_some())
     }
 
-    /// Grants the free lock at `at`, named `key`, to its first live waiter,
-    /// or forgets the lock if nobody waits.
-    fn hand_off(&self, shard: &mut Shard, at: usize, key: &Key, now: u64) {
-        loop {
-            let lock = shard.at_mut(at);
-            if lock.holder().is_some() {
-                return;
-            }
-            let Some(waiter) = lock.waiters.pop_front() else {
-                shard.remove(at);
-                return;
-            };
-            if waiter.tx.is_closed() {
-                continue;
-            }
-            let expires_at_ms = match &waiter.lease {
-                // A lease that ended while its caller waited gets nothing.
-                Some(lease) => match lease.attach_if_live(&key.name, now) {
-                    Some(expires_at_ms) => expires_at_ms,
-                    None => {
-                        let _ = waiter.tx.send(Err(LockError::NotHeld));
-                        continue;
-                    }
-                },
-                // The ttl was validated when the waiter queued; saturate
-                // rather than fail here, where nobody could be told.
-                None => now.saturating_add(waiter.ttl_ms),
-            };
-            // The lock changes hands within its namespace: counted, but never
-            // refused by a quota.
-            lock.namespace.add();
-            let lease = waiter.lease.clone();
-            let (grant, ticket) = self.install_counted(
-                shard,
-                at,
-                key,
-                &waiter.owner,
-                expires_at_ms,
-                waiter.durability,
-                waiter.lease,
-            );
-            if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
-                self.emit(EventKind::HandedOff, shard.at(at), key);
-                return;
-            }
-            // The waiter left between the check and the send: undo, try the next.
-            if let Some(lease) = &lease {
-                lease.detach(&key.name);
-            }
-            if let Some(h) = shard.take_holder(at) {
-                shard.at(at).namespace.remove();
-                drop(self.journal_if_persistent(h.durability, || JournalOp::Delete(key.clone())));
-            }
-        }
-    }
-
     /// Waits until a grant is durable, then acknowledges it. If that fails,
     /// or the caller goes away first, the grant is released again.
     async fn acknowledge(
@@ -682,11 +407,8 @@ impl Engine {
         options: LockOptions,
         lease: Option<Arc<LeaseCell>>,
     ) -> Result<Grant, LockError> {
-        let attempt = self.try_lock(key, owner, ttl_ms, options, lease.as_ref())?;
-        let (waiter_id, rx, wait_until) = match attempt {
-            Attempt::Granted(grant, ticket) => {
-                return self.acknowledge(key, owner, grant, ticket).await
-            }
+        match self.try_lock(key, owner, ttl_ms, options, lease.as_ref())? {
+            Attempt::Granted(grant, ticket) => self.acknowledge(key, owner, grant, ticket).await,
             Attempt::Refreshed(grant, ticket) => {
                 // A retry by the holder: it was acknowledged before, or is
                 // being acknowledged by the call it retries.
@@ -694,35 +416,13 @@ impl Engine {
                 self.tokens
                     .make_durable(grant.fencing_token, &*self.journal)
                     .await?;
-                return Ok(grant);
+                Ok(grant)
             }
-            Attempt::Queued { id, rx, wait_until } => (id, rx, wait_until),
-        };
-
-        let mut waiting = Waiting {
-            engine: self,
-            key,
-            owner,
-            id: waiter_id,
-            rx,
-            queued: true,
-        };
-        tokio::select! {
-            biased;
-            handoff = &mut waiting.rx => {
-                waiting.queued = false;
-                let Ok(handoff) = handoff else {
-                    return Err(LockError::Unavailable("the lock store shut down".to_string()));
-                };
-                let handoff = handoff?;
-                return self.acknowledge(key, owner, handoff.grant, handoff.ticket).await;
+            Attempt::Queued(queued) => {
+                self.wait_in_queue(key, owner, ttl_ms, options, lease.as_ref(), queued)
+                    .await
             }
-            () = self.clock.sleep_until(wait_until) => {}
         }
-        waiting.queued = false;
-        let (grant, ticket) =
-            self.time_out(key, owner, ttl_ms, options, lease.as_ref(), &mut waiting)?;
-        self.acknowledge(key, owner, grant, ticket).await
     }
 
     /// The synchronous part of `lock`: grant, refresh, refuse, or queue.
@@ -740,34 +440,8 @@ impl Engine {
         let shard = &mut *guard;
         let now = self.clock.now_ms();
         let Some(at) = self.settle_held(shard, key, hash, now) else {
-            let (grant, ticket) = match lease {
-                Some(lease) => {
-                    let expires_at_ms = lease
-                        .attach_if_live(&key.name, now)
-                        .ok_or(LockError::NotHeld)?;
-                    self.install(
-                        shard,
-                        key,
-                        hash,
-                        owner,
-                        expires_at_ms,
-                        lease.durability,
-                        Some(lease.clone()),
-                        options.quota,
-                    )
-                    .inspect_err(|_| lease.detach(&key.name))?
-                }
-                None => self.install(
-                    shard,
-                    key,
-                    hash,
-                    owner,
-                    deadline(now, ttl_ms)?,
-                    options.durability,
-                    None,
-                    options.quota,
-                )?,
-            };
+            let (grant, ticket) =
+                self.install_fresh(shard, key, hash, owner, ttl_ms, options, lease, now)?;
             return Ok(Attempt::Granted(grant, ticket));
         };
         let lock = shard.at(at);
@@ -791,78 +465,9 @@ impl Engine {
         if options.wait_ms == 0 {
             return Err(LockError::Busy(lock.info().expect("held")));
         }
-        let id = self.next_waiter_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        shard.at_mut(at).waiters.push_back(Waiter {
-            id,
-            owner: owner.to_string(),
-            ttl_ms,
-            durability: options.durability,
-            lease: lease.cloned(),
-            tx,
-        });
-        Ok(Attempt::Queued {
-            id,
-            rx,
-            wait_until: now.saturating_add(options.wait_ms),
-        })
-    }
-
-    /// A queued call's wait ran out. A hand-off may have raced the timer: if
-    /// so, it wins; otherwise the caller leaves the queue with `busy`.
-    fn time_out(
-        &self,
-        key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
-        lease: Option<&Arc<LeaseCell>>,
-        waiting: &mut Waiting<'_>,
-    ) -> Result<(Grant, Ticket), LockError> {
-        let (mut guard, hash) = self.shard(key);
-        let shard = &mut *guard;
-        let now = self.clock.now_ms();
-        self.settle(shard, key, hash, now);
-        if let Ok(handoff) = waiting.rx.try_recv() {
-            let handoff = handoff?;
-            return Ok((handoff.grant, handoff.ticket));
-        }
-        remove_waiter(shard, key, hash, waiting.id);
-        match shard.find(hash, key).and_then(|at| shard.at(at).info()) {
-            Some(info) => Err(LockError::Busy(info)),
-            // Free with nobody ahead (a live waiter ahead would hold it).
-            None => match lease {
-                Some(lease) => {
-                    let expires_at_ms = lease
-                        .attach_if_live(&key.name, now)
-                        .ok_or(LockError::NotHeld)?;
-                    self.install(
-                        shard,
-                        key,
-                        hash,
-                        owner,
-                        expires_at_ms,
-                        lease.durability,
-                        Some(lease.clone()),
-                        options.quota,
-                    )
-                    .inspect_err(|_| lease.detach(&key.name))
-                }
-                None => {
-                    let expires_at_ms = deadline(now, ttl_ms)?;
-                    self.install(
-                        shard,
-                        key,
-                        hash,
-                        owner,
-                        expires_at_ms,
-                        options.durability,
-                        None,
-                        options.quota,
-                    )
-                }
-            },
-        }
+        Ok(Attempt::Queued(
+            self.enqueue(shard, at, owner, ttl_ms, options, lease, now),
+        ))
     }
 
     async fn unlock_impl(
@@ -989,28 +594,6 @@ impl Engine {
         }
     }
 
-    /// Removes every expired holder and hands freed locks to their waiters.
-    /// Returns the earliest remaining deadline.
-    fn purge_expired(&self, now: u64) -> u64 {
-        let mut earliest = u64::MAX;
-        for shard in self.shards.iter() {
-            let mut guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let shard = &mut *guard;
-            while let Some((due, at)) = shard.next_deadline() {
-                if due > now {
-                    earliest = earliest.min(due);
-                    break;
-                }
-                // The deadline is its holder's expiry, which has passed.
-                // Removing the holder removes this deadline, and a waiter
-                // granted in its place gets a later one: this loop ends.
-                let key = shard.at(at).key();
-                drop(self.remove_holder(shard, at, &key, now, EventKind::Expired));
-            }
-        }
-        earliest.min(self.expire_leases(now))
-    }
-
     /// The number of live (unexpired) locks, for tests and metrics.
     pub fn live_locks(&self) -> usize {
         let now = self.clock.now_ms();
@@ -1037,48 +620,6 @@ impl Engine {
     }
 }
 
-/// Forgets the lock at `at` if it has neither holder nor waiters.
-fn forget_if_idle(shard: &mut Shard, at: usize) {
-    let lock = shard.at(at);
-    if lock.holder().is_none() && lock.waiters.is_empty() {
-        shard.remove(at);
-    }
-}
-
-fn remove_waiter(shard: &mut Shard, key: &Key, hash: u64, id: u64) {
-    if let Some(at) = shard.find(hash, key) {
-        shard.at_mut(at).waiters.retain(|w| w.id != id);
-        forget_if_idle(shard, at);
-    }
-}
-
-/// A queued `lock` call. If the call goes away (its future is dropped), it
-/// leaves the queue; if a grant was handed to it meanwhile, that grant is
-/// released.
-struct Waiting<'a> {
-    engine: &'a Engine,
-    key: &'a Key,
-    owner: &'a str,
-    id: u64,
-    rx: oneshot::Receiver<Result<Handoff, LockError>>,
-    queued: bool,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if !self.queued {
-            return;
-        }
-        let (mut guard, hash) = self.engine.shard(self.key);
-        remove_waiter(&mut guard, self.key, hash, self.id);
-        drop(guard);
-        if let Ok(Ok(handoff)) = self.rx.try_recv() {
-            self.engine
-                .release_now(self.key, self.owner, handoff.grant.fencing_token);
-        }
-    }
-}
-
 /// Releases a grant that will never be acknowledged.
 struct ReleaseOnDrop<'a> {
     engine: &'a Engine,
@@ -1099,185 +640,34 @@ impl Drop for ReleaseOnDrop<'_> {
 impl Drop for Engine {
     fn drop(&mut self) {
         // Let the purge task notice that the engine is gone.
-        self.purge.notify.notify_one();
+        self.purge.engine_dropped();
     }
 }
 
-/// Sleeps until the earliest deadline (or an earlier one appears), then
-/// purges. Holds the engine only while purging, so dropping the last handle
-/// ends the task.
-async fn purge_loop(engine: Weak<Engine>, signal: Arc<PurgeSignal>) {
-    loop {
-        let sleep = {
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            // While we purge, any new deadline may be earlier than the one we
-            // will compute: have every one of them leave a wake-up permit.
-            signal.next_wake_ms.store(u64::MAX, Ordering::Release);
-            let next = engine.purge_expired(engine.clock.now_ms());
-            signal.next_wake_ms.store(next, Ordering::Release);
-            engine.clock.sleep_until(next)
-        };
-        tokio::select! {
-            () = sleep => {}
-            () = signal.notify.notified() => {}
-        }
-    }
-}
-
-impl LockBackend for Engine {
-    fn lock<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a str,
-        ttl_ms: u64,
-        options: LockOptions,
-    ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        // A plain `lock` by a live lease's id is a lock under that lease
-        // (docs/contract.md#c16-leases): never a lock with its own expiry.
-        let lease = self
-            .leases
-            .live_owner(&key.namespace, owner, self.clock.now_ms());
-        let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
-        Box::pin(async move { self.wall_grant(locking.await) })
+impl Sweep for Engine {
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
     }
 
-    fn unlock<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a str,
-        token: Option<u64>,
-    ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(self.unlock_impl(key, owner, token))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a str,
-        ttl_ms: u64,
-    ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        Box::pin(async move { self.wall_grant(self.extend_impl(key, owner, ttl_ms).await) })
-    }
-
-    fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
-        let info = self.get_impl(key).map(|i| self.wall_info(i));
-        Box::pin(async move { Ok(info) })
-    }
-
-    fn list<'a>(
-        &'a self,
-        namespace: &'a str,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
-        let mut locks = self.list_impl(namespace, prefix);
-        for lock in &mut locks {
-            lock.info.expires_at_ms = self.clock.to_wall_ms(lock.info.expires_at_ms);
-        }
-        Box::pin(async move { Ok(locks) })
-    }
-
-    fn release_detached(&self, key: Key, owner: String, token: u64) {
-        self.release_now(&key, &owner, token);
-    }
-
-    fn grant_lease<'a>(
-        &'a self,
-        lease: &'a Key,
-        ttl_ms: u64,
-        durability: Durability,
-    ) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(async move {
-            let expires_at_ms = self.grant_lease_impl(lease, ttl_ms, durability).await?;
-            Ok(self.clock.to_wall_ms(expires_at_ms))
-        })
-    }
-
-    fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(async move {
-            let expires_at_ms = self.refresh_lease_impl(lease).await?;
-            Ok(self.clock.to_wall_ms(expires_at_ms))
-        })
-    }
-
-    fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(self.revoke_lease_impl(lease))
-    }
-
-    fn get_lease<'a>(
-        &'a self,
-        lease: &'a Key,
-    ) -> BoxFuture<'a, Result<Option<LeaseInfo>, LockError>> {
-        let info = self.get_lease_impl(lease).map(|mut info| {
-            info.expires_at_ms = self.clock.to_wall_ms(info.expires_at_ms);
-            info
-        });
-        Box::pin(async move { Ok(info) })
-    }
-
-    fn lock_in_lease<'a>(
-        &'a self,
-        key: &'a Key,
-        lease_id: &'a str,
-        options: LockOptions,
-    ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        let now = self.clock.now_ms();
-        let Some(lease) = self.leases.live_owner(&key.namespace, lease_id, now) else {
-            return Box::pin(std::future::ready(Err(LockError::NotHeld)));
-        };
-        let locking = self.lock_impl(key, lease_id, 1, options, Some(lease));
-        Box::pin(async move { self.wall_grant(locking.await) })
-    }
-
-    fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
-        self.lease_ended_impl(lease)
-    }
-
-    fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
-        Box::pin(async move {
-            let info = self.force_unlock_impl(key).await?;
-            Ok(self.wall_info(info))
-        })
-    }
-
-    fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
-        Some(self.events.subscribe())
-    }
-
-    fn namespace_stats(&self) -> Vec<NamespaceStats> {
-        let now = self.clock.now_ms();
-        let mut by_namespace: HashMap<Arc<str>, NamespaceStats, FxBuild> = HashMap::default();
+    /// Removes every expired holder and hands freed locks to their
+    /// waiters, then every expired lease.
+    fn sweep(&self, now: u64) -> u64 {
+        let mut earliest = u64::MAX;
         for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for lock in shard.iter() {
-                let row = by_namespace
-                    .entry(lock.namespace.name.clone())
-                    .or_insert_with(|| NamespaceStats {
-                        namespace: lock.namespace.name.to_string(),
-                        ..NamespaceStats::default()
-                    });
-                row.waiters += lock.waiters.len() as u64;
-                match lock.holder().filter(|h| h.expires_at_ms() > now) {
-                    Some(h) if h.durability == Durability::Persistent => row.persistent += 1,
-                    Some(_) => row.ephemeral += 1,
-                    None => {}
+            let mut guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let shard = &mut *guard;
+            while let Some((due, at)) = shard.next_deadline() {
+                if due > now {
+                    earliest = earliest.min(due);
+                    break;
                 }
+                // The deadline is its holder's expiry, which has passed.
+                // Removing the holder removes this deadline, and a waiter
+                // granted in its place gets a later one: this loop ends.
+                let key = shard.at(at).key();
+                drop(self.remove_holder(shard, at, &key, now, EventKind::Expired));
             }
         }
-        let mut rows: Vec<NamespaceStats> = by_namespace.into_values().collect();
-        rows.sort_by(|a, b| a.namespace.cmp(&b.namespace));
-        rows
-    }
-
-    fn stats(&self) -> BackendStats {
-        let (commits, committed_ops, failed_commits) = self.journal.commit_stats();
-        BackendStats {
-            locks_held: self.live_locks() as u64,
-            waiters: self.waiters() as u64,
-            commits,
-            committed_ops,
-            failed_commits,
-        }
+        earliest.min(self.expire_leases(now))
     }
 }

@@ -13,6 +13,12 @@
 //!   keep across restarts it writes through a [`Journal`]. With
 //!   [`NullJournal`] it is the `memory` store; `lockd-redb` provides the
 //!   persistent journal.
+//! - [`Engine`]'s constructors and [`LockService::new`] start a task, so
+//!   they must be called within a tokio runtime (they panic outside one,
+//!   saying so).
+//! - [`keepalive`] is the one keep-alive and lost rule of every holder (the
+//!   wasm capability's guards and leases, `lockd exec`), timed by a
+//!   [`Clock`]; [`random_id`] makes the ids of holders.
 //!
 //! ```
 //! use lockd_core::{Engine, LockOptions, LockService, Limits};
@@ -32,21 +38,25 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod background;
 mod clock;
 mod engine;
 mod error;
 mod events;
+mod ids;
 mod journal;
+pub mod keepalive;
 mod limits;
 pub mod metrics;
 mod service;
 mod types;
 
 pub use backend::{BoxFuture, LockBackend};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{deadline, Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
 pub use error::{ErrorKind, LockError};
 pub use events::{EventSender, EVENT_BUFFER};
+pub use ids::random_id;
 pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
 };

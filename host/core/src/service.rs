@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::{BoxFuture, LockBackend};
+use crate::background;
 use crate::error::LockError;
+use crate::ids::random_id;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, Op};
 use crate::types::{
@@ -100,14 +102,23 @@ impl std::fmt::Debug for LockService {
 impl LockService {
     /// A service over `backend`, with no quotas.
     ///
-    /// Within a tokio runtime, it also follows the store's events to measure
-    /// hold times (`lockd_hold_seconds`); that task ends with the store.
+    /// It starts a task on the current tokio runtime that follows the
+    /// store's events, to measure hold times (`lockd_hold_seconds`) and to
+    /// tell holders of a force-release; the task ends with the store or the
+    /// service.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, saying so, whether or not the store
+    /// publishes events: one rule for every constructor that starts a task,
+    /// [`Engine::new`](crate::Engine::new)'s too.
     pub fn new(backend: Arc<dyn LockBackend>, limits: Limits) -> Self {
+        let runtime = background::runtime(
+            "lockd_core::LockService",
+            "the task that follows its store's events",
+        );
         let metrics = Arc::new(Metrics::default());
         let force_watchers = Arc::new(ForceWatchers::default());
-        if let (Ok(runtime), Some(events)) =
-            (tokio::runtime::Handle::try_current(), backend.events())
-        {
+        if let Some(events) = backend.events() {
             runtime.spawn(follow_events(
                 events,
                 Arc::downgrade(&metrics),
@@ -299,7 +310,7 @@ impl LockService {
         let result = async {
             self.limits.check_namespace(namespace)?;
             self.limits.check_ttl(ttl_ms)?;
-            let id = fresh_lease_id()?;
+            let id = random_id("lease")?;
             let lease = Key::new(namespace, id.as_str());
             let expires_at_ms = self.backend.grant_lease(&lease, ttl_ms, durability).await?;
             Ok(LeaseGrant { id, expires_at_ms })
@@ -396,8 +407,7 @@ impl LockService {
 
     /// Completes once a lock held by `owner` in `namespace` is
     /// force-released (for a lease, `owner` is its id): how a holder hears
-    /// of it at once. Never completes for a store without events, or outside
-    /// a tokio runtime.
+    /// of it at once. Never completes for a store without events.
     pub fn force_released(&self, namespace: &str, owner: &str) -> BoxFuture<'static, ()> {
         let rx = self.force_watchers.register(namespace, owner);
         Box::pin(async move {
@@ -412,15 +422,6 @@ impl LockService {
     pub fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         self.backend.events()
     }
-}
-
-/// A fresh lease id: `lease-` and 32 hex digits, 128 bits from the OS's
-/// secure random source, so that nobody can guess another holder's lease.
-fn fresh_lease_id() -> Result<String, LockError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| LockError::Unavailable(format!("no randomness for a lease id: {e}")))?;
-    Ok(format!("lease-{:032x}", u128::from_be_bytes(bytes)))
 }
 
 /// Follows a store's events: records how long each grant was held, and

@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::{deadline, key_hash, Engine, FxBuild, Shard};
+use super::{key_hash, Engine, FxBuild, Shard};
 use crate::backend::BoxFuture;
+use crate::clock::deadline;
 use crate::error::LockError;
 use crate::journal::{JournalOp, LeaseRecord};
 use crate::types::{Durability, EventKind, Key, LeaseInfo, LockEvent};

@@ -16,17 +16,21 @@
 //! engine never keeps one across a removal.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use hashbrown::HashTable;
 use rustc_hash::FxHasher;
+use tokio::sync::oneshot;
 
 use super::leases::LeaseCell;
-use super::{FxBuild, Waiter};
 use crate::error::LockError;
+use crate::journal::Ticket;
 use crate::types::{Durability, Grant, Key, LockInfo};
+
+/// The engine's hasher for maps keyed by its own strings.
+pub(super) type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// The hash of a key: picks its shard and its slot in the shard's index.
 pub(super) fn key_hash(namespace: &str, name: &str) -> u64 {
@@ -207,6 +211,32 @@ pub(super) struct NewHolder<'a> {
     pub(super) lease: Option<Arc<LeaseCell>>,
 }
 
+/// A `lock` call waiting in a lock's queue (see the `queue` module).
+pub(super) struct Waiter {
+    pub(super) id: u64,
+    pub(super) owner: String,
+    pub(super) ttl_ms: u64,
+    pub(super) durability: Durability,
+    /// Waiting under a lease: granted with the lease's expiry, and refused
+    /// with `not_held` if the lease ended meanwhile.
+    pub(super) lease: Option<Arc<LeaseCell>>,
+    pub(super) tx: oneshot::Sender<Result<Handoff, LockError>>,
+}
+
+/// A grant made on a waiter's behalf, still to be acknowledged by it.
+pub(super) struct Handoff {
+    pub(super) grant: Grant,
+    pub(super) ticket: Ticket,
+}
+
+/// A queued `lock` call's side of its [`Waiter`]: where its grant comes.
+pub(super) struct Queued {
+    pub(super) id: u64,
+    pub(super) rx: oneshot::Receiver<Result<Handoff, LockError>>,
+    /// When its wait runs out, in the engine's clock time.
+    pub(super) wait_until: u64,
+}
+
 /// A wait queue that costs one pointer while empty, as nearly every lock's
 /// is.
 // A boxed collection on purpose: the box is the one-pointer empty case.
@@ -365,6 +395,14 @@ impl Shard {
             self.sift_up(pos);
         } else {
             self.sift_down(pos);
+        }
+    }
+
+    /// Forgets the lock at `at` if it has neither holder nor waiters.
+    pub(super) fn forget_if_idle(&mut self, at: usize) {
+        let lock = &self.locks[at];
+        if lock.holder().is_none() && lock.waiters.is_empty() {
+            self.remove(at);
         }
     }
 
