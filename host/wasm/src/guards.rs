@@ -2,7 +2,7 @@
 //! host picks, released when the guard is dropped
 //! (docs/contract.md#c15-guards).
 
-use lockd_core::{LockError, LockOptions};
+use lockd_core::{random_id, LockError, LockOptions};
 use wasmtime::component::Resource;
 use wasmtime_wasi_io::poll::{subscribe, DynPollable};
 
@@ -10,16 +10,9 @@ use crate::convert::{
     grant_to_wit, guard_options_from_wit, lock_options_from_wit, to_wit, WitResult,
 };
 use crate::ctx::LockCtxView;
+use crate::liveness::{lost_pollable, now_ms, terms};
 use crate::resources::Guard;
 use crate::wit::{guards, locks, types};
-
-/// A fresh owner for a guard: 128 random bits, so another guest in the same
-/// namespace cannot guess it and release the lock.
-fn fresh_owner() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    Ok(format!("guard-{:032x}", u128::from_be_bytes(bytes)))
-}
 
 impl guards::Host for LockCtxView<'_> {}
 
@@ -37,16 +30,15 @@ impl LockCtxView<'_> {
             Ok(slot) => slot,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        let owner = match fresh_owner() {
+        // Random, so that another guest in the same namespace cannot guess
+        // it and release the lock.
+        let owner = match random_id("guard") {
             Ok(owner) => owner,
-            Err(e) => {
-                return Ok(Err(to_wit(LockError::Unavailable(format!(
-                    "no randomness for a guard owner: {e}"
-                )))))
-            }
+            Err(e) => return Ok(Err(to_wit(e))),
         };
         let ctx = &self.ctx;
         let ttl_ms = u64::from(ttl_ms);
+        let sent_at_ms = now_ms();
         let grant = match ctx
             .service
             .lock(&ctx.namespace, &name, &owner, ttl_ms, options)
@@ -60,8 +52,8 @@ impl LockCtxView<'_> {
             ctx.namespace.clone(),
             name,
             owner,
-            &grant,
-            ttl_ms,
+            grant.fencing_token,
+            terms(sent_at_ms, ttl_ms, grant.expires_at_ms),
             slot,
         );
         if keep_alive {
@@ -103,7 +95,7 @@ impl guards::HostGuard for LockCtxView<'_> {
     }
 
     async fn expires_at_ms(&mut self, guard: Resource<Guard>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&guard)?.liveness.expires_at_ms())
+        Ok(self.table.get(&guard)?.holding.expires_at_ms())
     }
 
     async fn owner(&mut self, guard: Resource<Guard>) -> wasmtime::Result<String> {
@@ -112,7 +104,7 @@ impl guards::HostGuard for LockCtxView<'_> {
 
     async fn is_held(&mut self, guard: Resource<Guard>) -> wasmtime::Result<bool> {
         let g = self.table.get(&guard)?;
-        if g.is_released() || g.liveness.is_lost() {
+        if g.is_released() || g.holding.is_lost() {
             return Ok(false);
         }
         let (name, owner, token) = (g.name.clone(), g.owner.clone(), g.token);
@@ -132,6 +124,7 @@ impl guards::HostGuard for LockCtxView<'_> {
         }
         let (name, owner) = (g.name.clone(), g.owner.clone());
         let ctx = &self.ctx;
+        let sent_at_ms = now_ms();
         let grant = match ctx
             .service
             .extend(&ctx.namespace, &name, &owner, u64::from(ttl_ms))
@@ -140,10 +133,8 @@ impl guards::HostGuard for LockCtxView<'_> {
             Ok(grant) => grant,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        self.table
-            .get(&guard)?
-            .liveness
-            .renewed(grant.expires_at_ms, u64::from(ttl_ms));
+        let renewed = terms(sent_at_ms, u64::from(ttl_ms), grant.expires_at_ms);
+        self.table.get(&guard)?.holding.renewed(renewed);
         Ok(Ok(grant_to_wit(grant)))
     }
 
@@ -167,7 +158,7 @@ impl guards::HostGuard for LockCtxView<'_> {
         let g = self.table.get_mut(&guard)?;
         // Keep-alive guards are watched already; others from now on.
         g.watch();
-        let pollable = g.liveness.lost_pollable();
+        let pollable = lost_pollable(&g.holding);
         let pollable = self.table.push(pollable)?;
         subscribe(self.table, pollable)
     }

@@ -8,6 +8,7 @@ use wasmtime_wasi_io::poll::{subscribe, DynPollable};
 
 use crate::convert::{durability_from_wit, grant_to_wit, to_wit, WitResult};
 use crate::ctx::LockCtxView;
+use crate::liveness::{lost_pollable, now_ms, terms};
 use crate::resources::Lease;
 use crate::wit::{leases, types};
 
@@ -25,6 +26,7 @@ impl leases::HostLease for LockCtxView<'_> {
         };
         let ctx = &self.ctx;
         let ttl_ms = u64::from(ttl_ms);
+        let sent_at_ms = now_ms();
         let granted = match ctx
             .service
             .grant_lease(
@@ -40,8 +42,8 @@ impl leases::HostLease for LockCtxView<'_> {
         let lease = Lease::new(
             ctx.service.clone(),
             ctx.namespace.clone(),
-            granted,
-            ttl_ms,
+            granted.id,
+            terms(sent_at_ms, ttl_ms, granted.expires_at_ms),
             options.keep_alive,
             slot,
         );
@@ -58,7 +60,7 @@ impl leases::HostLease for LockCtxView<'_> {
     }
 
     async fn expires_at_ms(&mut self, lease: Resource<Lease>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&lease)?.liveness.expires_at_ms())
+        Ok(self.table.get(&lease)?.holding.expires_at_ms())
     }
 
     async fn lock(
@@ -89,16 +91,15 @@ impl leases::HostLease for LockCtxView<'_> {
 
     async fn refresh(&mut self, lease: Resource<Lease>) -> WitResult<u64> {
         let l = self.table.get(&lease)?;
-        let (id, ttl_ms) = (l.id.clone(), l.ttl_ms);
+        let (id, ttl_ms) = (l.id.clone(), l.holding.terms().ttl_ms);
         let ctx = &self.ctx;
+        let sent_at_ms = now_ms();
         let expires_at_ms = match ctx.service.refresh_lease(&ctx.namespace, &id).await {
             Ok(expires_at_ms) => expires_at_ms,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        self.table
-            .get(&lease)?
-            .liveness
-            .renewed(expires_at_ms, ttl_ms);
+        let renewed = terms(sent_at_ms, ttl_ms, expires_at_ms);
+        self.table.get(&lease)?.holding.renewed(renewed);
         Ok(Ok(expires_at_ms))
     }
 
@@ -117,7 +118,7 @@ impl leases::HostLease for LockCtxView<'_> {
 
     async fn is_alive(&mut self, lease: Resource<Lease>) -> wasmtime::Result<bool> {
         let l = self.table.get(&lease)?;
-        if l.is_revoked() || l.liveness.is_lost() {
+        if l.is_revoked() || l.holding.is_lost() {
             return Ok(false);
         }
         let id = l.id.clone();
@@ -133,7 +134,7 @@ impl leases::HostLease for LockCtxView<'_> {
         &mut self,
         lease: Resource<Lease>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        let pollable = self.table.get(&lease)?.liveness.lost_pollable();
+        let pollable = lost_pollable(&self.table.get(&lease)?.holding);
         let pollable = self.table.push(pollable)?;
         subscribe(self.table, pollable)
     }

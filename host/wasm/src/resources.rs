@@ -10,9 +10,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use lockd_core::{Grant, LeaseGrant, LockError, LockService};
+use lockd_core::keepalive::{Holding, Terms};
+use lockd_core::{LockError, LockService};
 
-use crate::liveness::{Liveness, Monitor, Subject};
+use crate::liveness::{Monitor, Subject};
 
 /// One guard's or lease's place under its instance's cap, counted in the
 /// count it was taken from until it is dropped.
@@ -40,8 +41,8 @@ pub struct Guard {
     pub(crate) name: String,
     pub(crate) owner: String,
     pub(crate) token: u64,
-    /// Its expiry and lost flag, shared with the monitor and pollables.
-    pub(crate) liveness: Arc<Liveness>,
+    /// Its terms and lost flag, shared with the monitor and pollables.
+    pub(crate) holding: Arc<Holding>,
     /// Renews it (keep-alive) or watches it (once a guest subscribed to its
     /// loss); none until either is asked for. Aborted with the guard.
     monitor: Option<Monitor>,
@@ -50,14 +51,15 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard of the lock `name` just granted to `owner` for `ttl_ms`.
+    /// The guard of the lock `name` just granted to `owner` under `token`,
+    /// on `terms`.
     pub(crate) fn new(
         service: LockService,
         namespace: String,
         name: String,
         owner: String,
-        grant: &Grant,
-        ttl_ms: u64,
+        token: u64,
+        terms: Terms,
         slot: Slot,
     ) -> Guard {
         Guard {
@@ -65,8 +67,8 @@ impl Guard {
             namespace,
             name,
             owner,
-            token: grant.fencing_token,
-            liveness: Liveness::new(grant.expires_at_ms, ttl_ms),
+            token,
+            holding: Arc::new(Holding::new(terms)),
             monitor: None,
             slot: Some(slot),
         }
@@ -81,14 +83,15 @@ impl Guard {
         };
         let monitor = Monitor::start(
             self.service.clone(),
-            self.liveness.clone(),
+            self.holding.clone(),
             subject,
             keep_alive,
         );
         self.monitor = Some(monitor);
     }
 
-    /// Renews it at a third of its TTL from now on, until it is lost.
+    /// Renews it from now on, by the core's keep-alive rule, until it is
+    /// lost.
     pub(crate) fn keep_alive(&mut self) {
         self.start_monitor(true);
     }
@@ -96,7 +99,7 @@ impl Guard {
     /// Watches its expiry from now on, unless it is watched already (a
     /// keep-alive guard) or holds nothing.
     pub(crate) fn watch(&mut self) {
-        if self.monitor.is_none() && !self.is_released() && !self.liveness.is_lost() {
+        if self.monitor.is_none() && !self.is_released() && !self.holding.is_lost() {
             self.start_monitor(false);
         }
     }
@@ -118,7 +121,7 @@ impl Guard {
     pub(crate) fn mark_released(&mut self) {
         self.slot = None;
         self.monitor = None;
-        self.liveness.mark_lost();
+        self.holding.mark_lost();
     }
 }
 
@@ -130,7 +133,7 @@ impl Drop for Guard {
             self.service
                 .release_detached(&self.namespace, &self.name, &self.owner, self.token);
         }
-        self.liveness.mark_lost();
+        self.holding.mark_lost();
     }
 }
 
@@ -140,8 +143,8 @@ pub struct Lease {
     service: LockService,
     namespace: String,
     pub(crate) id: String,
-    pub(crate) ttl_ms: u64,
-    pub(crate) liveness: Arc<Liveness>,
+    /// Its terms and lost flag, shared with the monitor and pollables.
+    pub(crate) holding: Arc<Holding>,
     /// Hears that the lease ended and, with keep-alive, renews it. Aborted
     /// with the lease.
     monitor: Option<Monitor>,
@@ -150,30 +153,28 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The lease just granted for `ttl_ms`. Always watched, so that it
+    /// The lease `id` just granted on `terms`. Always watched, so that it
     /// hears its end (a revoke from elsewhere) without the guest asking;
     /// renewed too if `keep_alive`.
     pub(crate) fn new(
         service: LockService,
         namespace: String,
-        granted: LeaseGrant,
-        ttl_ms: u64,
+        id: String,
+        terms: Terms,
         keep_alive: bool,
         slot: Slot,
     ) -> Lease {
-        let LeaseGrant { id, expires_at_ms } = granted;
-        let liveness = Liveness::new(expires_at_ms, ttl_ms);
+        let holding = Arc::new(Holding::new(terms));
         let subject = Subject::Lease {
             namespace: namespace.clone(),
             id: id.clone(),
         };
-        let monitor = Monitor::start(service.clone(), liveness.clone(), subject, keep_alive);
+        let monitor = Monitor::start(service.clone(), holding.clone(), subject, keep_alive);
         Lease {
             service,
             namespace,
             id,
-            ttl_ms,
-            liveness,
+            holding,
             monitor: Some(monitor),
             slot: Some(slot),
         }
@@ -193,7 +194,7 @@ impl Lease {
     pub(crate) fn mark_revoked(&mut self) {
         self.slot = None;
         self.monitor = None;
-        self.liveness.mark_lost();
+        self.holding.mark_lost();
     }
 }
 
@@ -211,6 +212,6 @@ impl Drop for Lease {
                 });
             }
         }
-        self.liveness.mark_lost();
+        self.holding.mark_lost();
     }
 }
