@@ -4,13 +4,13 @@
 
 use lockd_core::{random_id, LockError, LockOptions};
 use wasmtime::component::Resource;
-use wasmtime_wasi_io::poll::{subscribe, DynPollable};
+use wasmtime_wasi_io::poll::DynPollable;
 
 use crate::convert::{
     grant_to_wit, guard_options_from_wit, lock_options_from_wit, to_wit, WitResult,
 };
 use crate::ctx::LockCtxView;
-use crate::liveness::{lost_pollable, now_ms, terms};
+use crate::liveness::{now_ms, subscribe_lost, terms};
 use crate::resources::Guard;
 use crate::wit::{guards, locks, types};
 
@@ -158,9 +158,8 @@ impl guards::HostGuard for LockCtxView<'_> {
         let g = self.table.get_mut(&guard)?;
         // Keep-alive guards are watched already; others from now on.
         g.watch();
-        let pollable = lost_pollable(&g.holding);
-        let pollable = self.table.push(pollable)?;
-        subscribe(self.table, pollable)
+        let holding = g.holding.clone();
+        subscribe_lost(self.table, &holding)
     }
 
     async fn drop(&mut self, guard: Resource<Guard>) -> wasmtime::Result<()> {

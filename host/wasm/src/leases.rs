@@ -4,11 +4,11 @@
 
 use lockd_core::LockError;
 use wasmtime::component::Resource;
-use wasmtime_wasi_io::poll::{subscribe, DynPollable};
+use wasmtime_wasi_io::poll::DynPollable;
 
 use crate::convert::{durability_from_wit, grant_to_wit, to_wit, WitResult};
 use crate::ctx::LockCtxView;
-use crate::liveness::{lost_pollable, now_ms, terms};
+use crate::liveness::{now_ms, subscribe_lost, terms};
 use crate::resources::Lease;
 use crate::wit::{leases, types};
 
@@ -134,9 +134,8 @@ impl leases::HostLease for LockCtxView<'_> {
         &mut self,
         lease: Resource<Lease>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        let pollable = lost_pollable(&self.table.get(&lease)?.holding);
-        let pollable = self.table.push(pollable)?;
-        subscribe(self.table, pollable)
+        let holding = self.table.get(&lease)?.holding.clone();
+        subscribe_lost(self.table, &holding)
     }
 
     async fn drop(&mut self, lease: Resource<Lease>) -> wasmtime::Result<()> {

@@ -16,7 +16,8 @@ use lockd_core::keepalive::{self, CheckHeld, Holding, Lost, Renew, Terms};
 use lockd_core::{Clock, LockError, LockService, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use wasmtime_wasi_io::poll::Pollable;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi_io::poll::{subscribe, DynPollable, Pollable};
 
 /// The clock that times every hold of this capability: monotonic, so that a
 /// step of the wall clock neither fires nor hides a lost signal.
@@ -38,14 +39,19 @@ pub(crate) fn terms(sent_at_ms: u64, ttl_ms: u64, expires_at_ms: u64) -> Terms {
     }
 }
 
-/// A `wasi:io` pollable over `holding`'s lost flag, ready once it is lost.
-pub(crate) fn lost_pollable(holding: &Holding) -> LostPollable {
-    LostPollable(holding.subscribe_lost())
+/// `subscribe-lost`: a `wasi:io` pollable in `table`, ready once `holding`
+/// is lost.
+pub(crate) fn subscribe_lost(
+    table: &mut ResourceTable,
+    holding: &Holding,
+) -> wasmtime::Result<Resource<DynPollable>> {
+    let pollable = table.push(LostPollable(holding.subscribe_lost()))?;
+    subscribe(table, pollable)
 }
 
 /// The host side of a `subscribe-lost` pollable.
 #[derive(Debug)]
-pub(crate) struct LostPollable(watch::Receiver<bool>);
+struct LostPollable(watch::Receiver<bool>);
 
 #[wasmtime_wasi_io::async_trait]
 impl Pollable for LostPollable {
