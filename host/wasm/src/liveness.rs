@@ -29,7 +29,7 @@ pub(crate) fn now_ms() -> u64 {
     CLOCK.now_ms()
 }
 
-/// The holding of a grant or renewal for `ttl_ms`, sent at `sent_at_ms`,
+/// The terms of a grant or renewal for `ttl_ms`, sent at `sent_at_ms`,
 /// that the store answered with `expires_at_ms`.
 pub(crate) fn terms(sent_at_ms: u64, ttl_ms: u64, expires_at_ms: u64) -> Terms {
     Terms {
@@ -63,7 +63,7 @@ impl Pollable for LostPollable {
 }
 
 /// What a monitor renews and checks.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum Subject {
     /// A guard: lock `name` held by `owner` under `token`.
     Guard {
