@@ -1,33 +1,36 @@
 //! The Ctx / View pair through which the capability reaches its state.
 
-use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use lockd_core::{LockError, LockService};
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
-use crate::bindings;
+use crate::resources::Slot;
+use crate::wit;
 
 /// Default cap on guards and leases one instance may hold at once.
 pub const DEFAULT_MAX_GUARDS: usize = 4096;
 
 /// Per-instance lock state: the service, the namespace the host assigned,
-/// and the guards still held.
+/// and how many guards and leases the instance holds. The guards and leases
+/// themselves live in the store's resource table and give back what they
+/// hold when dropped, with the table when the instance ends.
 pub struct LockCtx {
     pub(crate) service: LockService,
     pub(crate) namespace: String,
-    /// Guards not yet released, by id: released when this context drops.
-    pub(crate) live_guards: HashMap<u64, (String, String, u64)>,
-    /// Leases not yet revoked, by id: revoked when this context drops.
-    pub(crate) live_leases: HashSet<String>,
-    pub(crate) next_guard_id: u64,
-    pub(crate) max_guards: usize,
+    /// Guards not yet released, counted by their [`Slot`]s.
+    live_guards: Arc<AtomicUsize>,
+    /// Leases not yet revoked, counted by their [`Slot`]s.
+    live_leases: Arc<AtomicUsize>,
+    max_guards: usize,
 }
 
 impl std::fmt::Debug for LockCtx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockCtx")
             .field("namespace", &self.namespace)
-            .field("live_guards", &self.live_guards.len())
+            .field("live_guards", &self.live_guards())
             .finish_non_exhaustive()
     }
 }
@@ -38,9 +41,8 @@ impl LockCtx {
         LockCtx {
             service,
             namespace: namespace.into(),
-            live_guards: HashMap::new(),
-            live_leases: HashSet::new(),
-            next_guard_id: 0,
+            live_guards: Arc::default(),
+            live_leases: Arc::default(),
             max_guards: DEFAULT_MAX_GUARDS,
         }
     }
@@ -60,50 +62,35 @@ impl LockCtx {
 
     /// How many guards this instance still holds.
     pub fn live_guards(&self) -> usize {
-        self.live_guards.len()
+        self.live_guards.load(Ordering::Relaxed)
     }
 
     /// How many leases this instance still holds.
     pub fn live_leases(&self) -> usize {
-        self.live_leases.len()
+        self.live_leases.load(Ordering::Relaxed)
     }
 
-    /// `denied` once the instance holds as many guards and leases as allowed.
-    pub(crate) fn check_room(&self) -> Result<(), LockError> {
-        if self.live_guards.len() + self.live_leases.len() >= self.max_guards {
+    /// A place for one more guard, or `denied` once the instance holds as
+    /// many guards and leases as allowed.
+    pub(crate) fn guard_slot(&self) -> Result<Slot, LockError> {
+        self.check_room()?;
+        Ok(Slot::take(&self.live_guards))
+    }
+
+    /// A place for one more lease, or `denied` as for guards.
+    pub(crate) fn lease_slot(&self) -> Result<Slot, LockError> {
+        self.check_room()?;
+        Ok(Slot::take(&self.live_leases))
+    }
+
+    fn check_room(&self) -> Result<(), LockError> {
+        if self.live_guards() + self.live_leases() >= self.max_guards {
             return Err(LockError::Denied(format!(
                 "this instance already holds {} guards and leases, the most allowed",
                 self.max_guards
             )));
         }
         Ok(())
-    }
-}
-
-impl Drop for LockCtx {
-    /// The instance is gone (returned, trapped, or was dropped mid-call):
-    /// release what its guards still hold. Nothing can be awaited here, so
-    /// the release is detached; the TTL remains the safety net.
-    fn drop(&mut self) {
-        for (_, (name, owner, token)) in self.live_guards.drain() {
-            self.service
-                .release_detached(&self.namespace, &name, &owner, token);
-        }
-        if self.live_leases.is_empty() {
-            return;
-        }
-        // A revoke must be awaited; hand it to the runtime the instance ran
-        // on. Without one (a synchronous embedder), the TTL takes over.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        for id in self.live_leases.drain() {
-            let service = self.service.clone();
-            let namespace = self.namespace.clone();
-            runtime.spawn(async move {
-                let _ = service.revoke_lease(&namespace, &id).await;
-            });
-        }
     }
 }
 
@@ -143,8 +130,8 @@ impl HasData for HasLockCtx {
 /// adds it with the rest of WASI). Keep-alive runs on the tokio runtime the
 /// instance is called from.
 pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    bindings::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    bindings::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    bindings::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    bindings::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

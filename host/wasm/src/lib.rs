@@ -44,18 +44,19 @@
 //!   before it reaches the store; a bad argument is an `invalid-argument`
 //!   error, never a trap or a panic.
 //! - Host functions are async: a `lock` that waits parks only its own guest.
-//! - Guards still alive when the [`LockCtx`] is dropped (the instance ended,
-//!   normally or by a trap) are released.
+//! - Guards and leases still held when the instance ends (normally or by a
+//!   trap) are released and revoked: each gives back what it holds when the
+//!   store's resource table drops it.
 #![deny(missing_docs)]
 
-mod bindings;
+mod convert;
 mod ctx;
-mod errors;
-mod guard;
-mod host;
-mod lease;
+mod guards;
+mod leases;
 mod liveness;
+mod locks;
+mod resources;
+mod wit;
 
 pub use ctx::{add_to_linker, LockCtx, LockCtxView, LockView, DEFAULT_MAX_GUARDS};
-pub use guard::Guard;
-pub use lease::Lease;
+pub use resources::{Guard, Lease};

@@ -1,71 +1,57 @@
 //! Keep-alive and the lost signal of guards and leases
-//! (docs/contract.md#c17-keep-alive, #c18-lost).
+//! (docs/contract.md#c17-keep-alive, #c18-lost), on the core's one rule
+//! ([`lockd_core::keepalive`]).
 //!
-//! A [`Liveness`] is what the host knows of one guard or lease: its expiry
-//! and whether it is lost. A [`Monitor`] is the task that renews it (with
-//! keep-alive) or watches its expiry (without), and marks it lost. The task
-//! belongs to the resource: dropping the resource, or the instance's store,
-//! aborts it, so renewal never outlives its holder.
+//! Each guard or lease shares a [`Holding`] (its terms and lost flag) with a
+//! [`Monitor`]: the task that renews it (with keep-alive) or watches its
+//! expiry (without), and marks it lost. What is local to this crate is how
+//! a hold is renewed and checked (over [`LockService`]), what else ends it
+//! (a lease's end, a force-release), and the `wasi:io` pollable a guest
+//! waits on. The task belongs to the resource: dropping the resource, or the
+//! instance's store, aborts it, so renewal never outlives its holder.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockd_core::{LockError, LockService};
+use lockd_core::keepalive::{self, CheckHeld, Holding, Lost, Renew, Terms};
+use lockd_core::{Clock, LockError, LockService, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use wasmtime_wasi_io::poll::Pollable;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi_io::poll::{subscribe, DynPollable, Pollable};
 
-/// The expiry and lost flag of one guard or lease, shared by the resource,
-/// its monitor and its pollables.
-#[derive(Debug)]
-pub(crate) struct Liveness {
-    expires_at_ms: AtomicU64,
-    ttl_ms: AtomicU64,
-    lost: watch::Sender<bool>,
+/// The clock that times every hold of this capability: monotonic, so that a
+/// step of the wall clock neither fires nor hides a lost signal.
+const CLOCK: SystemClock = SystemClock;
+
+/// Now on [`CLOCK`]. Read just before a grant or renewal is sent, it is the
+/// time the hold is counted from ([`Terms::renewed_at_ms`]).
+pub(crate) fn now_ms() -> u64 {
+    CLOCK.now_ms()
 }
 
-impl Liveness {
-    pub(crate) fn new(expires_at_ms: u64, ttl_ms: u64) -> Arc<Liveness> {
-        Arc::new(Liveness {
-            expires_at_ms: AtomicU64::new(expires_at_ms),
-            ttl_ms: AtomicU64::new(ttl_ms),
-            lost: watch::Sender::new(false),
-        })
+/// The terms of a grant or renewal for `ttl_ms`, sent at `sent_at_ms`,
+/// that the store answered with `expires_at_ms`.
+pub(crate) fn terms(sent_at_ms: u64, ttl_ms: u64, expires_at_ms: u64) -> Terms {
+    Terms {
+        renewed_at_ms: sent_at_ms,
+        ttl_ms,
+        expires_at_ms,
     }
+}
 
-    pub(crate) fn expires_at_ms(&self) -> u64 {
-        self.expires_at_ms.load(Ordering::Acquire)
-    }
-
-    /// Records a renewal: by the guest (`extend`, `refresh`) or keep-alive.
-    pub(crate) fn renewed(&self, expires_at_ms: u64, ttl_ms: u64) {
-        self.expires_at_ms.store(expires_at_ms, Ordering::Release);
-        self.ttl_ms.store(ttl_ms, Ordering::Release);
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        self.ttl_ms.load(Ordering::Acquire)
-    }
-
-    /// It no longer holds: lost, released or revoked. Wakes every pollable.
-    pub(crate) fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
-    }
-
-    /// A `wasi:io` pollable, ready once this is lost.
-    pub(crate) fn lost_pollable(&self) -> LostPollable {
-        LostPollable(self.lost.subscribe())
-    }
+/// `subscribe-lost`: a `wasi:io` pollable in `table`, ready once `holding`
+/// is lost.
+pub(crate) fn subscribe_lost(
+    table: &mut ResourceTable,
+    holding: &Holding,
+) -> wasmtime::Result<Resource<DynPollable>> {
+    let pollable = table.push(LostPollable(holding.subscribe_lost()))?;
+    subscribe(table, pollable)
 }
 
 /// The host side of a `subscribe-lost` pollable.
 #[derive(Debug)]
-pub(crate) struct LostPollable(watch::Receiver<bool>);
+struct LostPollable(watch::Receiver<bool>);
 
 #[wasmtime_wasi_io::async_trait]
 impl Pollable for LostPollable {
@@ -77,7 +63,7 @@ impl Pollable for LostPollable {
 }
 
 /// What a monitor renews and checks.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum Subject {
     /// A guard: lock `name` held by `owner` under `token`.
     Guard {
@@ -90,41 +76,80 @@ pub(crate) enum Subject {
     Lease { namespace: String, id: String },
 }
 
-impl Subject {
-    /// Renews it for `ttl_ms` (a guard) or its own TTL (a lease): the new
-    /// expiry.
-    async fn renew(&self, service: &LockService, ttl_ms: u64) -> Result<u64, LockError> {
-        match self {
+/// A subject in the service that holds it: what the core's keep-alive
+/// renews and its expiry watch checks.
+struct Held {
+    service: LockService,
+    subject: Subject,
+}
+
+impl Renew for Held {
+    type Error = LockError;
+
+    /// Renews a guard's lock for `ttl_ms`, a lease for its own TTL.
+    async fn renew(&self, ttl_ms: u64) -> Result<u64, LockError> {
+        match &self.subject {
             Subject::Guard {
                 namespace,
                 name,
                 owner,
                 ..
-            } => service
+            } => self
+                .service
                 .extend(namespace, name, owner, ttl_ms)
                 .await
                 .map(|g| g.expires_at_ms),
-            Subject::Lease { namespace, id } => service.refresh_lease(namespace, id).await,
+            Subject::Lease { namespace, id } => self.service.refresh_lease(namespace, id).await,
         }
     }
 
-    /// Its expiry in the store, if it still holds.
-    async fn held_until(&self, service: &LockService) -> Result<Option<u64>, LockError> {
-        match self {
+    fn is_unavailable(error: &LockError) -> bool {
+        matches!(error, LockError::Unavailable(_))
+    }
+}
+
+impl CheckHeld for Held {
+    type Error = LockError;
+
+    async fn held_until(&self) -> Result<Option<u64>, LockError> {
+        match &self.subject {
             Subject::Guard {
                 namespace,
                 name,
                 owner,
                 token,
-            } => Ok(service
+            } => Ok(self
+                .service
                 .get(namespace, name)
                 .await?
                 .filter(|info| info.owner == *owner && info.fencing_token == *token)
                 .map(|info| info.expires_at_ms)),
-            Subject::Lease { namespace, id } => Ok(service
+            Subject::Lease { namespace, id } => Ok(self
+                .service
                 .get_lease(namespace, id)
                 .await?
                 .map(|info| info.expires_at_ms)),
+        }
+    }
+}
+
+impl Held {
+    /// Completes when the subject ended outside the core's rule: an operator
+    /// force-released its lock (for a lease, any of its locks), or, for a
+    /// lease, it was revoked or expired elsewhere. The holder hears it at
+    /// once rather than at its next renewal.
+    async fn ended_elsewhere(&self) {
+        let service = &self.service;
+        match &self.subject {
+            Subject::Guard {
+                namespace, owner, ..
+            } => service.force_released(namespace, owner).await,
+            Subject::Lease { namespace, id } => {
+                tokio::select! {
+                    () = service.lease_ended(namespace, id) => {}
+                    () = service.force_released(namespace, id) => {}
+                }
+            }
         }
     }
 }
@@ -141,112 +166,38 @@ impl Drop for Monitor {
 
 impl Monitor {
     /// Starts watching `subject` on the current tokio runtime: renewing it
-    /// at a third of its TTL if `keep_alive`, else checking it at its
-    /// expiry; and, for a lease, hearing at once that it ended. Marks
-    /// `liveness` lost when it no longer holds.
+    /// by the core's rule if `keep_alive`, else checking it at its expiry;
+    /// and hearing at once that it ended elsewhere. Marks `holding` lost
+    /// when it no longer holds.
     pub(crate) fn start(
         service: LockService,
-        liveness: Arc<Liveness>,
+        holding: Arc<Holding>,
         subject: Subject,
         keep_alive: bool,
     ) -> Monitor {
+        let held = Held { service, subject };
         Monitor(tokio::spawn(async move {
-            let ended = match &subject {
-                Subject::Lease { namespace, id } => service.lease_ended(namespace, id),
-                Subject::Guard { .. } => Box::pin(std::future::pending()),
+            let lost = async {
+                if keep_alive {
+                    keepalive::keep_alive(&CLOCK, &holding, &held).await
+                } else {
+                    keepalive::watch_expiry(&CLOCK, &holding, &held).await
+                }
             };
             tokio::select! {
-                () = ended => {}
-                () = watch_until_lost(&service, &liveness, &subject, keep_alive) => {}
-                () = force_released(&service, &subject) => {}
-            }
-            if !liveness.is_lost() {
-                tracing::debug!(?subject, "lease or guard lost");
-            }
-            liveness.mark_lost();
-        }))
-    }
-}
-
-/// Completes when an operator force-releases the subject's lock (for a
-/// lease, any of its locks): the holder hears it at once rather than at its
-/// next renewal.
-async fn force_released(service: &LockService, subject: &Subject) {
-    match subject {
-        Subject::Guard {
-            namespace, owner, ..
-        } => service.force_released(namespace, owner).await,
-        Subject::Lease { namespace, id } => service.force_released(namespace, id).await,
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-async fn sleep_until_ms(deadline_ms: u64) {
-    let wait = deadline_ms.saturating_sub(now_ms());
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-}
-
-/// Returns once the subject is lost.
-async fn watch_until_lost(
-    service: &LockService,
-    liveness: &Liveness,
-    subject: &Subject,
-    keep_alive: bool,
-) {
-    loop {
-        if liveness.is_lost() {
-            return;
-        }
-        let expires_at_ms = liveness.expires_at_ms();
-        let ttl_ms = liveness.ttl_ms().max(1);
-        if !keep_alive {
-            sleep_until_ms(expires_at_ms).await;
-            if liveness.expires_at_ms() > now_ms() {
-                continue; // renewed by the guest meanwhile
-            }
-            // Renewed elsewhere (the same owner over REST), or gone?
-            match subject.held_until(service).await {
-                Ok(Some(until)) if until > now_ms() => {
-                    liveness.renewed(until, ttl_ms);
-                    continue;
-                }
-                _ => return,
-            }
-        }
-        // Renew a third of the TTL after the last renewal.
-        sleep_until_ms(expires_at_ms.saturating_sub(ttl_ms - ttl_ms / 3)).await;
-        if liveness.expires_at_ms() != expires_at_ms {
-            continue; // the guest renewed it itself
-        }
-        // Retry a failing renewal a few times per TTL, until the expiry.
-        let retry = Duration::from_millis((ttl_ms / 10).clamp(10, 1_000));
-        loop {
-            match subject.renew(service, ttl_ms).await {
-                Ok(until) => {
-                    liveness.renewed(until, ttl_ms);
-                    break;
-                }
-                Err(LockError::Unavailable(why)) => {
-                    let now = now_ms();
-                    if now >= liveness.expires_at_ms() {
-                        tracing::warn!(?subject, %why, "keep-alive could not renew before the expiry");
-                        return;
+                () = held.ended_elsewhere() => {
+                    if holding.mark_lost() {
+                        tracing::debug!(subject = ?held.subject, "lease or guard ended elsewhere");
                     }
-                    let left = Duration::from_millis(liveness.expires_at_ms() - now);
-                    tokio::time::sleep(retry.min(left)).await;
                 }
-                // not-held, not-owner: it is already gone.
-                Err(e) => {
-                    tracing::debug!(?subject, error = %e, "keep-alive renewal refused");
-                    return;
-                }
+                why = lost => match why {
+                    Lost::Marked => {}
+                    Lost::Expired { .. } if keep_alive => {
+                        tracing::warn!(subject = ?held.subject, %why, "keep-alive could not renew before the deadline");
+                    }
+                    why => tracing::debug!(subject = ?held.subject, %why, "lease or guard lost"),
+                },
             }
-        }
+        }))
     }
 }

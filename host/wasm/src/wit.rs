@@ -1,5 +1,7 @@
 //! The one `bindgen!` of the capability. Private: embedders use
-//! [`add_to_linker`](crate::add_to_linker), not the generated items.
+//! [`add_to_linker`](crate::add_to_linker), not the generated items. Named
+//! `wit` so that its generated root (`lockd::lock::...`, from the WIT
+//! package) is not mistaken for the `lockd` crate.
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -9,8 +11,8 @@ wasmtime::component::bindgen!({
     // panicking.
     imports: { default: async | trappable },
     with: {
-        "lockd:lock/guards.guard": crate::guard::Guard,
-        "lockd:lock/leases.lease": crate::lease::Lease,
+        "lockd:lock/guards.guard": crate::resources::Guard,
+        "lockd:lock/leases.lease": crate::resources::Lease,
         // The embedder's WASI implementation owns `wasi:io`; a pollable
         // this capability hands out is one of its `DynPollable`s.
         "wasi:io": wasmtime_wasi_io::bindings::wasi::io,

@@ -1,29 +1,16 @@
-//! The `leases` interface: the `lease` resource and its host functions
+//! The `leases` interface: a `lease` resource that owns the locks taken
+//! under it, revoked when the lease is dropped
 //! (docs/contract.md#c16-leases).
-
-use std::sync::Arc;
 
 use lockd_core::LockError;
 use wasmtime::component::Resource;
-use wasmtime_wasi_io::poll::{subscribe, DynPollable};
+use wasmtime_wasi_io::poll::DynPollable;
 
-use crate::bindings::{leases, types};
+use crate::convert::{durability_from_wit, grant_to_wit, to_wit, WitResult};
 use crate::ctx::LockCtxView;
-use crate::errors::{durability_from_wit, to_wit};
-use crate::host::{grant_to_wit, WitResult};
-use crate::liveness::{Liveness, Monitor, Subject};
-
-/// A lease held through the `leases` interface, as the host keeps it.
-#[derive(Debug)]
-pub struct Lease {
-    pub(crate) id: String,
-    pub(crate) ttl_ms: u64,
-    pub(crate) revoked: bool,
-    pub(crate) liveness: Arc<Liveness>,
-    /// Hears that the lease ended and, with keep-alive, renews it. Aborted
-    /// with the lease.
-    pub(crate) monitor: Option<Monitor>,
-}
+use crate::liveness::{now_ms, subscribe_lost, terms};
+use crate::resources::Lease;
+use crate::wit::{leases, types};
 
 impl leases::Host for LockCtxView<'_> {}
 
@@ -33,11 +20,13 @@ impl leases::HostLease for LockCtxView<'_> {
         ttl_ms: u32,
         options: leases::LeaseOptions,
     ) -> WitResult<Resource<Lease>> {
-        if let Err(e) = self.ctx.check_room() {
-            return Ok(Err(to_wit(e)));
-        }
-        let ctx = &mut *self.ctx;
+        let slot = match self.ctx.lease_slot() {
+            Ok(slot) => slot,
+            Err(e) => return Ok(Err(to_wit(e))),
+        };
+        let ctx = &self.ctx;
         let ttl_ms = u64::from(ttl_ms);
+        let sent_at_ms = now_ms();
         let granted = match ctx
             .service
             .grant_lease(
@@ -50,37 +39,20 @@ impl leases::HostLease for LockCtxView<'_> {
             Ok(granted) => granted,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        let liveness = Liveness::new(granted.expires_at_ms, ttl_ms);
-        // Always watched: a lease hears its end (a revoke from elsewhere)
-        // without the guest asking.
-        let monitor = Monitor::start(
+        let lease = Lease::new(
             ctx.service.clone(),
-            liveness.clone(),
-            Subject::Lease {
-                namespace: ctx.namespace.clone(),
-                id: granted.id.clone(),
-            },
+            ctx.namespace.clone(),
+            granted.id,
+            terms(sent_at_ms, ttl_ms, granted.expires_at_ms),
             options.keep_alive,
+            slot,
         );
-        let lease = Lease {
-            id: granted.id.clone(),
-            ttl_ms,
-            revoked: false,
-            liveness,
-            monitor: Some(monitor),
-        };
-        match self.table.push(lease) {
-            Ok(resource) => {
-                ctx.live_leases.insert(granted.id);
-                Ok(Ok(resource))
-            }
-            Err(e) => {
-                let _ = ctx.service.revoke_lease(&ctx.namespace, &granted.id).await;
-                Ok(Err(to_wit(LockError::Denied(format!(
-                    "resource table is full: {e}"
-                )))))
-            }
-        }
+        // If the table is full the lease is dropped, which revokes it: the
+        // guest has no handle to revoke it with.
+        Ok(self
+            .table
+            .push(lease)
+            .map_err(|e| to_wit(LockError::Denied(format!("resource table is full: {e}")))))
     }
 
     async fn id(&mut self, lease: Resource<Lease>) -> wasmtime::Result<String> {
@@ -88,7 +60,7 @@ impl leases::HostLease for LockCtxView<'_> {
     }
 
     async fn expires_at_ms(&mut self, lease: Resource<Lease>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&lease)?.liveness.expires_at_ms())
+        Ok(self.table.get(&lease)?.holding.expires_at_ms())
     }
 
     async fn lock(
@@ -119,41 +91,34 @@ impl leases::HostLease for LockCtxView<'_> {
 
     async fn refresh(&mut self, lease: Resource<Lease>) -> WitResult<u64> {
         let l = self.table.get(&lease)?;
-        let (id, ttl_ms) = (l.id.clone(), l.ttl_ms);
+        let (id, ttl_ms) = (l.id.clone(), l.holding.terms().ttl_ms);
         let ctx = &self.ctx;
+        let sent_at_ms = now_ms();
         let expires_at_ms = match ctx.service.refresh_lease(&ctx.namespace, &id).await {
             Ok(expires_at_ms) => expires_at_ms,
             Err(e) => return Ok(Err(to_wit(e))),
         };
-        self.table
-            .get(&lease)?
-            .liveness
-            .renewed(expires_at_ms, ttl_ms);
+        let renewed = terms(sent_at_ms, ttl_ms, expires_at_ms);
+        self.table.get(&lease)?.holding.renewed(renewed);
         Ok(Ok(expires_at_ms))
     }
 
     async fn revoke(&mut self, lease: Resource<Lease>) -> WitResult<()> {
         let l = self.table.get(&lease)?;
-        if l.revoked {
+        if l.is_revoked() {
             return Ok(Err(types::Error::NotHeld));
         }
-        let id = l.id.clone();
-        let ctx = &mut *self.ctx;
-        let outcome = ctx.service.revoke_lease(&ctx.namespace, &id).await;
+        let outcome = l.revoke().await;
         // Unless the store could not answer, this lease holds nothing now.
         if !matches!(outcome, Err(LockError::Unavailable(_))) {
-            ctx.live_leases.remove(&id);
-            let l = self.table.get_mut(&lease)?;
-            l.revoked = true;
-            l.monitor = None;
-            l.liveness.mark_lost();
+            self.table.get_mut(&lease)?.mark_revoked();
         }
         Ok(outcome.map(drop).map_err(to_wit))
     }
 
     async fn is_alive(&mut self, lease: Resource<Lease>) -> wasmtime::Result<bool> {
         let l = self.table.get(&lease)?;
-        if l.revoked || l.liveness.is_lost() {
+        if l.is_revoked() || l.holding.is_lost() {
             return Ok(false);
         }
         let id = l.id.clone();
@@ -169,19 +134,17 @@ impl leases::HostLease for LockCtxView<'_> {
         &mut self,
         lease: Resource<Lease>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
-        let pollable = self.table.get(&lease)?.liveness.lost_pollable();
-        let pollable = self.table.push(pollable)?;
-        subscribe(self.table, pollable)
+        let holding = self.table.get(&lease)?.holding.clone();
+        subscribe_lost(self.table, &holding)
     }
 
     async fn drop(&mut self, lease: Resource<Lease>) -> wasmtime::Result<()> {
-        let l = self.table.delete(lease)?;
-        let ctx = &mut *self.ctx;
-        if ctx.live_leases.remove(&l.id) {
+        let mut l = self.table.delete(lease)?;
+        if !l.is_revoked() {
             // Dropping a lease revokes it. Not-held means it already ended.
-            let _ = ctx.service.revoke_lease(&ctx.namespace, &l.id).await;
+            let _ = l.revoke().await;
         }
-        l.liveness.mark_lost();
+        l.mark_revoked();
         Ok(())
     }
 }

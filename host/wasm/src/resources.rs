@@ -1,0 +1,217 @@
+//! The host state behind the guest's `guard` and `lease` resources, the
+//! types `bindgen!`'s `with:` names.
+//!
+//! Each resource gives back what it holds when it is dropped: by the guest,
+//! or with the store's resource table when the instance ends (it returned,
+//! trapped, or was dropped mid-call). So the resources are the only record
+//! of what an instance holds; the instance keeps just a count of them, for
+//! its cap.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use lockd_core::keepalive::{Holding, Terms};
+use lockd_core::{LockError, LockService};
+
+use crate::liveness::{Monitor, Subject};
+
+/// One guard's or lease's place under its instance's cap, counted in the
+/// count it was taken from until it is dropped.
+#[derive(Debug)]
+pub(crate) struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    pub(crate) fn take(count: &Arc<AtomicUsize>) -> Slot {
+        count.fetch_add(1, Ordering::Relaxed);
+        Slot(count.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A lock held through the `guards` interface, as the host keeps it.
+#[derive(Debug)]
+pub struct Guard {
+    service: LockService,
+    namespace: String,
+    pub(crate) name: String,
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    /// Its terms and lost flag, shared with the monitor and pollables.
+    pub(crate) holding: Arc<Holding>,
+    /// Renews it (keep-alive) or watches it (once a guest subscribed to its
+    /// loss); none until either is asked for. Aborted with the guard.
+    monitor: Option<Monitor>,
+    /// Its place under the cap while it holds the lock; none once released.
+    slot: Option<Slot>,
+}
+
+impl Guard {
+    /// The guard of the lock `name` just granted to `owner` under `token`,
+    /// on `terms`.
+    pub(crate) fn new(
+        service: LockService,
+        namespace: String,
+        name: String,
+        owner: String,
+        token: u64,
+        terms: Terms,
+        slot: Slot,
+    ) -> Guard {
+        Guard {
+            service,
+            namespace,
+            name,
+            owner,
+            token,
+            holding: Arc::new(Holding::new(terms)),
+            monitor: None,
+            slot: Some(slot),
+        }
+    }
+
+    fn start_monitor(&mut self, keep_alive: bool) {
+        let subject = Subject::Guard {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            owner: self.owner.clone(),
+            token: self.token,
+        };
+        let monitor = Monitor::start(
+            self.service.clone(),
+            self.holding.clone(),
+            subject,
+            keep_alive,
+        );
+        self.monitor = Some(monitor);
+    }
+
+    /// Renews it from now on, by the core's keep-alive rule, until it is
+    /// lost.
+    pub(crate) fn keep_alive(&mut self) {
+        self.start_monitor(true);
+    }
+
+    /// Watches its expiry from now on, unless it is watched already (a
+    /// keep-alive guard) or holds nothing.
+    pub(crate) fn watch(&mut self) {
+        if self.monitor.is_none() && !self.is_released() && !self.holding.is_lost() {
+            self.start_monitor(false);
+        }
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.slot.is_none()
+    }
+
+    /// Gives the lock back, awaiting the store's answer. Not-held or
+    /// not-owner means it was lost already.
+    pub(crate) async fn unlock(&self) -> Result<(), LockError> {
+        self.service
+            .unlock(&self.namespace, &self.name, &self.owner, Some(self.token))
+            .await
+    }
+
+    /// It holds nothing any more: stop renewing it, free its place under
+    /// the cap, wake its pollables, and release nothing when dropped.
+    pub(crate) fn mark_released(&mut self) {
+        self.slot = None;
+        self.monitor = None;
+        self.holding.mark_lost();
+    }
+}
+
+impl Drop for Guard {
+    /// Nothing can be awaited here, so the release is detached; the TTL
+    /// remains the safety net.
+    fn drop(&mut self) {
+        if !self.is_released() {
+            self.service
+                .release_detached(&self.namespace, &self.name, &self.owner, self.token);
+        }
+        self.holding.mark_lost();
+    }
+}
+
+/// A lease held through the `leases` interface, as the host keeps it.
+#[derive(Debug)]
+pub struct Lease {
+    service: LockService,
+    namespace: String,
+    pub(crate) id: String,
+    /// Its terms and lost flag, shared with the monitor and pollables.
+    pub(crate) holding: Arc<Holding>,
+    /// Hears that the lease ended and, with keep-alive, renews it. Aborted
+    /// with the lease.
+    monitor: Option<Monitor>,
+    /// Its place under the cap until it is revoked.
+    slot: Option<Slot>,
+}
+
+impl Lease {
+    /// The lease `id` just granted on `terms`. Always watched, so that it
+    /// hears its end (a revoke from elsewhere) without the guest asking;
+    /// renewed too if `keep_alive`.
+    pub(crate) fn new(
+        service: LockService,
+        namespace: String,
+        id: String,
+        terms: Terms,
+        keep_alive: bool,
+        slot: Slot,
+    ) -> Lease {
+        let holding = Arc::new(Holding::new(terms));
+        let subject = Subject::Lease {
+            namespace: namespace.clone(),
+            id: id.clone(),
+        };
+        let monitor = Monitor::start(service.clone(), holding.clone(), subject, keep_alive);
+        Lease {
+            service,
+            namespace,
+            id,
+            holding,
+            monitor: Some(monitor),
+            slot: Some(slot),
+        }
+    }
+
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.slot.is_none()
+    }
+
+    /// Ends the lease and releases its locks, awaiting the store's answer.
+    pub(crate) async fn revoke(&self) -> Result<u64, LockError> {
+        self.service.revoke_lease(&self.namespace, &self.id).await
+    }
+
+    /// It holds nothing any more: stop watching it, free its place under
+    /// the cap, wake its pollables, and revoke nothing when dropped.
+    pub(crate) fn mark_revoked(&mut self) {
+        self.slot = None;
+        self.monitor = None;
+        self.holding.mark_lost();
+    }
+}
+
+impl Drop for Lease {
+    /// A revoke must be awaited; hand it to the runtime the instance ran on.
+    /// Without one (a synchronous embedder), the TTL takes over.
+    fn drop(&mut self) {
+        if !self.is_revoked() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let service = self.service.clone();
+                let namespace = std::mem::take(&mut self.namespace);
+                let id = self.id.clone();
+                runtime.spawn(async move {
+                    let _ = service.revoke_lease(&namespace, &id).await;
+                });
+            }
+        }
+        self.holding.mark_lost();
+    }
+}
