@@ -184,7 +184,8 @@ pub async fn run_component(
             .await
             .ok(),
     };
-    // End the instance: drops the lock context, releasing leftover guards.
+    // End the instance: its resource table drops the guards and leases it
+    // still holds, and each releases (or revokes) itself.
     drop(store);
 
     let (exit_code, trap): (i32, Option<String>) = match result {
