@@ -39,6 +39,7 @@ use anyhow::{anyhow, bail, Context as _};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
+use lockd_api::{DurabilityWord, GrantReply, LockRequest, Route, StatusReply, UnlockRequest};
 use lockd_core::{Durability, Limits, LockService};
 use wasmtime::component::{Component, Func, InstancePre, Linker, ResourceTable, Val};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
@@ -89,10 +90,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     ]);
     let mut summary = String::new();
     for durability in [Durability::Ephemeral, Durability::Persistent] {
-        let word = match durability {
-            Durability::Ephemeral => "ephemeral",
-            Durability::Persistent => "persistent",
-        };
+        let word = DurabilityWord::from(durability);
         for &callers in &[1usize, 8] {
             eprintln!("B7: {word} pairs, {callers} callers");
             let native_m = ctx.run(
@@ -104,7 +102,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             let composed = ctx.rt.block_on(async {
                 let mut callers_v = Vec::new();
                 for c in 0..callers {
-                    callers_v.push(ClientPair::new(&engine, &client_pre, &url, c, word).await?);
+                    callers_v
+                        .push(ClientPair::new(&engine, &client_pre, &url, c, word.as_str()).await?);
                 }
                 anyhow::Ok(callers_v)
             })?;
@@ -140,7 +139,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
                 let [p50s, p99, p999] = percentiles(&mut m);
                 table.row(vec![
                     callers.to_string(),
-                    word.into(),
+                    word.to_string(),
                     label.into(),
                     count(m.rate()),
                     p50s,
@@ -533,11 +532,11 @@ struct FreshRestPair {
     addr: SocketAddr,
     owner: String,
     prefix: String,
-    durability: &'static str,
+    durability: DurabilityWord,
 }
 
 impl FreshRestPair {
-    fn new(addr: SocketAddr, caller: usize, durability: &'static str) -> FreshRestPair {
+    fn new(addr: SocketAddr, caller: usize, durability: DurabilityWord) -> FreshRestPair {
         FreshRestPair {
             addr,
             owner: format!("owner-{caller}"),
@@ -546,47 +545,39 @@ impl FreshRestPair {
         }
     }
 
-    async fn post(&self, path: &str, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
-        let mut conn = Connection::open(self.addr).await?;
-        let (status, reply) = conn.send("POST", path, Some(body.to_string())).await?;
-        if status != 200 {
-            bail!(
-                "{path} answered {status}: {}",
-                String::from_utf8_lossy(&reply)
-            );
-        }
-        Ok(serde_json::from_slice(&reply)?)
+    /// Posts `request` to `route` on a new connection.
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        route: Route,
+        request: &impl serde::Serialize,
+    ) -> anyhow::Result<T> {
+        Connection::open(self.addr)
+            .await?
+            .post(route, request)
+            .await
     }
 }
 
 impl Pair for FreshRestPair {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
-        let grant = self
-            .post(
-                "/v1/locks/lock",
-                serde_json::json!({
-                    "namespace": NAMESPACE,
-                    "name": name,
-                    "owner": self.owner,
-                    "ttl_ms": 30_000,
-                    "durability": self.durability,
-                }),
-            )
-            .await?;
-        let token = grant["fencing_token"]
-            .as_u64()
-            .context("lock answer without fencing_token")?;
-        self.post(
-            "/v1/locks/unlock",
-            serde_json::json!({
-                "namespace": NAMESPACE,
-                "name": name,
-                "owner": self.owner,
-                "fencing_token": token,
-            }),
-        )
-        .await?;
+        let lock = LockRequest {
+            namespace: Some(NAMESPACE.to_string()),
+            name: name.clone(),
+            owner: Some(self.owner.clone()),
+            ttl_ms: Some(30_000),
+            wait_ms: None,
+            durability: Some(self.durability),
+            lease_id: None,
+        };
+        let grant: GrantReply = self.post(Route::Lock, &lock).await?;
+        let unlock = UnlockRequest {
+            namespace: Some(NAMESPACE.to_string()),
+            name,
+            owner: self.owner.clone(),
+            fencing_token: Some(grant.fencing_token),
+        };
+        let _: StatusReply = self.post(Route::Unlock, &unlock).await?;
         Ok(())
     }
 }
