@@ -39,7 +39,7 @@ use anyhow::{anyhow, bail, Context as _};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
-use lockd_api::{DurabilityWord, GrantReply, LockRequest, Route, StatusReply, UnlockRequest};
+use lockd_api::{DurabilityWord, GrantReply, Route, StatusReply};
 use lockd_core::{Durability, Limits, LockService};
 use wasmtime::component::{Component, Func, InstancePre, Linker, ResourceTable, Val};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
@@ -52,7 +52,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::b2_durable::ServicePair;
 use crate::drive::Pair;
-use crate::rest::{Connection, RestPair, Server};
+use crate::rest::{Connection, PairRequests, RestPair, Server};
 use crate::stats::{count, latency, percentiles, ratio, Measured, Table};
 use crate::{check_errors, Ctx};
 
@@ -530,18 +530,20 @@ impl Pair for ClientPair {
 /// the composed path pays for connections, without wasm.
 struct FreshRestPair {
     addr: SocketAddr,
-    owner: String,
+    requests: PairRequests,
     prefix: String,
-    durability: DurabilityWord,
 }
 
 impl FreshRestPair {
     fn new(addr: SocketAddr, caller: usize, durability: DurabilityWord) -> FreshRestPair {
         FreshRestPair {
             addr,
-            owner: format!("owner-{caller}"),
+            requests: PairRequests {
+                namespace: Some(NAMESPACE.to_string()),
+                owner: format!("owner-{caller}"),
+                durability,
+            },
             prefix: format!("fresh/c{caller}/"),
-            durability,
         }
     }
 
@@ -561,22 +563,8 @@ impl FreshRestPair {
 impl Pair for FreshRestPair {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
-        let lock = LockRequest {
-            namespace: Some(NAMESPACE.to_string()),
-            name: name.clone(),
-            owner: Some(self.owner.clone()),
-            ttl_ms: Some(30_000),
-            wait_ms: None,
-            durability: Some(self.durability),
-            lease_id: None,
-        };
-        let grant: GrantReply = self.post(Route::Lock, &lock).await?;
-        let unlock = UnlockRequest {
-            namespace: Some(NAMESPACE.to_string()),
-            name,
-            owner: self.owner.clone(),
-            fencing_token: Some(grant.fencing_token),
-        };
+        let grant: GrantReply = self.post(Route::Lock, &self.requests.lock(&name)).await?;
+        let unlock = self.requests.unlock(name, &grant);
         let _: StatusReply = self.post(Route::Unlock, &unlock).await?;
         Ok(())
     }

@@ -244,13 +244,43 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// The request bodies of one lock + unlock pair: `owner` takes a lock for
+/// 30 s, then releases it under the grant's token.
+pub struct PairRequests {
+    pub namespace: Option<String>,
+    pub owner: String,
+    pub durability: DurabilityWord,
+}
+
+impl PairRequests {
+    pub fn lock(&self, name: &str) -> LockRequest {
+        LockRequest {
+            namespace: self.namespace.clone(),
+            name: name.to_string(),
+            owner: Some(self.owner.clone()),
+            ttl_ms: Some(30_000),
+            wait_ms: None,
+            durability: Some(self.durability),
+            lease_id: None,
+        }
+    }
+
+    pub fn unlock(&self, name: String, grant: &GrantReply) -> UnlockRequest {
+        UnlockRequest {
+            namespace: self.namespace.clone(),
+            name,
+            owner: self.owner.clone(),
+            fencing_token: Some(grant.fencing_token),
+        }
+    }
+}
+
 /// A REST caller: `POST /v1/locks/lock` then `POST /v1/locks/unlock` with the
 /// token, on its own keep-alive connection.
 pub struct RestPair {
     conn: Connection,
-    owner: String,
+    requests: PairRequests,
     prefix: String,
-    durability: DurabilityWord,
 }
 
 impl RestPair {
@@ -261,9 +291,12 @@ impl RestPair {
     ) -> anyhow::Result<RestPair> {
         Ok(RestPair {
             conn: Connection::open(addr).await?,
-            owner: format!("owner-{caller}"),
+            requests: PairRequests {
+                namespace: None,
+                owner: format!("owner-{caller}"),
+                durability,
+            },
             prefix: format!("c{caller}/"),
-            durability,
         })
     }
 }
@@ -271,22 +304,11 @@ impl RestPair {
 impl Pair for RestPair {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
-        let lock = LockRequest {
-            namespace: None,
-            name: name.clone(),
-            owner: Some(self.owner.clone()),
-            ttl_ms: Some(30_000),
-            wait_ms: None,
-            durability: Some(self.durability),
-            lease_id: None,
-        };
-        let grant: GrantReply = self.conn.post(Route::Lock, &lock).await?;
-        let unlock = UnlockRequest {
-            namespace: None,
-            name,
-            owner: self.owner.clone(),
-            fencing_token: Some(grant.fencing_token),
-        };
+        let grant: GrantReply = self
+            .conn
+            .post(Route::Lock, &self.requests.lock(&name))
+            .await?;
+        let unlock = self.requests.unlock(name, &grant);
         let _: StatusReply = self.conn.post(Route::Unlock, &unlock).await?;
         Ok(())
     }

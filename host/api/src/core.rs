@@ -5,10 +5,11 @@ use lockd_core::{
     Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
 };
 
-use crate::{
-    BusyReply, DurabilityWord, Event, EventWord, FoundReply, GrantReply, LeaseFoundReply,
-    LeaseGrantedReply, ListReply, ListedLock, ReleasedReply, Status,
+use crate::reply::{
+    BusyReply, Event, FoundReply, GrantReply, LeaseFoundReply, LeaseGrantedReply, ListReply,
+    ListedLock, ReleasedReply,
 };
+use crate::words::{DurabilityWord, EventWord, Status};
 
 impl Status {
     /// The lock error this status reports, if it reports one.
@@ -195,7 +196,9 @@ mod tests {
     use lockd_core::LockError;
 
     use super::*;
-    use crate::{decode, ErrorReply, Route};
+    use crate::decode::decode;
+    use crate::reply::ErrorReply;
+    use crate::route::Route;
 
     #[test]
     fn the_words_are_the_cores() {

@@ -9,7 +9,9 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::{BusyReply, ErrorReply, Route, Status};
+use crate::reply::{BusyReply, ErrorReply};
+use crate::route::Route;
+use crate::words::Status;
 
 /// Parses a reply to `route` (or an event of its stream) into `T`. Unknown
 /// fields are ignored; a missing field or one of the wrong type is an error
@@ -217,7 +219,7 @@ impl Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FoundReply, GrantReply, LeaseFoundReply, ListReply};
+    use crate::reply::{FoundReply, GrantReply, LeaseFoundReply, ListReply};
 
     fn problem<T: DeserializeOwned + fmt::Debug>(body: &str) -> String {
         decode::<T>(Route::Lock, body.as_bytes())

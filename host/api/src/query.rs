@@ -8,7 +8,7 @@
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::Route;
+use crate::route::Route;
 
 /// What a query value keeps unescaped: RFC 3986's unreserved characters
 /// (`A-Z a-z 0-9 - . _ ~`); everything else becomes `%XX`.
@@ -31,20 +31,13 @@ impl ListQuery {
     /// Parses a query string (without the `?`).
     pub fn parse(query: &str) -> Result<ListQuery, String> {
         let mut parsed = ListQuery::default();
-        for (key, value) in parse_pairs(query)? {
-            let slot = match key.as_str() {
-                "namespace" => &mut parsed.namespace,
-                "prefix" => &mut parsed.prefix,
-                other => {
-                    return Err(format!(
-                        "unknown query parameter {other:?}; expected namespace or prefix"
-                    ))
-                }
-            };
-            if slot.replace(value).is_some() {
-                return Err(format!("query parameter {key:?} given twice"));
-            }
-        }
+        fill(
+            query,
+            &mut [
+                ("namespace", &mut parsed.namespace),
+                ("prefix", &mut parsed.prefix),
+            ],
+        )?;
         Ok(parsed)
     }
 
@@ -73,21 +66,14 @@ impl EventQuery {
     /// Parses a query string (without the `?`).
     pub fn parse(query: &str) -> Result<EventQuery, String> {
         let mut parsed = EventQuery::default();
-        for (key, value) in parse_pairs(query)? {
-            let slot = match key.as_str() {
-                "namespace" => &mut parsed.namespace,
-                "prefix" => &mut parsed.prefix,
-                "access_token" => &mut parsed.access_token,
-                other => {
-                    return Err(format!(
-                    "unknown query parameter {other:?}; expected namespace, prefix or access_token"
-                ))
-                }
-            };
-            if slot.replace(value).is_some() {
-                return Err(format!("query parameter {key:?} given twice"));
-            }
-        }
+        fill(
+            query,
+            &mut [
+                ("namespace", &mut parsed.namespace),
+                ("prefix", &mut parsed.prefix),
+                ("access_token", &mut parsed.access_token),
+            ],
+        )?;
         Ok(parsed)
     }
 
@@ -115,6 +101,27 @@ fn with_query(route: Route, params: &[(&str, &Option<String>)]) -> String {
     } else {
         format!("{}?{}", route.path(), pairs.join("&"))
     }
+}
+
+/// Fills each parameter's slot from `query`.
+fn fill(query: &str, slots: &mut [(&str, &mut Option<String>)]) -> Result<(), String> {
+    for (key, value) in parse_pairs(query)? {
+        let Some((_, slot)) = slots.iter_mut().find(|(name, _)| *name == key) else {
+            let names: Vec<&str> = slots.iter().map(|(name, _)| *name).collect();
+            let expected = match names.split_last() {
+                Some((last, [])) => (*last).to_string(),
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => "none".to_string(),
+            };
+            return Err(format!(
+                "unknown query parameter {key:?}; expected {expected}"
+            ));
+        };
+        if slot.replace(value).is_some() {
+            return Err(format!("query parameter {key:?} given twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Splits a query into decoded pairs; a key without `=` has the value "".
@@ -201,9 +208,10 @@ mod tests {
         assert_eq!(ListQuery::parse(query).unwrap(), q);
         assert_eq!(ListQuery::default().path(), "/v1/locks");
         assert_eq!(ListQuery::parse("").unwrap(), ListQuery::default());
-        assert!(ListQuery::parse("names=x")
-            .unwrap_err()
-            .contains("unknown query parameter \"names\""));
+        assert_eq!(
+            ListQuery::parse("names=x").unwrap_err(),
+            "unknown query parameter \"names\"; expected namespace or prefix"
+        );
         assert!(ListQuery::parse("prefix=a&prefix=b")
             .unwrap_err()
             .contains("given twice"));
@@ -224,5 +232,9 @@ mod tests {
         assert!(EventQuery::parse("prefix=%zz")
             .unwrap_err()
             .contains("bad percent-encoding"));
+        assert_eq!(
+            EventQuery::parse("names=x").unwrap_err(),
+            "unknown query parameter \"names\"; expected namespace, prefix or access_token"
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DurabilityWord, EventWord, Status};
+use crate::words::{DurabilityWord, EventWord, Status};
 
 /// `acquired` (lock) or `extended` (extend): the grant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

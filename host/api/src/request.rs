@@ -5,7 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DurabilityWord, Route};
+use crate::route::Route;
+use crate::words::DurabilityWord;
 
 /// `POST /v1/locks/lock`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

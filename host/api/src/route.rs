@@ -6,28 +6,28 @@ use std::fmt;
 /// One of lockd's own routes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
-    /// `POST /v1/locks/lock`: [`LockRequest`](crate::LockRequest).
+    /// `POST /v1/locks/lock`: `LockRequest`.
     Lock,
-    /// `POST /v1/locks/unlock`: [`UnlockRequest`](crate::UnlockRequest).
+    /// `POST /v1/locks/unlock`: `UnlockRequest`.
     Unlock,
-    /// `POST /v1/locks/extend`: [`ExtendRequest`](crate::ExtendRequest).
+    /// `POST /v1/locks/extend`: `ExtendRequest`.
     Extend,
-    /// `POST /v1/locks/get`: [`GetRequest`](crate::GetRequest).
+    /// `POST /v1/locks/get`: `GetRequest`.
     Get,
-    /// `GET /v1/locks`: [`ListQuery`](crate::ListQuery).
+    /// `GET /v1/locks`: `ListQuery`.
     List,
     /// `POST /v1/locks/force-unlock`:
-    /// [`ForceUnlockRequest`](crate::ForceUnlockRequest).
+    /// `ForceUnlockRequest`.
     ForceUnlock,
-    /// `GET /v1/events`, Server-Sent Events: [`EventQuery`](crate::EventQuery).
+    /// `GET /v1/events`, Server-Sent Events: `EventQuery`.
     Events,
-    /// `POST /v1/leases/grant`: [`LeaseGrantRequest`](crate::LeaseGrantRequest).
+    /// `POST /v1/leases/grant`: `LeaseGrantRequest`.
     LeaseGrant,
-    /// `POST /v1/leases/refresh`: [`LeaseRequest`](crate::LeaseRequest).
+    /// `POST /v1/leases/refresh`: `LeaseRequest`.
     LeaseRefresh,
-    /// `POST /v1/leases/revoke`: [`LeaseRequest`](crate::LeaseRequest).
+    /// `POST /v1/leases/revoke`: `LeaseRequest`.
     LeaseRevoke,
-    /// `POST /v1/leases/get`: [`LeaseRequest`](crate::LeaseRequest).
+    /// `POST /v1/leases/get`: `LeaseRequest`.
     LeaseGet,
     /// `GET /metrics`, Prometheus text.
     Metrics,
