@@ -6,6 +6,8 @@
 
 use std::fmt::Write as _;
 
+use lockd_api::DurabilityWord;
+
 use crate::peers::RedisMode;
 use crate::rest::{RestPair, Server};
 use crate::stats::{count, percentiles, ratio, Table};
@@ -15,7 +17,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let clients = ctx.plan.b4_connections;
     eprintln!("B4: {clients} connections");
     let server = Server::start(ctx.scratch.path().join("b4.redb"), None)?;
-    let measure = |durability: &'static str| -> anyhow::Result<crate::stats::Measured> {
+    let measure = |durability: DurabilityWord| -> anyhow::Result<crate::stats::Measured> {
         let callers = ctx.rt.block_on(async {
             let mut callers = Vec::new();
             for c in 0..clients {
@@ -28,10 +30,10 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         Ok(m)
     };
     let (commits_before, ops_before) = server.commits();
-    let durable = measure("persistent")?;
+    let durable = measure(DurabilityWord::Persistent)?;
     let (commits_after, ops_after) = server.commits();
     let (commits, committed) = (commits_after - commits_before, ops_after - ops_before);
-    let ephemeral = measure("ephemeral")?;
+    let ephemeral = measure(DurabilityWord::Ephemeral)?;
     drop(server);
 
     let always = ctx.peer(Peer::Redis(RedisMode::Always), clients)?;

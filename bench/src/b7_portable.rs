@@ -39,6 +39,7 @@ use anyhow::{anyhow, bail, Context as _};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full};
+use lockd_api::{DurabilityWord, GrantReply, Route, StatusReply};
 use lockd_core::{Durability, Limits, LockService};
 use wasmtime::component::{Component, Func, InstancePre, Linker, ResourceTable, Val};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
@@ -51,7 +52,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::b2_durable::ServicePair;
 use crate::drive::Pair;
-use crate::rest::{Connection, RestPair, Server};
+use crate::rest::{Connection, PairRequests, RestPair, Server};
 use crate::stats::{count, latency, percentiles, ratio, Measured, Table};
 use crate::{check_errors, Ctx};
 
@@ -89,10 +90,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     ]);
     let mut summary = String::new();
     for durability in [Durability::Ephemeral, Durability::Persistent] {
-        let word = match durability {
-            Durability::Ephemeral => "ephemeral",
-            Durability::Persistent => "persistent",
-        };
+        let word = DurabilityWord::from(durability);
         for &callers in &[1usize, 8] {
             eprintln!("B7: {word} pairs, {callers} callers");
             let native_m = ctx.run(
@@ -104,7 +102,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             let composed = ctx.rt.block_on(async {
                 let mut callers_v = Vec::new();
                 for c in 0..callers {
-                    callers_v.push(ClientPair::new(&engine, &client_pre, &url, c, word).await?);
+                    callers_v
+                        .push(ClientPair::new(&engine, &client_pre, &url, c, word.as_str()).await?);
                 }
                 anyhow::Ok(callers_v)
             })?;
@@ -140,7 +139,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
                 let [p50s, p99, p999] = percentiles(&mut m);
                 table.row(vec![
                     callers.to_string(),
-                    word.into(),
+                    word.to_string(),
                     label.into(),
                     count(m.rate()),
                     p50s,
@@ -531,62 +530,42 @@ impl Pair for ClientPair {
 /// the composed path pays for connections, without wasm.
 struct FreshRestPair {
     addr: SocketAddr,
-    owner: String,
+    requests: PairRequests,
     prefix: String,
-    durability: &'static str,
 }
 
 impl FreshRestPair {
-    fn new(addr: SocketAddr, caller: usize, durability: &'static str) -> FreshRestPair {
+    fn new(addr: SocketAddr, caller: usize, durability: DurabilityWord) -> FreshRestPair {
         FreshRestPair {
             addr,
-            owner: format!("owner-{caller}"),
+            requests: PairRequests {
+                namespace: Some(NAMESPACE.to_string()),
+                owner: format!("owner-{caller}"),
+                durability,
+            },
             prefix: format!("fresh/c{caller}/"),
-            durability,
         }
     }
 
-    async fn post(&self, path: &str, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
-        let mut conn = Connection::open(self.addr).await?;
-        let (status, reply) = conn.send("POST", path, Some(body.to_string())).await?;
-        if status != 200 {
-            bail!(
-                "{path} answered {status}: {}",
-                String::from_utf8_lossy(&reply)
-            );
-        }
-        Ok(serde_json::from_slice(&reply)?)
+    /// Posts `request` to `route` on a new connection.
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        route: Route,
+        request: &impl serde::Serialize,
+    ) -> anyhow::Result<T> {
+        Connection::open(self.addr)
+            .await?
+            .post(route, request)
+            .await
     }
 }
 
 impl Pair for FreshRestPair {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
-        let grant = self
-            .post(
-                "/v1/locks/lock",
-                serde_json::json!({
-                    "namespace": NAMESPACE,
-                    "name": name,
-                    "owner": self.owner,
-                    "ttl_ms": 30_000,
-                    "durability": self.durability,
-                }),
-            )
-            .await?;
-        let token = grant["fencing_token"]
-            .as_u64()
-            .context("lock answer without fencing_token")?;
-        self.post(
-            "/v1/locks/unlock",
-            serde_json::json!({
-                "namespace": NAMESPACE,
-                "name": name,
-                "owner": self.owner,
-                "fencing_token": token,
-            }),
-        )
-        .await?;
+        let grant: GrantReply = self.post(Route::Lock, &self.requests.lock(&name)).await?;
+        let unlock = self.requests.unlock(name, &grant);
+        let _: StatusReply = self.post(Route::Unlock, &unlock).await?;
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use lockd::config::LockdConfig;
 use lockd::serve::ServeOptions;
 use lockd::store::StoreSpec;
+use lockd_api::{DurabilityWord, GrantReply, LockRequest, Route, StatusReply, UnlockRequest};
 
 use crate::drive::Pair;
 
@@ -106,6 +107,26 @@ impl Connection {
             out: Vec::with_capacity(512),
             buf: Vec::with_capacity(1024),
         })
+    }
+
+    /// Posts `request` to `route` and reads the reply as `T`: an error
+    /// unless it is a 200 that parses.
+    pub async fn post<T: serde::de::DeserializeOwned>(
+        &mut self,
+        route: Route,
+        request: &impl serde::Serialize,
+    ) -> anyhow::Result<T> {
+        let body = serde_json::to_string(request)?;
+        let (status, reply) = self
+            .send(route.method().as_str(), route.path(), Some(body))
+            .await?;
+        if status != 200 {
+            bail!(
+                "{route} answered {status}: {}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+        Ok(lockd_api::decode(route, &reply)?)
     }
 
     /// Sends a request and reads the whole answer: (status, body).
@@ -223,37 +244,59 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The `fencing_token` of a grant's JSON body.
-fn token_of(body: &[u8]) -> Option<u64> {
-    const FIELD: &[u8] = b"\"fencing_token\":";
-    let at = find(body, FIELD)? + FIELD.len();
-    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&body[at..at + digits])
-        .ok()?
-        .parse()
-        .ok()
+/// The request bodies of one lock + unlock pair: `owner` takes a lock for
+/// 30 s, then releases it under the grant's token.
+pub struct PairRequests {
+    pub namespace: Option<String>,
+    pub owner: String,
+    pub durability: DurabilityWord,
+}
+
+impl PairRequests {
+    pub fn lock(&self, name: &str) -> LockRequest {
+        LockRequest {
+            namespace: self.namespace.clone(),
+            name: name.to_string(),
+            owner: Some(self.owner.clone()),
+            ttl_ms: Some(30_000),
+            wait_ms: None,
+            durability: Some(self.durability),
+            lease_id: None,
+        }
+    }
+
+    pub fn unlock(&self, name: String, grant: &GrantReply) -> UnlockRequest {
+        UnlockRequest {
+            namespace: self.namespace.clone(),
+            name,
+            owner: self.owner.clone(),
+            fencing_token: Some(grant.fencing_token),
+        }
+    }
 }
 
 /// A REST caller: `POST /v1/locks/lock` then `POST /v1/locks/unlock` with the
 /// token, on its own keep-alive connection.
 pub struct RestPair {
     conn: Connection,
-    owner: String,
+    requests: PairRequests,
     prefix: String,
-    durability: &'static str,
 }
 
 impl RestPair {
     pub async fn connect(
         addr: SocketAddr,
         caller: usize,
-        durability: &'static str,
+        durability: DurabilityWord,
     ) -> anyhow::Result<RestPair> {
         Ok(RestPair {
             conn: Connection::open(addr).await?,
-            owner: format!("owner-{caller}"),
+            requests: PairRequests {
+                namespace: None,
+                owner: format!("owner-{caller}"),
+                durability,
+            },
             prefix: format!("c{caller}/"),
-            durability,
         })
     }
 }
@@ -261,49 +304,12 @@ impl RestPair {
 impl Pair for RestPair {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
-        let lock = serde_json::json!({
-            "name": name,
-            "owner": self.owner,
-            "ttl_ms": 30_000,
-            "durability": self.durability,
-        });
-        let (status, body) = self
+        let grant: GrantReply = self
             .conn
-            .send("POST", "/v1/locks/lock", Some(lock.to_string()))
+            .post(Route::Lock, &self.requests.lock(&name))
             .await?;
-        if status != 200 {
-            bail!("lock answered {status}: {}", String::from_utf8_lossy(&body));
-        }
-        let token = token_of(&body).context("lock answer without fencing_token")?;
-        let unlock = serde_json::json!({
-            "name": name,
-            "owner": self.owner,
-            "fencing_token": token,
-        });
-        let (status, body) = self
-            .conn
-            .send("POST", "/v1/locks/unlock", Some(unlock.to_string()))
-            .await?;
-        if status != 200 {
-            bail!(
-                "unlock answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            );
-        }
+        let unlock = self.requests.unlock(name, &grant);
+        let _: StatusReply = self.conn.post(Route::Unlock, &unlock).await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_the_token() {
-        assert_eq!(
-            token_of(br#"{"status":"acquired","fencing_token":1234,"expires_at_ms":5}"#),
-            Some(1234)
-        );
-        assert_eq!(token_of(br#"{"status":"busy"}"#), None);
     }
 }

@@ -1,9 +1,9 @@
 //! The transport: configuration from `wasi:cli/environment`, and one blocking
-//! `POST` with a JSON body through `wasi:http/outgoing-handler`.
+//! `POST` through `wasi:http/outgoing-handler`.
 
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use lockd_api::{Route, DEFAULT_NAMESPACE};
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
@@ -11,7 +11,6 @@ use wasip2::http::types::{
 use wasip2::io::streams::StreamError;
 
 use crate::bindings::exports::lockd::lock::types::Error;
-use crate::reply::{self, Success, MAX_REPLY_BYTES};
 
 /// How long connecting to the server may take.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -20,18 +19,13 @@ const CONNECT_TIMEOUT_MS: u64 = 5_000;
 const FIRST_BYTE_MARGIN_MS: u64 = 30_000;
 /// The longest pause between two bytes of a reply.
 const BETWEEN_BYTES_TIMEOUT_MS: u64 = 30_000;
-/// The largest request body a lockd server reads (`MAX_BODY_BYTES` in
-/// `host/lockd/src/api`); it answers anything larger with 413
-/// `invalid_argument`, often before the body is sent, which the connection
-/// reports as a protocol error. Refused here instead, with the same answer.
-const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// Longest reply body read from the server. lockd's replies are a few
+/// hundred bytes; a name or owner echoed back is at most 512 bytes.
+const MAX_REPLY_BYTES: usize = 1 << 20;
 /// `blocking-write-and-flush` takes at most 4096 bytes per call.
 const WRITE_CHUNK: usize = 4096;
 /// Bytes asked for per read of the reply body.
 const READ_CHUNK: u64 = 64 * 1024;
-
-/// The namespace used when `LOCKD_NAMESPACE` is unset or empty.
-pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 /// Where the server is and how to talk to it, read once per instance.
 #[derive(Debug)]
@@ -114,31 +108,14 @@ fn parse_url(url: &str) -> Result<(Scheme, String, String), String> {
     ))
 }
 
-/// `POST {LOCKD_URL}{route}` with `body`, and what the reply means.
+/// `POST` `body` to `{LOCKD_URL}` + `route`'s path: the reply's HTTP status
+/// and body, or why there is none.
 ///
 /// `wait_ms` is how long the server may legitimately take before it answers
 /// (a waiting `lock`); the first-byte timeout is that plus a margin.
 pub(crate) fn post(
     config: &Config,
-    route: &str,
-    body: &Value,
-    wait_ms: u32,
-) -> Result<Success, Error> {
-    let body = body.to_string();
-    if body.len() > MAX_REQUEST_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "body over {MAX_REQUEST_BYTES} bytes (a name or owner far over its limit)"
-        )));
-    }
-    let (status, reply) =
-        exchange(config, route, body.as_bytes(), wait_ms).map_err(Error::Unavailable)?;
-    reply::read(&config.url, route, status, &reply)
-}
-
-/// One HTTP round trip: the reply's status and body, or why there is none.
-fn exchange(
-    config: &Config,
-    route: &str,
+    route: Route,
     body: &[u8],
     wait_ms: u32,
 ) -> Result<(u16, Vec<u8>), String> {
@@ -157,7 +134,7 @@ fn exchange(
         )
     })?;
     let request = OutgoingRequest::new(headers);
-    let path = format!("{}{route}", config.base_path);
+    let path = format!("{}{}", config.base_path, route.path());
     let set = request
         .set_method(&Method::Post)
         .and_then(|()| request.set_scheme(Some(&config.scheme)))

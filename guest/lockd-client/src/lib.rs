@@ -45,8 +45,10 @@
 //! Every WIT error maps one to one from the reply's `status` word: `busy`
 //! (with the holder's `lock-info`), `not_owner`, `not_held`,
 //! `invalid_argument`, `denied` and `unavailable` become the variant of the
-//! same name, with the server's message less its `"invalid argument: "`,
-//! `"denied: "` or `"unavailable: "` prefix, as the native host gives it.
+//! same name, with the message's detail (`lockd_api::ErrorReply::detail`:
+//! less its `"invalid argument: "`, `"denied: "` or `"unavailable: "`
+//! label), as the native host gives it. Requests and replies are
+//! `lockd-api`'s types (see `call.rs`).
 //! HTTP 401 `unauthorized` (a missing or wrong `LOCKD_AUTH_TOKEN`) is
 //! `denied`. A server that cannot be reached, a timeout, a reply over 1 MiB,
 //! and any reply that is not the documented JSON (wrong types, unknown
@@ -91,18 +93,22 @@
 //! `LOCKD_URL` in the guest's environment pointing at a `lockd serve`. The
 //! conformance guest then passes its 12 steps against the server.
 
+mod call;
 mod http;
-mod reply;
 
 use std::cell::Cell;
 
-use serde_json::{json, Map, Value};
+use lockd_api::{
+    ExtendRequest, GetRequest, GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply,
+    LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, LockRequest, Route, Status, StatusReply,
+    UnlockRequest,
+};
 
 use bindings::exports::lockd::lock::guards::{self, GuardOptions, GuestGuard};
 use bindings::exports::lockd::lock::leases::{self, GuestLease, LeaseOptions};
-use wasip2::io::poll::Pollable;
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
-use bindings::exports::lockd::lock::types::{Durability, Error, Grant, LockInfo};
+use bindings::exports::lockd::lock::types::{Error, Grant, LockInfo};
+use wasip2::io::poll::Pollable;
 
 /// The `wit-bindgen` bindings of the `lockd:client/client` world: the
 /// `lockd:lock` interfaces of `wit/lock.wit` as exports.
@@ -179,79 +185,76 @@ fn no_keep_alive() -> Error {
 fn ready_at(expires_at_ms: u64) -> Pollable {
     let now = wasip2::clocks::wall_clock::now();
     let now_ms = now.seconds * 1_000 + u64::from(now.nanoseconds / 1_000_000);
-    let wait_ns = expires_at_ms.saturating_sub(now_ms).saturating_mul(1_000_000);
+    let wait_ns = expires_at_ms
+        .saturating_sub(now_ms)
+        .saturating_mul(1_000_000);
     wasip2::clocks::monotonic_clock::subscribe_duration(wait_ns)
 }
 
 fn lock(name: &str, owner: &str, ttl_ms: u32, options: LockOptions) -> Result<Grant, Error> {
     let config = http::config()?;
-    let body = json!({
-        "namespace": config.namespace,
-        "name": name,
-        "owner": owner,
-        "ttl_ms": ttl_ms,
-        "wait_ms": options.wait_ms,
-        "durability": durability_word(options.durability),
-    });
-    let reply = http::post(config, "/v1/locks/lock", &body, options.wait_ms)?;
-    expect(config, &reply, "acquired")?;
-    reply::grant(&config.url, &reply)
+    let request = LockRequest {
+        namespace: Some(config.namespace.clone()),
+        name: name.to_owned(),
+        owner: Some(owner.to_owned()),
+        ttl_ms: Some(ttl_ms.into()),
+        wait_ms: Some(options.wait_ms.into()),
+        durability: Some(call::wire_durability(options.durability)),
+        lease_id: None,
+    };
+    let reply: GrantReply = call::post(
+        config,
+        Route::Lock,
+        &request,
+        Status::Acquired,
+        options.wait_ms,
+    )?;
+    Ok(grant(&reply))
 }
 
 fn unlock(name: &str, owner: &str, fencing_token: Option<u64>) -> Result<(), Error> {
     let config = http::config()?;
-    let mut body = Map::new();
-    body.insert("namespace".into(), config.namespace.clone().into());
-    body.insert("name".into(), name.into());
-    body.insert("owner".into(), owner.into());
-    if let Some(token) = fencing_token {
-        body.insert("fencing_token".into(), token.into());
-    }
-    let reply = http::post(config, "/v1/locks/unlock", &Value::Object(body), 0)?;
-    expect(config, &reply, "unlocked")
+    let request = UnlockRequest {
+        namespace: Some(config.namespace.clone()),
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+        fencing_token,
+    };
+    let _: StatusReply = call::post(config, Route::Unlock, &request, Status::Unlocked, 0)?;
+    Ok(())
 }
 
 fn extend(name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
     let config = http::config()?;
-    let body = json!({
-        "namespace": config.namespace,
-        "name": name,
-        "owner": owner,
-        "ttl_ms": ttl_ms,
-    });
-    let reply = http::post(config, "/v1/locks/extend", &body, 0)?;
-    expect(config, &reply, "extended")?;
-    reply::grant(&config.url, &reply)
+    let request = ExtendRequest {
+        namespace: Some(config.namespace.clone()),
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+        ttl_ms: ttl_ms.into(),
+    };
+    let reply: GrantReply = call::post(config, Route::Extend, &request, Status::Extended, 0)?;
+    Ok(grant(&reply))
 }
 
 fn get(name: &str) -> Result<Option<LockInfo>, Error> {
     let config = http::config()?;
-    let body = json!({"namespace": config.namespace, "name": name});
-    let reply = http::post(config, "/v1/locks/get", &body, 0)?;
-    if reply.word == "not_found" {
-        return Ok(None);
-    }
-    expect(config, &reply, "found")?;
-    reply::found(&config.url, &reply).map(Some)
+    let request = GetRequest {
+        namespace: Some(config.namespace.clone()),
+        name: name.to_owned(),
+    };
+    let found = call::get(config, &request)?;
+    Ok(found.map(|found| LockInfo {
+        owner: found.owner,
+        fencing_token: found.fencing_token,
+        expires_at_ms: found.expires_at_ms,
+        durability: call::wit_durability(found.durability),
+    }))
 }
 
-/// `unavailable` unless the reply's success word is `word` (a server that
-/// answers `unlocked` to a `lock` is not one to trust).
-fn expect(config: &http::Config, reply: &reply::Success, word: &str) -> Result<(), Error> {
-    if reply.word == word {
-        Ok(())
-    } else {
-        Err(Error::Unavailable(format!(
-            "the lockd server at {} answered {:?} where {word:?} was due",
-            config.url, reply.word
-        )))
-    }
-}
-
-fn durability_word(durability: Durability) -> &'static str {
-    match durability {
-        Durability::Persistent => "persistent",
-        Durability::Ephemeral => "ephemeral",
+fn grant(reply: &GrantReply) -> Grant {
+    Grant {
+        fencing_token: reply.fencing_token,
+        expires_at_ms: reply.expires_at_ms,
     }
 }
 
@@ -377,22 +380,18 @@ struct Lease {
     revoked: Cell<bool>,
 }
 
-fn lease_call(route: &str, id: &str, word: &str) -> Result<reply::Success, Error> {
+/// A call that names one lease: refresh, revoke or get.
+fn lease_call<T: serde::de::DeserializeOwned>(
+    route: Route,
+    id: &str,
+    success: Status,
+) -> Result<T, Error> {
     let config = http::config()?;
-    let body = json!({"namespace": config.namespace, "lease_id": id});
-    let reply = http::post(config, route, &body, 0)?;
-    expect(config, &reply, word)?;
-    Ok(reply)
-}
-
-fn reply_u64(reply: &reply::Success, name: &str) -> Result<u64, Error> {
-    let config = http::config()?;
-    reply::u64_field(&reply.body, name).map_err(|what| {
-        Error::Unavailable(format!(
-            "the lockd server at {} answered {:?} with {what}",
-            config.url, reply.word
-        ))
-    })
+    let request = LeaseRequest {
+        namespace: Some(config.namespace.clone()),
+        lease_id: id.to_owned(),
+    };
+    call::post(config, route, &request, success, 0)
 }
 
 impl GuestLease for Lease {
@@ -401,23 +400,14 @@ impl GuestLease for Lease {
             return Err(no_keep_alive());
         }
         let config = http::config()?;
-        let body = json!({
-            "namespace": config.namespace,
-            "ttl_ms": ttl_ms,
-            "durability": durability_word(options.durability),
-        });
-        let reply = http::post(config, "/v1/leases/grant", &body, 0)?;
-        expect(config, &reply, "granted")?;
-        let id = match reply.body.get("lease_id") {
-            Some(Value::String(id)) => id.clone(),
-            _ => {
-                return Err(Error::Unavailable(format!(
-                    "the lockd server at {} answered \"granted\" with no lease_id string",
-                    config.url
-                )))
-            }
+        let request = LeaseGrantRequest {
+            namespace: Some(config.namespace.clone()),
+            ttl_ms: ttl_ms.into(),
+            durability: Some(call::wire_durability(options.durability)),
         };
-        let expires_at_ms = reply_u64(&reply, "expires_at_ms")?;
+        let granted: LeaseGrantedReply =
+            call::post(config, Route::LeaseGrant, &request, Status::Granted, 0)?;
+        let (id, expires_at_ms) = (granted.lease_id, granted.expires_at_ms);
         Ok(leases::Lease::new(Lease {
             id,
             expires_at_ms: Cell::new(expires_at_ms),
@@ -435,15 +425,18 @@ impl GuestLease for Lease {
 
     fn lock(&self, name: String, wait_ms: u32) -> Result<Grant, Error> {
         let config = http::config()?;
-        let body = json!({
-            "namespace": config.namespace,
-            "name": name,
-            "lease_id": self.id,
-            "wait_ms": wait_ms,
-        });
-        let reply = http::post(config, "/v1/locks/lock", &body, wait_ms)?;
-        expect(config, &reply, "acquired")?;
-        reply::grant(&config.url, &reply)
+        let request = LockRequest {
+            namespace: Some(config.namespace.clone()),
+            name,
+            owner: None,
+            ttl_ms: None,
+            wait_ms: Some(wait_ms.into()),
+            durability: None,
+            lease_id: Some(self.id.clone()),
+        };
+        let reply: GrantReply =
+            call::post(config, Route::Lock, &request, Status::Acquired, wait_ms)?;
+        Ok(grant(&reply))
     }
 
     fn unlock(&self, name: String) -> Result<(), Error> {
@@ -451,17 +444,19 @@ impl GuestLease for Lease {
     }
 
     fn refresh(&self) -> Result<u64, Error> {
-        let reply = lease_call("/v1/leases/refresh", &self.id, "refreshed")?;
-        let expires_at_ms = reply_u64(&reply, "expires_at_ms")?;
-        self.expires_at_ms.set(expires_at_ms);
-        Ok(expires_at_ms)
+        let reply: LeaseRefreshedReply =
+            lease_call(Route::LeaseRefresh, &self.id, Status::Refreshed)?;
+        self.expires_at_ms.set(reply.expires_at_ms);
+        Ok(reply.expires_at_ms)
     }
 
     fn revoke(&self) -> Result<(), Error> {
         if self.revoked.get() {
             return Err(Error::NotHeld);
         }
-        let outcome = lease_call("/v1/leases/revoke", &self.id, "revoked").map(drop);
+        let outcome =
+            lease_call::<LeaseRevokedReply>(Route::LeaseRevoke, &self.id, Status::Revoked)
+                .map(drop);
         // Unless the outcome is unknown, this lease holds nothing now.
         if !matches!(outcome, Err(Error::Unavailable(_))) {
             self.revoked.set(true);
@@ -471,7 +466,8 @@ impl GuestLease for Lease {
 
     fn is_alive(&self) -> bool {
         // Unknown is not "alive": a caller acting on `true` must be right.
-        !self.revoked.get() && lease_call("/v1/leases/get", &self.id, "found").is_ok()
+        !self.revoked.get()
+            && lease_call::<LeaseFoundReply>(Route::LeaseGet, &self.id, Status::Found).is_ok()
     }
 
     fn subscribe_lost(&self) -> Pollable {
@@ -487,7 +483,7 @@ impl Drop for Lease {
         if !self.revoked.get() {
             // Dropping a lease revokes it; if the server cannot be reached,
             // the TTL ends it.
-            let _ = lease_call("/v1/leases/revoke", &self.id, "revoked");
+            let _ = lease_call::<LeaseRevokedReply>(Route::LeaseRevoke, &self.id, Status::Revoked);
         }
     }
 }

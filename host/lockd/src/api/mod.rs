@@ -1,15 +1,20 @@
-//! The REST API (docs/http.md, docs/contract.md#errors): JSON over HTTP/1.1 for non-wasm clients and
-//! the CLI. `docs/openapi.json` describes it and is served at
-//! `/openapi.json`; `tests/rest.rs` keeps the two in agreement.
+//! The REST API (docs/http.md, docs/contract.md#errors): JSON over HTTP/1.1
+//! for non-wasm clients and the CLI. Its bodies, words and routes are the
+//! types of `lockd-api`; `docs/openapi.json` describes them and is served
+//! at `/openapi.json`, and `tests/rest.rs` keeps the two in agreement.
 //!
-//! Every status word and HTTP code of a lock outcome comes from one function,
-//! [`error_response`]; everything else (auth, routing, body limits) answers
-//! before the [`LockService`] is called, so bad input never reaches a store.
+//! [`Api::handle`] authenticates and routes a request, reads its body once
+//! into the route's request type and hands that to the route's handler,
+//! which returns the route's reply type or why it refused ([`Refused`]).
+//! Every status word and HTTP code of a lock outcome comes from one
+//! function, [`error_response`]; everything else (auth, routing, body
+//! limits) answers before the [`LockService`] is called, so bad input never
+//! reaches a store.
 
 mod sse;
-pub mod wire;
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,32 +22,75 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
-use lockd_core::{Durability, ErrorKind, LockError, LockOptions, LockService};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use crate::http_body::{full, Body};
-use wire::{
+use hyper::{Request, Response, StatusCode};
+use lockd_api::{
     BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, GetRequest,
     GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
-    LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, ReleasedReply,
-    Status, StatusReply, UnlockRequest,
+    LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, Method,
+    ReleasedReply, Route, Status, StatusReply, UnlockRequest,
 };
+use lockd_core::{Durability, LockError, LockOptions, LockService};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use subtle::ConstantTimeEq as _;
 
-pub use sse::{HEARTBEAT, HEARTBEAT_ENV};
+use crate::http_body::{full, Body};
 
-/// Largest request body accepted, in bytes.
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
+pub use sse::HEARTBEAT;
 
-/// The namespace of requests that name none.
-pub const DEFAULT_NAMESPACE: &str = "default";
+/// The wire types under the path the CLI imports them from (`lockd-api`
+/// re-exported), with the two reply readers it used before
+/// [`lockd_api::Reply`] and [`lockd_api::decode`].
+pub mod wire {
+    pub use lockd_api::*;
+
+    /// The `status` word of a reply: `Ok(None)` if the body is not
+    /// lockd's (not JSON, or no string `status`), `Err(word)` for a word
+    /// that is not lockd's.
+    pub fn reply_status(body: &str) -> Result<Option<Status>, String> {
+        // The route only names the reply in errors, which this drops.
+        match Reply::read(Route::Healthz, body.as_bytes()) {
+            Ok(reply) => Ok(Some(reply.status())),
+            Err(e) => match e.problem() {
+                Problem::UnknownStatus(word) => Err(word.clone()),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// Parses a reply into `T`; the error names the field and its path.
+    pub fn parse_reply<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, Problem> {
+        decode(Route::Healthz, body.as_bytes()).map_err(|e| e.problem().clone())
+    }
+}
 
 /// The OpenAPI 3 document of this API, as served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
 
 /// The content type of `/metrics` (Prometheus text exposition format).
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// How the API behaves, beyond the service it fronts.
+#[derive(Clone, Debug)]
+pub struct ApiOptions {
+    /// The bearer token every route but `/healthz` requires; `None` or
+    /// empty: none.
+    pub auth_token: Option<String>,
+    /// How often an idle event stream sends a `: heartbeat` comment, so
+    /// that proxies and clients see it alive; [`HEARTBEAT`] by default and
+    /// if zero.
+    pub events_heartbeat: Duration,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions {
+            auth_token: None,
+            events_heartbeat: HEARTBEAT,
+        }
+    }
+}
 
 /// lockd's own routes.
 #[derive(Debug)]
@@ -55,93 +103,36 @@ pub struct Api {
     event_streams: Arc<AtomicU64>,
 }
 
-/// One of lockd's own routes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    Lock,
-    Unlock,
-    Extend,
-    Get,
-    List,
-    ForceUnlock,
-    Events,
-    LeaseGrant,
-    LeaseRefresh,
-    LeaseRevoke,
-    LeaseGet,
-    Metrics,
-    Healthz,
-    OpenApi,
-}
-
-impl Route {
-    fn of(path: &str) -> Option<Route> {
-        Some(match path {
-            LockRequest::PATH => Route::Lock,
-            UnlockRequest::PATH => Route::Unlock,
-            ExtendRequest::PATH => Route::Extend,
-            GetRequest::PATH => Route::Get,
-            wire::LIST_PATH => Route::List,
-            ForceUnlockRequest::PATH => Route::ForceUnlock,
-            wire::EVENTS_PATH => Route::Events,
-            LeaseGrantRequest::PATH => Route::LeaseGrant,
-            LeaseRequest::REFRESH_PATH => Route::LeaseRefresh,
-            LeaseRequest::REVOKE_PATH => Route::LeaseRevoke,
-            LeaseRequest::GET_PATH => Route::LeaseGet,
-            "/metrics" => Route::Metrics,
-            "/healthz" => Route::Healthz,
-            "/openapi.json" => Route::OpenApi,
-            _ => return None,
-        })
-    }
-
-    fn method(self) -> Method {
-        match self {
-            Route::Lock
-            | Route::Unlock
-            | Route::Extend
-            | Route::Get
-            | Route::ForceUnlock
-            | Route::LeaseGrant
-            | Route::LeaseRefresh
-            | Route::LeaseRevoke
-            | Route::LeaseGet => Method::POST,
-            Route::List | Route::Events | Route::Metrics | Route::Healthz | Route::OpenApi => {
-                Method::GET
-            }
-        }
-    }
-
-    /// The `Allow` header of the route.
-    fn allow(self) -> &'static str {
-        if self.method() == Method::POST {
-            "POST"
-        } else {
-            "GET"
-        }
-    }
-}
-
 impl Api {
-    /// The API over `service`, guarded by `auth_token` when given. An empty
-    /// token guards nothing, so it counts as none. Event streams send a
-    /// heartbeat every [`HEARTBEAT`], or every `LOCKD_EVENTS_HEARTBEAT_MS`
-    /// milliseconds if that is set (for tests).
+    /// The API over `service`, guarded by `auth_token` when given, with
+    /// the other options' defaults.
     pub fn new(service: LockService, auth_token: Option<String>) -> Self {
-        let auth_token = auth_token.filter(|t| !t.is_empty());
+        Api::with_options(
+            service,
+            ApiOptions {
+                auth_token,
+                ..ApiOptions::default()
+            },
+        )
+    }
+
+    /// The API over `service`. An empty token guards nothing, so it counts
+    /// as none.
+    pub fn with_options(service: LockService, options: ApiOptions) -> Self {
         Api {
             service,
-            auth_token,
-            heartbeat: sse::heartbeat_from_env(),
+            auth_token: options.auth_token.filter(|t| !t.is_empty()),
+            // A zero period would make tokio's interval panic.
+            heartbeat: Some(options.events_heartbeat)
+                .filter(|every| !every.is_zero())
+                .unwrap_or(HEARTBEAT),
             event_streams: Arc::default(),
         }
     }
 
-    /// Whether `path` is one of lockd's own routes.
+    /// Whether `path` is one of lockd's own routes, or under `/v1/`.
     pub fn owns(path: &str) -> bool {
-        path == wire::LIST_PATH
-            || path.starts_with("/v1/")
-            || matches!(path, "/metrics" | "/healthz" | "/openapi.json")
+        path.starts_with("/v1/") || Route::from_path(path).is_some()
     }
 
     /// Answers one request. Never panics on client input: every failure is a
@@ -152,16 +143,13 @@ impl Api {
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
         let path = req.uri().path().to_string();
-        let route = Route::of(&path);
+        let route = Route::from_path(&path);
         // Everything but /healthz needs the token, unknown paths included, so
         // an unauthenticated caller learns nothing about the routes.
         if route != Some(Route::Healthz) {
             if let Some(refusal) = self.check_auth(&req, route == Some(Route::Events)) {
                 return refusal;
             }
-        }
-        if route.is_some() {
-            tracing::Span::current().record("route", path.as_str());
         }
         let Some(route) = route else {
             return failure(
@@ -170,44 +158,42 @@ impl Api {
                 format!("no route {path}; see /openapi.json for the API"),
             );
         };
-        if req.method() != route.method() {
-            let allowed = route.method();
+        tracing::Span::current().record("route", route.path());
+        let allowed = match route.method() {
+            Method::Get => hyper::Method::GET,
+            Method::Post => hyper::Method::POST,
+        };
+        if req.method() != allowed {
             let mut response = failure(
                 StatusCode::METHOD_NOT_ALLOWED,
                 Status::InvalidArgument,
                 format!("{path} takes {allowed}, not {}", req.method()),
             );
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(route.allow()));
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static(route.method().as_str()),
+            );
             return response;
         }
-        let result = match route {
-            Route::Lock => self.lock(req).await,
-            Route::Unlock => self.unlock(req).await,
-            Route::Extend => self.extend(req).await,
-            Route::Get => self.get(req).await,
-            Route::List => self.list(req.uri().query().unwrap_or("")).await,
-            Route::ForceUnlock => self.force_unlock(req).await,
-            Route::Events => self.events(req.uri().query().unwrap_or("")).await,
-            Route::LeaseGrant => self.grant_lease(req).await,
-            Route::LeaseRefresh => self.refresh_lease(req).await,
-            Route::LeaseRevoke => self.revoke_lease(req).await,
-            Route::LeaseGet => self.get_lease(req).await,
-            Route::Metrics => Ok(text(StatusCode::OK, METRICS_CONTENT_TYPE, self.metrics())),
-            Route::Healthz => Ok(json_response(
+        match route {
+            Route::Lock => call(req, |r| self.lock(r)).await,
+            Route::Unlock => call(req, |r| self.unlock(r)).await,
+            Route::Extend => call(req, |r| self.extend(r)).await,
+            Route::Get => call(req, |r| self.get(r)).await,
+            Route::ForceUnlock => call(req, |r| self.force_unlock(r)).await,
+            Route::LeaseGrant => call(req, |r| self.grant_lease(r)).await,
+            Route::LeaseRefresh => call(req, |r| self.refresh_lease(r)).await,
+            Route::LeaseRevoke => call(req, |r| self.revoke_lease(r)).await,
+            Route::LeaseGet => call(req, |r| self.get_lease(r)).await,
+            Route::List => answer(self.list(req.uri().query().unwrap_or("")).await),
+            Route::Events => answer(self.events(req.uri().query().unwrap_or(""))),
+            Route::Metrics => answer(Ok(text(
                 StatusCode::OK,
-                &StatusReply { status: Status::Ok },
-            )),
-            Route::OpenApi => Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON)),
-        };
-        match result {
-            Ok(response) => {
-                record_outcome("ok");
-                response
-            }
-            // Refusals recorded their status word as they were built.
-            Err(response) => response,
+                METRICS_CONTENT_TYPE,
+                self.metrics(),
+            ))),
+            Route::Healthz => answer(Ok(StatusReply { status: Status::Ok })),
+            Route::OpenApi => answer(Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON))),
         }
     }
 
@@ -243,7 +229,9 @@ impl Api {
                 "this server requires a bearer token: send 'Authorization: Bearer <token>' \
                      (the lockd CLI takes --auth-token or LOCKD_AUTH_TOKEN)"
             }
-            Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => return None,
+            // Constant time, so the time taken does not tell how much of a
+            // guessed token was right (only whether its length was).
+            Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => return None,
             Some(_) => "the bearer token is wrong; use the token the server was started with",
         };
         let mut response = failure(
@@ -257,16 +245,10 @@ impl Api {
         Some(response)
     }
 
-    async fn lock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: LockRequest = read_json(req).await?;
-        let holder = r.holder().map_err(invalid_argument)?;
+    async fn lock(&self, r: LockRequest) -> Result<GrantReply, Refused> {
+        let holder = r.holder().map_err(Refused::InvalidArgument)?;
         let wait_ms = r.wait_ms.unwrap_or(0);
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+        let namespace = namespace(r.namespace.as_deref());
         // A waiting lock parks here, in the engine's FIFO queue. If the client
         // hangs up, hyper drops this future and the waiter leaves the queue.
         let grant = match holder {
@@ -278,198 +260,113 @@ impl Api {
                 };
                 self.service
                     .lock(namespace, &r.name, owner, ttl_ms, options)
-                    .await
-                    .map_err(|e| error_response(&e))?
+                    .await?
             }
             LockHolder::Lease { lease_id } => self
                 .service
                 .lock_in_lease(namespace, &r.name, lease_id, wait_ms)
                 .await
-                .map_err(|e| lease_error(&e, lease_id))?,
+                .map_err(|e| Refused::Lease(e, lease_id.to_string()))?,
         };
-        Ok(json_response(StatusCode::OK, &GrantReply::acquired(grant)))
+        Ok(GrantReply::acquired(grant))
     }
 
-    async fn unlock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: UnlockRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+    async fn unlock(&self, r: UnlockRequest) -> Result<StatusReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
         self.service
             .unlock(namespace, &r.name, &r.owner, r.fencing_token)
-            .await
-            .map_err(|e| error_response(&e))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &StatusReply {
-                status: Status::Unlocked,
-            },
-        ))
-    }
-
-    async fn extend<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: ExtendRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
-        let grant = self
-            .service
-            .extend(namespace, &r.name, &r.owner, r.ttl_ms)
-            .await
-            .map_err(|e| error_response(&e))?;
-        Ok(json_response(StatusCode::OK, &GrantReply::extended(grant)))
-    }
-
-    async fn get<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: GetRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
-        let info = self
-            .service
-            .get(namespace, &r.name)
-            .await
-            .map_err(|e| error_response(&e))?;
-        Ok(match info {
-            Some(info) => json_response(StatusCode::OK, &FoundReply::from(info)),
-            None => json_response(
-                StatusCode::NOT_FOUND,
-                &StatusReply {
-                    status: Status::NotFound,
-                },
-            ),
+            .await?;
+        Ok(StatusReply {
+            status: Status::Unlocked,
         })
     }
 
-    async fn grant_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: LeaseGrantRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+    async fn extend(&self, r: ExtendRequest) -> Result<GrantReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
+        let grant = self
+            .service
+            .extend(namespace, &r.name, &r.owner, r.ttl_ms)
+            .await?;
+        Ok(GrantReply::extended(grant))
+    }
+
+    /// The holder, or `None` for a free lock (404 `not_found`).
+    async fn get(&self, r: GetRequest) -> Result<Option<FoundReply>, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
+        let info = self.service.get(namespace, &r.name).await?;
+        Ok(info.map(FoundReply::from))
+    }
+
+    async fn force_unlock(&self, r: ForceUnlockRequest) -> Result<ReleasedReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
+        // The core logs it (a warning naming the lock, owner and token),
+        // inside this request's span.
+        let released = self.service.force_unlock(namespace, &r.name).await?;
+        Ok(ReleasedReply::from(released))
+    }
+
+    async fn list(&self, query: &str) -> Result<ListReply, Refused> {
+        let query = ListQuery::parse(query).map_err(Refused::InvalidArgument)?;
+        let namespace = namespace(query.namespace.as_deref());
+        let locks = self
+            .service
+            .list(namespace, query.prefix.as_deref().unwrap_or(""))
+            .await?;
+        Ok(ListReply::new(locks))
+    }
+
+    async fn grant_lease(&self, r: LeaseGrantRequest) -> Result<LeaseGrantedReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
         let durability = r.durability.map_or(Durability::Persistent, Into::into);
         let grant = self
             .service
             .grant_lease(namespace, r.ttl_ms, durability)
-            .await
-            .map_err(|e| error_response(&e))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &LeaseGrantedReply::from(grant),
-        ))
+            .await?;
+        Ok(LeaseGrantedReply::from(grant))
     }
 
-    async fn refresh_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: LeaseRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+    async fn refresh_lease(&self, r: LeaseRequest) -> Result<LeaseRefreshedReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
         let expires_at_ms = self
             .service
             .refresh_lease(namespace, &r.lease_id)
             .await
-            .map_err(|e| lease_error(&e, &r.lease_id))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &LeaseRefreshedReply::new(expires_at_ms),
-        ))
+            .map_err(|e| Refused::Lease(e, r.lease_id.clone()))?;
+        Ok(LeaseRefreshedReply::new(expires_at_ms))
     }
 
-    async fn revoke_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: LeaseRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+    async fn revoke_lease(&self, r: LeaseRequest) -> Result<LeaseRevokedReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
         let released = self
             .service
             .revoke_lease(namespace, &r.lease_id)
             .await
-            .map_err(|e| lease_error(&e, &r.lease_id))?;
-        Ok(json_response(
-            StatusCode::OK,
-            &LeaseRevokedReply::new(released),
-        ))
+            .map_err(|e| Refused::Lease(e, r.lease_id.clone()))?;
+        Ok(LeaseRevokedReply::new(released))
     }
 
-    async fn get_lease<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: LeaseRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
+    async fn get_lease(&self, r: LeaseRequest) -> Result<LeaseFoundReply, Refused> {
+        let namespace = namespace(r.namespace.as_deref());
         let info = self
             .service
             .get_lease(namespace, &r.lease_id)
             .await
-            .map_err(|e| lease_error(&e, &r.lease_id))?;
+            .map_err(|e| Refused::Lease(e, r.lease_id.clone()))?;
         // Unlike a free lock (404 `not_found`), a lease that is not live is
         // `not_held`, as every other lease route answers it.
-        let info = info.ok_or_else(|| lease_error(&LockError::NotHeld, &r.lease_id))?;
-        Ok(json_response(StatusCode::OK, &LeaseFoundReply::from(info)))
-    }
-
-    /// `/metrics`: the service's metrics and the open event streams.
-    fn metrics(&self) -> String {
-        let mut out = self.service.render_metrics();
-        out.push_str(
-            "# HELP lockd_event_streams Open GET /v1/events streams.\n\
-             # TYPE lockd_event_streams gauge\n",
-        );
-        let open = self.event_streams.load(Ordering::Relaxed);
-        out.push_str(&format!("lockd_event_streams {open}\n"));
-        out
-    }
-
-    async fn force_unlock<B>(&self, req: Request<B>) -> Result<Response<Body>, Response<Body>>
-    where
-        B: hyper::body::Body<Data = Bytes>,
-        B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    {
-        let r: ForceUnlockRequest = read_json(req).await?;
-        let namespace = r.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
-        let released = self
-            .service
-            .force_unlock(namespace, &r.name)
-            .await
-            .map_err(|e| error_response(&e))?;
-        // The core logs it (a warning naming the lock, owner and token),
-        // inside this request's span.
-        Ok(json_response(
-            StatusCode::OK,
-            &ReleasedReply::from(released),
-        ))
+        let info = info.ok_or(Refused::Lease(LockError::NotHeld, r.lease_id))?;
+        Ok(LeaseFoundReply::from(info))
     }
 
     /// `GET /v1/events`: a stream that runs until the client hangs up, the
     /// client falls behind (`lagged`) or the store goes away.
-    async fn events(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
-        let query = EventQuery::parse(query).map_err(invalid_argument)?;
+    fn events(&self, query: &str) -> Result<Response<Body>, Refused> {
+        let query = EventQuery::parse(query).map_err(Refused::InvalidArgument)?;
         if let Some(namespace) = &query.namespace {
             record_namespace(namespace);
         }
         let Some(events) = self.service.events() else {
-            return Err(failure(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return Err(Refused::Said(
                 Status::Unavailable,
                 "this store publishes no events".to_string(),
             ));
@@ -487,16 +384,134 @@ impl Api {
         Ok(response)
     }
 
-    async fn list(&self, query: &str) -> Result<Response<Body>, Response<Body>> {
-        let query = ListQuery::parse(query).map_err(invalid_argument)?;
-        let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
-        record_namespace(namespace);
-        let locks = self
-            .service
-            .list(namespace, query.prefix.as_deref().unwrap_or(""))
-            .await
-            .map_err(|e| error_response(&e))?;
-        Ok(json_response(StatusCode::OK, &ListReply::new(locks)))
+    /// `/metrics`: the service's metrics and the open event streams.
+    fn metrics(&self) -> String {
+        let mut out = self.service.render_metrics();
+        out.push_str(
+            "# HELP lockd_event_streams Open GET /v1/events streams.\n\
+             # TYPE lockd_event_streams gauge\n",
+        );
+        let open = self.event_streams.load(Ordering::Relaxed);
+        out.push_str(&format!("lockd_event_streams {open}\n"));
+        out
+    }
+}
+
+/// Why a handler answers with an error body in place of its reply.
+#[derive(Debug)]
+enum Refused {
+    /// The lock service refused: [`error_response`] says it.
+    Lock(LockError),
+    /// The service refused a call that names the lease (its id here):
+    /// `not_held` there means the lease is not live, and the message says so.
+    Lease(LockError, String),
+    /// The request is wrong before the service is asked; the message is
+    /// said as it is.
+    InvalidArgument(String),
+    /// Refused before the service is asked, for another reason: the status
+    /// word and message are said as they are.
+    Said(Status, String),
+}
+
+impl From<LockError> for Refused {
+    fn from(e: LockError) -> Self {
+        Refused::Lock(e)
+    }
+}
+
+impl Refused {
+    fn into_response(self) -> Response<Body> {
+        match self {
+            Refused::Lock(e) => error_response(&e),
+            Refused::Lease(LockError::NotHeld, lease_id) => error_response_saying(
+                &LockError::NotHeld,
+                format!("lease {lease_id:?} is not live: unknown, revoked or expired"),
+            ),
+            Refused::Lease(e, _) => error_response(&e),
+            Refused::InvalidArgument(message) => {
+                failure(StatusCode::BAD_REQUEST, Status::InvalidArgument, message)
+            }
+            Refused::Said(status, message) => failure(http_code(status), status, message),
+        }
+    }
+}
+
+/// A handler's reply, as a response.
+trait Answer {
+    fn into_response(self) -> Response<Body>;
+}
+
+/// A reply body answers with the HTTP code of its status word.
+macro_rules! answer_with_its_status {
+    ($($reply:ty),+ $(,)?) => {
+        $(
+            impl Answer for $reply {
+                fn into_response(self) -> Response<Body> {
+                    json_response(http_code(self.status), &self)
+                }
+            }
+        )+
+    };
+}
+
+answer_with_its_status!(
+    GrantReply,
+    StatusReply,
+    FoundReply,
+    ListReply,
+    ReleasedReply,
+    LeaseGrantedReply,
+    LeaseRefreshedReply,
+    LeaseRevokedReply,
+    LeaseFoundReply,
+);
+
+/// `get`: the holder, or 404 `not_found` for a free lock.
+impl Answer for Option<FoundReply> {
+    fn into_response(self) -> Response<Body> {
+        match self {
+            Some(found) => found.into_response(),
+            None => StatusReply {
+                status: Status::NotFound,
+            }
+            .into_response(),
+        }
+    }
+}
+
+/// An event stream, `/metrics` or `/openapi.json`: a response made already.
+impl Answer for Response<Body> {
+    fn into_response(self) -> Response<Body> {
+        self
+    }
+}
+
+/// Reads the body of `req` once into `T` and answers with what `handler`
+/// makes of it.
+async fn call<T, A, B, F, Fut>(req: Request<B>, handler: F) -> Response<Body>
+where
+    T: DeserializeOwned,
+    A: Answer,
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    F: FnOnce(T) -> Fut,
+    Fut: Future<Output = Result<A, Refused>>,
+{
+    match read_json(req).await {
+        Ok(request) => answer(handler(request).await),
+        Err(refusal) => refusal,
+    }
+}
+
+/// The response to a handler's outcome, recorded in the request span
+/// (a refusal records its status word as it is built).
+fn answer(result: Result<impl Answer, Refused>) -> Response<Body> {
+    match result {
+        Ok(reply) => {
+            record_outcome("ok");
+            reply.into_response()
+        }
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -507,36 +522,17 @@ pub fn error_response(err: &LockError) -> Response<Body> {
     error_response_saying(err, err.to_string())
 }
 
-/// [`error_response`] for a call that names a lease: `not_held` there means
-/// the lease is not live, and the message says so.
-fn lease_error(err: &LockError, lease_id: &str) -> Response<Body> {
-    match err {
-        LockError::NotHeld => error_response_saying(
-            err,
-            format!("lease {lease_id:?} is not live: unknown, revoked or expired"),
-        ),
-        _ => error_response(err),
-    }
-}
-
 /// [`error_response`] with `message` in place of the error's own.
 fn error_response_saying(err: &LockError, message: String) -> Response<Body> {
-    let kind = err.kind();
-    let code = match kind {
-        ErrorKind::Busy | ErrorKind::NotOwner | ErrorKind::NotHeld => StatusCode::CONFLICT,
-        ErrorKind::InvalidArgument => StatusCode::BAD_REQUEST,
-        ErrorKind::Denied => StatusCode::FORBIDDEN,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        // A kind added to the core later: its outcome is unknown to this
-        // surface, which is what `unavailable` (its status word) says.
-        _ => StatusCode::SERVICE_UNAVAILABLE,
-    };
+    // A kind added to the core later maps to `unavailable`: its outcome is
+    // unknown to this surface.
+    let status = Status::from(err.kind());
     match err {
         LockError::Busy(holder) => {
-            record_outcome(kind.as_str());
-            json_response(code, &BusyReply::new(holder, message))
+            record_outcome(status.as_str());
+            json_response(http_code(status), &BusyReply::new(holder, message))
         }
-        _ => failure(code, Status::from(kind), message),
+        _ => failure(http_code(status), status, message),
     }
 }
 
@@ -574,25 +570,24 @@ where
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
         Err(e) => {
-            return Err(invalid_argument(format!(
-                "cannot read the request body: {e}"
-            )))
+            return Err(
+                Refused::InvalidArgument(format!("cannot read the request body: {e}"))
+                    .into_response(),
+            )
         }
     };
     serde_json::from_slice(&bytes)
-        .map_err(|e| invalid_argument(format!("invalid request body: {e}")))
+        .map_err(|e| Refused::InvalidArgument(format!("invalid request body: {e}")).into_response())
 }
 
-fn invalid_argument(message: String) -> Response<Body> {
-    failure(StatusCode::BAD_REQUEST, Status::InvalidArgument, message)
+/// The request's namespace (`default` if it names none), recorded in the
+/// request span (see `serve::Router::route`).
+fn namespace(given: Option<&str>) -> &str {
+    let namespace = given.unwrap_or(DEFAULT_NAMESPACE);
+    record_namespace(namespace);
+    namespace
 }
 
-fn failure(code: StatusCode, status: Status, message: String) -> Response<Body> {
-    record_outcome(status.as_str());
-    json_response(code, &ErrorReply { message, status })
-}
-
-/// Fills in the request span's `namespace` (see `serve::Router::route`).
 fn record_namespace(namespace: &str) {
     tracing::Span::current().record("namespace", namespace);
 }
@@ -600,6 +595,17 @@ fn record_namespace(namespace: &str) {
 /// Fills in the request span's `outcome`: `ok`, or the refusal's status word.
 fn record_outcome(word: &'static str) {
     tracing::Span::current().record("outcome", word);
+}
+
+fn failure(code: StatusCode, status: Status, message: String) -> Response<Body> {
+    record_outcome(status.as_str());
+    json_response(code, &ErrorReply { message, status })
+}
+
+/// The HTTP code of a reply with `status`.
+fn http_code(status: Status) -> StatusCode {
+    // Every word's code is a valid one (a test tries them all).
+    StatusCode::from_u16(status.http_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 fn json_response(code: StatusCode, body: &impl Serialize) -> Response<Body> {
@@ -624,32 +630,11 @@ fn text(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) ->
     response
 }
 
-/// Compares without stopping at the first difference, so the time taken
-/// does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= std::hint::black_box(x ^ y);
-    }
-    diff == 0
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
 
     use super::*;
-
-    #[test]
-    fn constant_time_eq_compares() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
-        assert!(constant_time_eq(b"", b""));
-    }
 
     #[test]
     fn routes_have_one_method() {
@@ -670,9 +655,18 @@ mod tests {
             "/openapi.json",
         ] {
             assert!(Api::owns(path), "{path}");
-            assert!(Route::of(path).is_some(), "{path}");
+            assert!(Route::from_path(path).is_some(), "{path}");
         }
-        assert!(Route::of("/v1/locks/").is_none());
+        assert!(Route::from_path("/v1/locks/").is_none());
+        assert!(Api::owns("/v1/locks/"));
+        assert!(!Api::owns("/ui/"));
+    }
+
+    #[test]
+    fn every_status_word_has_a_valid_http_code() {
+        for status in Status::ALL {
+            assert_eq!(http_code(status).as_u16(), status.http_code(), "{status}");
+        }
     }
 
     fn body_of(response: Response<Body>) -> Value {

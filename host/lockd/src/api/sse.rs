@@ -19,14 +19,14 @@ use hyper::body::Frame;
 use lockd_core::LockEvent;
 use tokio::sync::{broadcast, mpsc};
 
-use super::wire::{Event, EventQuery, LaggedEvent};
+use lockd_api::{Event, EventQuery, LaggedEvent};
+
 use crate::http_body::Body;
 
-/// How often an idle stream sends a `: heartbeat` comment.
+/// How often an idle stream sends a `: heartbeat` comment, unless
+/// [`ApiOptions::events_heartbeat`](super::ApiOptions::events_heartbeat)
+/// says otherwise.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
-
-/// Overrides [`HEARTBEAT`], in milliseconds (for tests).
-pub const HEARTBEAT_ENV: &str = "LOCKD_EVENTS_HEARTBEAT_MS";
 
 /// Frames a stream may have handed to its body before it waits for the
 /// client (the broadcast holds the rest, up to its bound).
@@ -35,16 +35,6 @@ const FRAMES_IN_FLIGHT: usize = 64;
 /// How long the final `lagged` event may wait for room before the stream
 /// ends without it.
 const LAGGED_GRACE: Duration = Duration::from_secs(10);
-
-/// The heartbeat interval: [`HEARTBEAT_ENV`] if set to a positive number,
-/// else [`HEARTBEAT`].
-pub fn heartbeat_from_env() -> Duration {
-    std::env::var(HEARTBEAT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map_or(HEARTBEAT, Duration::from_millis)
-}
 
 /// The body of one event stream over `events`, filtered by `query`.
 /// `open` counts the live streams (`lockd_event_streams`).
@@ -94,16 +84,13 @@ async fn forward(
             // The client went away (hyper dropped the body).
             () = tx.closed() => return,
             received = events.recv() => match received {
-                Ok(event) if query.matches(&event) => data_frame(&event),
+                Ok(event) if passes(&query, &event) => data_frame(&event),
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::info!(missed, "an event stream fell behind; closing it");
-                    let lagged = LaggedEvent {
-                        kind: "lagged".to_string(),
-                        missed,
-                    };
-                    let json = serde_json::to_string(&lagged).unwrap_or_default();
-                    let frame = Bytes::from(format!("event: lagged\ndata: {json}\n\n"));
+                    let json = serde_json::to_string(&LaggedEvent::new(missed)).unwrap_or_default();
+                    let name = LaggedEvent::NAME;
+                    let frame = Bytes::from(format!("event: {name}\ndata: {json}\n\n"));
                     let _ = tokio::time::timeout(LAGGED_GRACE, tx.send(frame)).await;
                     return;
                 }
@@ -118,6 +105,18 @@ async fn forward(
             return;
         }
     }
+}
+
+/// Whether `event` passes the stream's filters.
+fn passes(query: &EventQuery, event: &LockEvent) -> bool {
+    query
+        .namespace
+        .as_deref()
+        .is_none_or(|ns| *event.namespace == *ns)
+        && query
+            .prefix
+            .as_deref()
+            .is_none_or(|p| event.name.starts_with(p))
 }
 
 fn data_frame(event: &LockEvent) -> Bytes {

@@ -1,0 +1,313 @@
+//! The server's side (feature `core`): replies and words from lockd-core's
+//! types, and the tests that hold the words of both crates equal.
+
+use lockd_core::{
+    Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
+};
+
+use crate::reply::{
+    BusyReply, Event, FoundReply, GrantReply, LeaseFoundReply, LeaseGrantedReply, ListReply,
+    ListedLock, ReleasedReply,
+};
+use crate::words::{DurabilityWord, EventWord, Status};
+
+impl Status {
+    /// The lock error this status reports, if it reports one.
+    pub fn kind(self) -> Option<ErrorKind> {
+        Some(match self {
+            Status::Busy => ErrorKind::Busy,
+            Status::NotOwner => ErrorKind::NotOwner,
+            Status::NotHeld => ErrorKind::NotHeld,
+            Status::InvalidArgument => ErrorKind::InvalidArgument,
+            Status::Denied => ErrorKind::Denied,
+            Status::Unavailable => ErrorKind::Unavailable,
+            _ => return None,
+        })
+    }
+}
+
+impl From<ErrorKind> for Status {
+    fn from(kind: ErrorKind) -> Status {
+        match kind {
+            ErrorKind::Busy => Status::Busy,
+            ErrorKind::NotOwner => Status::NotOwner,
+            ErrorKind::NotHeld => Status::NotHeld,
+            ErrorKind::InvalidArgument => Status::InvalidArgument,
+            ErrorKind::Denied => Status::Denied,
+            ErrorKind::Unavailable => Status::Unavailable,
+            // A kind added to the core later: its outcome is unknown to this
+            // surface, which is what `unavailable` says.
+            _ => Status::Unavailable,
+        }
+    }
+}
+
+impl From<DurabilityWord> for Durability {
+    fn from(d: DurabilityWord) -> Self {
+        match d {
+            DurabilityWord::Persistent => Durability::Persistent,
+            DurabilityWord::Ephemeral => Durability::Ephemeral,
+        }
+    }
+}
+
+impl From<Durability> for DurabilityWord {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::Persistent => DurabilityWord::Persistent,
+            Durability::Ephemeral => DurabilityWord::Ephemeral,
+        }
+    }
+}
+
+impl From<EventKind> for EventWord {
+    fn from(kind: EventKind) -> Self {
+        match kind {
+            EventKind::Acquired => EventWord::Acquired,
+            EventKind::Extended => EventWord::Extended,
+            EventKind::Released => EventWord::Released,
+            EventKind::Expired => EventWord::Expired,
+            EventKind::HandedOff => EventWord::HandedOff,
+            EventKind::ForceReleased => EventWord::ForceReleased,
+            EventKind::LeaseGranted => EventWord::LeaseGranted,
+            EventKind::LeaseRevoked => EventWord::LeaseRevoked,
+            EventKind::LeaseExpired => EventWord::LeaseExpired,
+        }
+    }
+}
+
+impl From<&LockEvent> for Event {
+    fn from(e: &LockEvent) -> Self {
+        Event {
+            kind: e.kind.into(),
+            namespace: e.namespace.to_string(),
+            name: e.name.to_string(),
+            owner: e.owner.to_string(),
+            fencing_token: e.fencing_token,
+            at_ms: e.at_ms,
+        }
+    }
+}
+
+impl GrantReply {
+    /// The answer to a granted `lock`.
+    pub fn acquired(grant: Grant) -> Self {
+        GrantReply::with_status(Status::Acquired, grant)
+    }
+
+    /// The answer to a granted `extend`.
+    pub fn extended(grant: Grant) -> Self {
+        GrantReply::with_status(Status::Extended, grant)
+    }
+
+    fn with_status(status: Status, grant: Grant) -> Self {
+        GrantReply {
+            expires_at_ms: grant.expires_at_ms,
+            fencing_token: grant.fencing_token,
+            status,
+        }
+    }
+}
+
+impl From<LockInfo> for FoundReply {
+    fn from(info: LockInfo) -> Self {
+        FoundReply {
+            durability: info.durability.into(),
+            expires_at_ms: info.expires_at_ms,
+            fencing_token: info.fencing_token,
+            owner: info.owner,
+            status: Status::Found,
+        }
+    }
+}
+
+impl ListReply {
+    /// The answer listing `locks`.
+    pub fn new(locks: Vec<lockd_core::ListedLock>) -> Self {
+        ListReply {
+            locks: locks.into_iter().map(ListedLock::from).collect(),
+            status: Status::Found,
+        }
+    }
+}
+
+impl From<lockd_core::ListedLock> for ListedLock {
+    fn from(lock: lockd_core::ListedLock) -> Self {
+        ListedLock {
+            acquired_at_ms: lock.acquired_at_ms,
+            durability: lock.info.durability.into(),
+            expires_at_ms: lock.info.expires_at_ms,
+            fencing_token: lock.info.fencing_token,
+            name: lock.name,
+            owner: lock.info.owner,
+            waiters: lock.waiters,
+        }
+    }
+}
+
+impl From<LockInfo> for ReleasedReply {
+    fn from(info: LockInfo) -> Self {
+        ReleasedReply {
+            fencing_token: info.fencing_token,
+            owner: info.owner,
+            status: Status::Released,
+        }
+    }
+}
+
+impl From<LeaseGrant> for LeaseGrantedReply {
+    fn from(grant: LeaseGrant) -> Self {
+        LeaseGrantedReply {
+            expires_at_ms: grant.expires_at_ms,
+            lease_id: grant.id,
+            status: Status::Granted,
+        }
+    }
+}
+
+impl From<LeaseInfo> for LeaseFoundReply {
+    fn from(info: LeaseInfo) -> Self {
+        LeaseFoundReply {
+            durability: info.durability.into(),
+            expires_at_ms: info.expires_at_ms,
+            locks: info.locks,
+            status: Status::Found,
+            ttl_ms: info.ttl_ms,
+        }
+    }
+}
+
+impl BusyReply {
+    /// The answer naming `holder`.
+    pub fn new(holder: &LockInfo, message: String) -> Self {
+        BusyReply {
+            durability: holder.durability.into(),
+            expires_at_ms: holder.expires_at_ms,
+            fencing_token: holder.fencing_token,
+            message,
+            owner: holder.owner.clone(),
+            status: Status::Busy,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lockd_core::LockError;
+
+    use super::*;
+    use crate::decode::decode;
+    use crate::reply::ErrorReply;
+    use crate::route::Route;
+
+    #[test]
+    fn the_words_are_the_cores() {
+        for kind in ErrorKind::ALL {
+            let status = Status::from(kind);
+            assert_eq!(status.as_str(), kind.as_str());
+            assert_eq!(status.kind(), Some(kind));
+        }
+        for status in Status::ALL {
+            if let Some(kind) = status.kind() {
+                assert_eq!(Status::from(kind), status);
+            }
+        }
+        for kind in EventKind::ALL {
+            assert_eq!(EventWord::from(kind).as_str(), kind.as_str());
+        }
+        assert_eq!(EventWord::ALL.len(), EventKind::ALL.len());
+        for d in DurabilityWord::ALL {
+            assert_eq!(DurabilityWord::from(Durability::from(d)), d);
+        }
+    }
+
+    #[test]
+    fn the_detail_is_what_the_lock_error_carried() {
+        for (err, detail) in [
+            (
+                LockError::InvalidArgument("name too long".into()),
+                "name too long",
+            ),
+            (LockError::Denied("quota".into()), "quota"),
+            (LockError::Unavailable("disk".into()), "disk"),
+        ] {
+            let reply = ErrorReply {
+                message: err.to_string(),
+                status: err.kind().into(),
+            };
+            assert_eq!(reply.detail(), detail, "{err}");
+        }
+    }
+
+    #[test]
+    fn replies_are_written_as_they_always_were() {
+        let grant = Grant {
+            fencing_token: u64::MAX,
+            expires_at_ms: 42,
+        };
+        assert_eq!(
+            serde_json::to_string(&GrantReply::acquired(grant)).unwrap(),
+            format!(
+                r#"{{"expires_at_ms":42,"fencing_token":{},"status":"acquired"}}"#,
+                u64::MAX
+            )
+        );
+        let info = LockInfo {
+            owner: "w1".to_string(),
+            fencing_token: 7,
+            expires_at_ms: 42,
+            durability: Durability::Ephemeral,
+        };
+        assert_eq!(
+            serde_json::to_string(&FoundReply::from(info.clone())).unwrap(),
+            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"owner":"w1","status":"found"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&BusyReply::new(&info, "m".to_string())).unwrap(),
+            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"message":"m","owner":"w1","status":"busy"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ReleasedReply::from(info.clone())).unwrap(),
+            r#"{"fencing_token":7,"owner":"w1","status":"released"}"#
+        );
+        let list = ListReply::new(vec![lockd_core::ListedLock {
+            name: "a".to_string(),
+            info,
+            acquired_at_ms: Some(40),
+            waiters: 2,
+        }]);
+        let text = serde_json::to_string(&list).unwrap();
+        assert_eq!(
+            text,
+            r#"{"locks":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"name":"a","owner":"w1","waiters":2}],"status":"found"}"#
+        );
+        // And each parses back into itself.
+        assert_eq!(
+            decode::<ListReply>(Route::List, text.as_bytes()).unwrap(),
+            list
+        );
+        assert_eq!(
+            serde_json::to_string(&LeaseGrantedReply::from(LeaseGrant {
+                id: "lease-1".to_string(),
+                expires_at_ms: 42,
+            }))
+            .unwrap(),
+            r#"{"expires_at_ms":42,"lease_id":"lease-1","status":"granted"}"#
+        );
+        let found = LeaseFoundReply::from(LeaseInfo {
+            ttl_ms: 10,
+            expires_at_ms: 42,
+            durability: Durability::Persistent,
+            locks: vec!["a".to_string(), "b".to_string()],
+        });
+        let text = serde_json::to_string(&found).unwrap();
+        assert_eq!(
+            text,
+            r#"{"durability":"persistent","expires_at_ms":42,"locks":["a","b"],"status":"found","ttl_ms":10}"#
+        );
+        assert_eq!(
+            decode::<LeaseFoundReply>(Route::LeaseGet, text.as_bytes()).unwrap(),
+            found
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Reply bodies, one type per body, and the events of `GET /v1/events`.
+//!
+//! Replies accept unknown fields (a newer server may add some), but a
+//! missing or mistyped field is an error: nothing is defaulted, except
+//! `waiters` of a listed lock, which older servers did not send. Fields are
+//! declared in alphabetical order, the order in which the server has always
+//! written them, so replies stay byte for byte what they were.
+
+use serde::{Deserialize, Serialize};
+
+use crate::words::{DurabilityWord, EventWord, Status};
+
+/// `acquired` (lock) or `extended` (extend): the grant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantReply {
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The grant's fencing token (all 64 bits).
+    pub fencing_token: u64,
+    /// `acquired` or `extended`.
+    pub status: Status,
+}
+
+/// A body that is only a status word: `unlocked`, `get`'s `not_found`,
+/// `/healthz`'s `ok`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// The word.
+    pub status: Status,
+}
+
+/// `found`: the holder of a lock (`get`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoundReply {
+    /// Whether it survives a restart.
+    pub durability: DurabilityWord,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The current grant's fencing token.
+    pub fencing_token: u64,
+    /// The current holder.
+    pub owner: String,
+    /// `found`.
+    pub status: Status,
+}
+
+/// `found`: the live locks of a namespace (`list`), sorted by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListReply {
+    /// The locks.
+    pub locks: Vec<ListedLock>,
+    /// `found`.
+    pub status: Status,
+}
+
+/// One lock of a [`ListReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedLock {
+    /// When the current grant was made, Unix epoch milliseconds (a
+    /// recovered lock: the restart); absent if the store does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_at_ms: Option<u64>,
+    /// Whether it survives a restart.
+    pub durability: DurabilityWord,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The current grant's fencing token.
+    pub fencing_token: u64,
+    /// The lock name.
+    pub name: String,
+    /// The current holder.
+    pub owner: String,
+    /// Callers waiting in its queue (0 from a server older than this field).
+    #[serde(default)]
+    pub waiters: u64,
+}
+
+/// `released`: the holder a force-unlock released
+/// (`POST /v1/locks/force-unlock`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedReply {
+    /// The released grant's fencing token.
+    pub fencing_token: u64,
+    /// The holder it was released from.
+    pub owner: String,
+    /// `released`.
+    pub status: Status,
+}
+
+/// `granted`: a new lease (`POST /v1/leases/grant`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrantedReply {
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The lease's id: the owner of every lock taken under it.
+    pub lease_id: String,
+    /// `granted`.
+    pub status: Status,
+}
+
+/// `refreshed`: the lease's new expiry (`POST /v1/leases/refresh`), which
+/// is also that of every lock under it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRefreshedReply {
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// `refreshed`.
+    pub status: Status,
+}
+
+impl LeaseRefreshedReply {
+    /// The answer to a refresh that moved the expiry to `expires_at_ms`.
+    pub fn new(expires_at_ms: u64) -> Self {
+        LeaseRefreshedReply {
+            expires_at_ms,
+            status: Status::Refreshed,
+        }
+    }
+}
+
+/// `revoked`: the lease ended (`POST /v1/leases/revoke`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRevokedReply {
+    /// How many locks the revoke released.
+    pub released: u64,
+    /// `revoked`.
+    pub status: Status,
+}
+
+impl LeaseRevokedReply {
+    /// The answer to a revoke that released `released` locks.
+    pub fn new(released: u64) -> Self {
+        LeaseRevokedReply {
+            released,
+            status: Status::Revoked,
+        }
+    }
+}
+
+/// `found`: a live lease (`POST /v1/leases/get`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseFoundReply {
+    /// Whether the lease and its locks survive a restart.
+    pub durability: DurabilityWord,
+    /// End of the lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The names of the locks it holds, sorted.
+    pub locks: Vec<String>,
+    /// `found`.
+    pub status: Status,
+    /// Its TTL in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// `busy`: an error body that also carries the holder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BusyReply {
+    /// Whether the holder's lock survives a restart.
+    pub durability: DurabilityWord,
+    /// End of the holder's lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+    /// What happened.
+    pub message: String,
+    /// The holder.
+    pub owner: String,
+    /// `busy`.
+    pub status: Status,
+}
+
+/// Every other error body: `{"message": ..., "status": ...}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What was wrong, for people.
+    pub message: String,
+    /// The error's word.
+    pub status: Status,
+}
+
+impl ErrorReply {
+    /// The message less the label a lock error's message opens with
+    /// (`invalid argument: `, `denied: `, `unavailable: `): the detail alone,
+    /// as lockd's own host hands it to guests. A message without the label
+    /// (one about the request itself, such as a body that is not JSON) is
+    /// the detail as it is.
+    pub fn detail(&self) -> &str {
+        detail_label(self.status)
+            .and_then(|label| self.message.strip_prefix(label))
+            .unwrap_or(&self.message)
+    }
+}
+
+/// What the server writes before the detail of an `invalid_argument`, a
+/// `denied` and an `unavailable` lock error: lockd-core's `LockError`
+/// Display, which a test of the `core` feature holds equal.
+pub(crate) const fn detail_label(status: Status) -> Option<&'static str> {
+    match status {
+        Status::InvalidArgument => Some("invalid argument: "),
+        Status::Denied => Some("denied: "),
+        Status::Unavailable => Some("unavailable: "),
+        _ => None,
+    }
+}
+
+/// One event of `GET /v1/events`, the JSON of an SSE `data:` line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: EventWord,
+    /// The lock's (or lease's) namespace.
+    pub namespace: String,
+    /// The lock name; for lease events, the lease id.
+    pub name: String,
+    /// The holder concerned: the new one for `acquired` and `handed_off`,
+    /// the one that left for `released`, `expired` and `force_released`.
+    pub owner: String,
+    /// The grant's fencing token; 0 for lease events.
+    pub fencing_token: u64,
+    /// When, Unix epoch milliseconds.
+    pub at_ms: u64,
+}
+
+/// The final event of a stream that fell behind: `event: lagged`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaggedEvent {
+    /// `lagged`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// How many events the stream missed before it was closed.
+    pub missed: u64,
+}
+
+impl LaggedEvent {
+    /// The SSE event name, and the `type` of its data.
+    pub const NAME: &'static str = "lagged";
+
+    /// The event of a stream that missed `missed` events.
+    pub fn new(missed: u64) -> Self {
+        LaggedEvent {
+            kind: LaggedEvent::NAME.to_string(),
+            missed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_written_as_they_always_were() {
+        assert_eq!(
+            serde_json::to_string(&LeaseRefreshedReply::new(42)).unwrap(),
+            r#"{"expires_at_ms":42,"status":"refreshed"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&LeaseRevokedReply::new(2)).unwrap(),
+            r#"{"released":2,"status":"revoked"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ErrorReply {
+                message: "m".to_string(),
+                status: Status::NotHeld
+            })
+            .unwrap(),
+            r#"{"message":"m","status":"not_held"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&LaggedEvent::new(3)).unwrap(),
+            r#"{"type":"lagged","missed":3}"#
+        );
+        let event = Event {
+            kind: EventWord::HandedOff,
+            namespace: "ns".to_string(),
+            name: "a".to_string(),
+            owner: "o".to_string(),
+            fencing_token: u64::MAX,
+            at_ms: 5,
+        };
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            format!(
+                r#"{{"type":"handed_off","namespace":"ns","name":"a","owner":"o","fencing_token":{},"at_ms":5}}"#,
+                u64::MAX
+            )
+        );
+    }
+
+    #[test]
+    fn the_detail_is_the_message_less_its_label() {
+        let reply = |status, message: &str| ErrorReply {
+            message: message.to_string(),
+            status,
+        };
+        for (status, message, detail) in [
+            (
+                Status::InvalidArgument,
+                "invalid argument: name too long",
+                "name too long",
+            ),
+            (Status::Denied, "denied: quota", "quota"),
+            (Status::Unavailable, "unavailable: disk", "disk"),
+            // Messages about the request itself carry no label.
+            (
+                Status::InvalidArgument,
+                "body over 1048576 bytes",
+                "body over 1048576 bytes",
+            ),
+            // Only the status's own label goes.
+            (Status::Denied, "unavailable: disk", "unavailable: disk"),
+            (Status::NotHeld, "lock is not held", "lock is not held"),
+        ] {
+            assert_eq!(reply(status, message).detail(), detail, "{message}");
+        }
+    }
+}

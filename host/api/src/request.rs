@@ -1,0 +1,339 @@
+//! Request bodies, one type per body. They refuse unknown fields, so a
+//! misspelt `wait_ms` is an error rather than ignored; optional fields left
+//! out (`None`, or JSON `null`) are not written. Each type's `PATH` is its
+//! [`Route`]'s path.
+
+use serde::{Deserialize, Serialize};
+
+use crate::route::Route;
+use crate::words::DurabilityWord;
+
+/// `POST /v1/locks/lock`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+    /// Who takes the lock; `None` with `lease_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Lease length in milliseconds; given with `owner`, `None` with
+    /// `lease_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait in the lock's FIFO queue; 0 if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Durability of a fresh grant; persistent if `None`. `None` with
+    /// `lease_id` (the lease's durability applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityWord>,
+    /// Take the lock under this lease (docs/contract.md#c16-leases), in
+    /// place of `owner` and `ttl_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+}
+
+impl LockRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Lock.path();
+
+    /// Who would hold the lock: exactly one of `owner` (with `ttl_ms`) and
+    /// `lease_id` (without `ttl_ms` and `durability`). The error says which
+    /// fields are wrong, as serde's do.
+    pub fn holder(&self) -> Result<LockHolder<'_>, String> {
+        match (&self.owner, &self.lease_id) {
+            (Some(owner), None) => match self.ttl_ms {
+                Some(ttl_ms) => Ok(LockHolder::Owner { owner, ttl_ms }),
+                None => Err("missing field `ttl_ms` (a lock with `owner` needs it)".to_string()),
+            },
+            (None, Some(lease_id)) => {
+                if self.ttl_ms.is_some() {
+                    Err(
+                        "`ttl_ms` is not allowed with `lease_id`: the lock has the lease's expiry"
+                            .to_string(),
+                    )
+                } else if self.durability.is_some() {
+                    Err(
+                        "`durability` is not allowed with `lease_id`: the lock has the lease's durability"
+                            .to_string(),
+                    )
+                } else {
+                    Ok(LockHolder::Lease { lease_id })
+                }
+            }
+            (Some(_), Some(_)) => {
+                Err("`owner` and `lease_id` were both given; give exactly one".to_string())
+            }
+            (None, None) => Err("missing field `owner` (or `lease_id`)".to_string()),
+        }
+    }
+}
+
+/// Who takes a lock of a [`LockRequest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockHolder<'a> {
+    /// A plain lock.
+    Owner {
+        /// The owner.
+        owner: &'a str,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// A lock under a lease, owned by the lease id.
+    Lease {
+        /// The lease.
+        lease_id: &'a str,
+    },
+}
+
+/// `POST /v1/leases/grant`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrantRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lease's TTL in milliseconds; every refresh moves its expiry to
+    /// now + this.
+    pub ttl_ms: u64,
+    /// Durability of the lease and its locks; persistent if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityWord>,
+}
+
+impl LeaseGrantRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::LeaseGrant.path();
+}
+
+/// `POST /v1/leases/refresh`, `/v1/leases/revoke` and `/v1/leases/get`:
+/// one lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lease's id, as granted.
+    pub lease_id: String,
+}
+
+impl LeaseRequest {
+    /// Where a refresh is posted.
+    pub const REFRESH_PATH: &'static str = Route::LeaseRefresh.path();
+    /// Where a revoke is posted.
+    pub const REVOKE_PATH: &'static str = Route::LeaseRevoke.path();
+    /// Where a get is posted.
+    pub const GET_PATH: &'static str = Route::LeaseGet.path();
+}
+
+/// `POST /v1/locks/unlock`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnlockRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+    /// The owner that holds it.
+    pub owner: String,
+    /// Release only the grant with this token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+impl UnlockRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Unlock.path();
+}
+
+/// `POST /v1/locks/extend`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+    /// The owner that holds it.
+    pub owner: String,
+    /// New lease length from now, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl ExtendRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Extend.path();
+}
+
+/// `POST /v1/locks/force-unlock`: an operator releases a lock whoever
+/// holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForceUnlockRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+}
+
+impl ForceUnlockRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::ForceUnlock.path();
+}
+
+/// `POST /v1/locks/get`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The lock name.
+    pub name: String,
+}
+
+impl GetRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Get.path();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_unknown_fields_and_bad_numbers() {
+        let ok: LockRequest =
+            serde_json::from_str(r#"{"name":"a","owner":"o","ttl_ms":1,"durability":"ephemeral"}"#)
+                .unwrap();
+        assert_eq!(ok.durability, Some(DurabilityWord::Ephemeral));
+        for bad in [
+            r#"{"name":"a","owner":"o","ttl_ms":1,"wait":5}"#,
+            r#"{"name":"a","owner":"o","ttl_ms":-1}"#,
+            r#"{"name":"a","owner":"o","ttl_ms":1.5}"#,
+            r#"{"name":"a","owner":"o","ttl_ms":18446744073709551616}"#,
+            r#"{"name":"a","owner":"o","ttl_ms":"10"}"#,
+            r#"{"name":"a","owner":"o","ttl_ms":1,"durability":"forever"}"#,
+            r#"{"name":1,"owner":"o","ttl_ms":1}"#,
+            r#"{"owner":"o","ttl_ms":1}"#,
+        ] {
+            assert!(serde_json::from_str::<LockRequest>(bad).is_err(), "{bad}");
+        }
+        let forever = serde_json::from_str::<LockRequest>(
+            r#"{"name":"a","owner":"o","ttl_ms":1,"durability":"forever"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            forever.contains("unknown variant `forever`, expected `persistent` or `ephemeral`"),
+            "{forever}"
+        );
+        // null is "not given", as the OpenAPI document's `nullable` says.
+        let nulls: UnlockRequest = serde_json::from_str(
+            r#"{"namespace":null,"name":"a","owner":"o","fencing_token":null}"#,
+        )
+        .unwrap();
+        assert_eq!((nulls.namespace, nulls.fencing_token), (None, None));
+    }
+
+    #[test]
+    fn requests_round_trip_and_leave_out_what_is_not_given() {
+        let lock = LockRequest {
+            namespace: Some("ns".to_string()),
+            name: "a".to_string(),
+            owner: Some("o".to_string()),
+            ttl_ms: Some(10),
+            wait_ms: None,
+            durability: Some(DurabilityWord::Persistent),
+            lease_id: None,
+        };
+        let text = serde_json::to_string(&lock).unwrap();
+        assert_eq!(
+            text,
+            r#"{"namespace":"ns","name":"a","owner":"o","ttl_ms":10,"durability":"persistent"}"#
+        );
+        assert_eq!(serde_json::from_str::<LockRequest>(&text).unwrap(), lock);
+        let unlock = UnlockRequest {
+            namespace: None,
+            name: "a".to_string(),
+            owner: "o".to_string(),
+            fencing_token: Some(u64::MAX),
+        };
+        let text = serde_json::to_string(&unlock).unwrap();
+        assert_eq!(
+            text,
+            format!(r#"{{"name":"a","owner":"o","fencing_token":{}}}"#, u64::MAX)
+        );
+        assert_eq!(
+            serde_json::from_str::<UnlockRequest>(&text).unwrap(),
+            unlock
+        );
+    }
+
+    #[test]
+    fn a_lock_names_exactly_one_holder() {
+        let parse = |body: &str| serde_json::from_str::<LockRequest>(body).unwrap();
+        assert_eq!(
+            parse(r#"{"name":"a","owner":"o","ttl_ms":5}"#).holder(),
+            Ok(LockHolder::Owner {
+                owner: "o",
+                ttl_ms: 5
+            })
+        );
+        assert_eq!(
+            parse(r#"{"name":"a","lease_id":"l","wait_ms":5}"#).holder(),
+            Ok(LockHolder::Lease { lease_id: "l" })
+        );
+        for (body, needle) in [
+            (r#"{"name":"a","ttl_ms":5}"#, "missing field `owner`"),
+            (r#"{"name":"a","owner":"o"}"#, "missing field `ttl_ms`"),
+            (
+                r#"{"name":"a","owner":"o","lease_id":"l"}"#,
+                "`owner` and `lease_id` were both given",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","ttl_ms":5}"#,
+                "`ttl_ms` is not allowed with `lease_id`",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","durability":"ephemeral"}"#,
+                "`durability` is not allowed with `lease_id`",
+            ),
+        ] {
+            let err = parse(body).holder().unwrap_err();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+        // Written without the fields not given.
+        let lease = LockRequest {
+            namespace: None,
+            name: "a".to_string(),
+            owner: None,
+            ttl_ms: None,
+            wait_ms: Some(1),
+            durability: None,
+            lease_id: Some("l".to_string()),
+        };
+        assert_eq!(
+            serde_json::to_string(&lease).unwrap(),
+            r#"{"name":"a","wait_ms":1,"lease_id":"l"}"#
+        );
+    }
+
+    #[test]
+    fn lease_bodies_round_trip() {
+        let grant: LeaseGrantRequest =
+            serde_json::from_str(r#"{"ttl_ms":5,"durability":"ephemeral"}"#).unwrap();
+        assert_eq!(grant.durability, Some(DurabilityWord::Ephemeral));
+        assert!(serde_json::from_str::<LeaseGrantRequest>(r#"{"ttl_ms":5,"ttl":1}"#).is_err());
+        assert!(serde_json::from_str::<LeaseGrantRequest>(r#"{}"#).is_err());
+        assert!(serde_json::from_str::<LeaseRequest>(r#"{"lease_id":"l","name":"a"}"#).is_err());
+    }
+}
