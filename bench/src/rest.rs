@@ -38,6 +38,7 @@ impl Server {
             manifest,
             config: LockdConfig::default(),
             auth_token: None,
+            events_heartbeat: lockd::api::HEARTBEAT,
         }))?;
         let addr = server.addr();
         let service = server.service().clone();

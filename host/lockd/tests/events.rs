@@ -272,7 +272,7 @@ fn events_arrive_in_order_and_filters_hold() {
 
 #[test]
 fn heartbeats_and_a_closed_client_ends_its_stream() {
-    let server = redb_server(&[], &[("LOCKD_EVENTS_HEARTBEAT_MS", "150")]);
+    let server = redb_server(&["--events-heartbeat", "150ms"], &[]);
     assert_eq!(server.metric("lockd_event_streams"), 0);
     let stream = EventStream::open(&server.url, "/v1/events?namespace=quiet", None);
     assert_eq!(server.metric("lockd_event_streams"), 1);
@@ -577,6 +577,7 @@ fn a_client_that_does_not_read_lags_and_is_disconnected() {
             manifest: None,
             config: lockd::config::LockdConfig::default(),
             auth_token: None,
+            events_heartbeat: lockd::api::HEARTBEAT,
         }))
         .unwrap();
     let (addr, service) = (server.addr(), server.service().clone());

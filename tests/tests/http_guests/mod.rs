@@ -51,6 +51,7 @@ pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
         manifest: Some(manifest_path),
         config,
         auth_token: None,
+        events_heartbeat: lockd::api::HEARTBEAT,
     })
     .await
     .unwrap();

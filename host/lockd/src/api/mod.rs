@@ -39,32 +39,6 @@ use crate::http_body::{full, Body};
 pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
 pub use sse::HEARTBEAT;
 
-/// The wire types under the path the CLI imports them from (`lockd-api`
-/// re-exported), with the two reply readers it used before
-/// [`lockd_api::Reply`] and [`lockd_api::decode`].
-pub mod wire {
-    pub use lockd_api::*;
-
-    /// The `status` word of a reply: `Ok(None)` if the body is not
-    /// lockd's (not JSON, or no string `status`), `Err(word)` for a word
-    /// that is not lockd's.
-    pub fn reply_status(body: &str) -> Result<Option<Status>, String> {
-        // The route only names the reply in errors, which this drops.
-        match Reply::read(Route::Healthz, body.as_bytes()) {
-            Ok(reply) => Ok(Some(reply.status())),
-            Err(e) => match e.problem() {
-                Problem::UnknownStatus(word) => Err(word.clone()),
-                _ => Ok(None),
-            },
-        }
-    }
-
-    /// Parses a reply into `T`; the error names the field and its path.
-    pub fn parse_reply<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, Problem> {
-        decode(Route::Healthz, body.as_bytes()).map_err(|e| e.problem().clone())
-    }
-}
-
 /// The OpenAPI 3 document of this API, as served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
 

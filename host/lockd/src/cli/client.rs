@@ -3,7 +3,7 @@
 //! the command that asked.
 //!
 //! Requests are built and replies parsed with the server's own wire types
-//! ([`lockd::api::wire`]). A reply whose status word is known but whose
+//! ([`lockd_api`]). A reply whose status word is known but whose
 //! fields are missing or mistyped is a failure (exit 3) naming the route and
 //! the field, never a default.
 //!
@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use lockd::api::wire::{self, BusyReply, ErrorReply, Status};
+use lockd_api::{decode, BusyReply, ErrorReply, Problem, Reply, Route, Status};
 use lockd_core::ErrorKind;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -30,7 +30,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// rest of the body is parsed by [`Client::reply`] or [`Client::refused`],
 /// into the type the status word promises.
 pub struct Answer {
-    route: String,
+    route: Route,
     body: String,
     /// The reply's status word.
     pub status: Status,
@@ -88,36 +88,40 @@ impl Client {
 
     /// `GET path` as a stream: the body of a 200 answer, read as it comes;
     /// any other answer is the failure it reports.
-    pub fn open_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>, Failure> {
+    /// `path` is `route`'s path with its query.
+    pub fn open_stream(
+        &self,
+        route: Route,
+        path: &str,
+    ) -> Result<ureq::BodyReader<'static>, Failure> {
         let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
-        let route = path.split_once('?').map_or(path, |(route, _)| route);
         let response = request.call().map_err(|e| self.unreachable(e))?;
         if response.status().as_u16() == 200 {
             return Ok(response.into_body().into_reader());
         }
-        let answer = self.answer(format!("GET {route}"), Ok(response))?;
+        let answer = self.answer(route, Ok(response))?;
         Err(self.refused("events", &answer))
     }
 
-    /// `POST path` with `body` as JSON, answered.
-    pub fn post(&self, path: &str, body: &impl Serialize) -> Result<Answer, Failure> {
+    /// `POST` to `route` with `body` as JSON, answered.
+    pub fn post(&self, route: Route, body: &impl Serialize) -> Result<Answer, Failure> {
+        let path = route.path();
         let body = serde_json::to_string(body)
             .map_err(|e| fail(2, format!("cannot encode the request to {path}: {e}")))?;
         let request = self.authorized(self.agent.post(format!("{}{path}", self.server)));
         let result = request.content_type("application/json").send(body);
-        self.answer(format!("POST {path}"), result)
+        self.answer(route, result)
     }
 
-    /// `GET path` (with its query), answered.
-    pub fn get(&self, path: &str) -> Result<Answer, Failure> {
+    /// `GET path`, `route`'s path with its query, answered.
+    pub fn get(&self, route: Route, path: &str) -> Result<Answer, Failure> {
         let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
-        let route = path.split_once('?').map_or(path, |(route, _)| route);
-        self.answer(format!("GET {route}"), request.call())
+        self.answer(route, request.call())
     }
 
     fn answer(
         &self,
-        route: String,
+        route: Route,
         result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<Answer, Failure> {
         let response = result.map_err(|e| self.unreachable(e))?;
@@ -126,10 +130,11 @@ impl Client {
             .into_body()
             .read_to_string()
             .map_err(|e| self.unreachable(e))?;
-        let status = match wire::reply_status(&body) {
-            Ok(Some(status)) => Ok(status),
-            Err(word) => Err(word),
-            Ok(None) => {
+        let read = Reply::read(route, body.as_bytes());
+        let status = match read.as_ref().map_err(|e| e.problem()) {
+            Ok(reply) => Ok(reply.status()),
+            Err(Problem::UnknownStatus(word)) => Err(word.clone()),
+            Err(_) => {
                 let excerpt: String = body.chars().take(80).collect();
                 return Err(fail(
                     3,
@@ -164,15 +169,16 @@ impl Client {
 
     /// The body of `answer` as `T`, the type its status word promises.
     pub fn reply<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Failure> {
-        wire::parse_reply(&answer.body).map_err(|e| {
+        decode(answer.route, answer.body.as_bytes()).map_err(|e| {
             fail(
                 3,
                 format!(
-                    "the server at {} answered {} with a malformed {:?} reply ({e}); \
+                    "the server at {} answered {} with a malformed {:?} reply ({}); \
                      check that --server / LOCKD_SERVER points at a lockd of this version",
                     self.server,
                     answer.route,
-                    answer.status.as_str()
+                    answer.status.as_str(),
+                    e.problem(),
                 ),
             )
         })
@@ -342,7 +348,7 @@ fn normalize_server(server: &str) -> Result<String, Failure> {
 
 #[cfg(test)]
 mod tests {
-    use lockd::api::wire::{FoundReply, GrantReply, ListReply};
+    use lockd_api::{FoundReply, GrantReply, ListReply};
 
     use super::*;
 
@@ -370,11 +376,17 @@ mod tests {
         .unwrap()
     }
 
+    /// The answer `body` to the route written as `POST /v1/locks/lock`.
     fn answer(route: &str, body: &str) -> Answer {
+        let route = Route::ALL
+            .iter()
+            .copied()
+            .find(|r| r.to_string() == route)
+            .unwrap();
         Answer {
-            route: route.to_string(),
+            route,
             body: body.to_string(),
-            status: wire::reply_status(body).unwrap().unwrap(),
+            status: Reply::read(route, body.as_bytes()).unwrap().status(),
         }
     }
 

@@ -5,11 +5,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use lockd::api::wire::DurabilityWord;
 use lockd::config::LockdConfig;
 use lockd::store::StoreSpec;
+use lockd_api::DurabilityWord;
 
 use super::output::Format;
+use super::time::parse_duration_ms;
 
 /// Where the server is when neither `--server` nor `LOCKD_SERVER` says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7450";
@@ -68,4 +69,8 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <token>` on every route but /healthz.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    /// How long an idle event stream (/v1/events) waits before sending a
+    /// heartbeat comment, which keeps proxies from closing it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration_ms, value_name = "DURATION")]
+    pub events_heartbeat: u64,
 }

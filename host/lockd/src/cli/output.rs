@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use clap::ValueEnum;
-use lockd::api::wire::ListedLock;
+use lockd_api::ListedLock;
 
 use super::time::{elapsed, remaining};
 
@@ -72,14 +72,15 @@ pub fn table(locks: &[ListedLock], namespace: &str, prefix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use lockd::api::wire::{self, ListReply};
+    use lockd_api::{decode, ListReply, Route};
 
     use super::*;
 
     #[test]
     fn tables_align() {
-        let locks: ListReply = wire::parse_reply(
-            r#"{"status": "found", "locks": [
+        let locks: ListReply = decode(
+            Route::List,
+            br#"{"status": "found", "locks": [
                 {"name": "a", "owner": "worker-1", "fencing_token": 7, "expires_at_ms": 0, "durability": "persistent"},
                 {"name": "long-name", "owner": "w", "fencing_token": 12345, "expires_at_ms": 0, "durability": "ephemeral"}
             ]}"#,

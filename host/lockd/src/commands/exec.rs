@@ -29,8 +29,8 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use lockd::api::wire::{
-    ExtendRequest, GrantReply, LockRequest, Status, StatusReply, UnlockRequest,
+use lockd_api::{
+    ExtendRequest, GrantReply, LockRequest, Route, Status, StatusReply, UnlockRequest,
 };
 use lockd_core::keepalive::{keep_alive, Holding, Lost, Renew, Terms};
 use lockd_core::{random_id, Clock, SystemClock};
@@ -136,7 +136,7 @@ impl Renew for Held {
                 owner: held.owner.clone(),
                 ttl_ms,
             };
-            let answer = client.post(ExtendRequest::PATH, &request)?;
+            let answer = client.post(Route::Extend, &request)?;
             let grant: GrantReply = client.expect(&held.name, &answer, Status::Extended)?;
             if grant.fencing_token != held.token {
                 return Err(fail(
@@ -191,7 +191,7 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
     let lock_conn = conn.clone();
     let grant = blocking(move || {
         let client = Client::new(lock_conn, wait)?;
-        let answer = client.post(LockRequest::PATH, &request)?;
+        let answer = client.post(Route::Lock, &request)?;
         client.expect::<GrantReply>(&request.name, &answer, Status::Acquired)
     })
     .await
@@ -319,7 +319,7 @@ async fn release(held: &Held) {
             owner: held.owner.clone(),
             fencing_token: Some(held.token),
         };
-        let answer = client.post(UnlockRequest::PATH, &request)?;
+        let answer = client.post(Route::Unlock, &request)?;
         client
             .expect::<StatusReply>(&held.name, &answer, Status::Unlocked)
             .map(drop)

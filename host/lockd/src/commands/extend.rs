@@ -1,7 +1,7 @@
 //! `lockd extend`: moves a held lock's expiry (`POST /v1/locks/extend`).
 
 use clap::Args;
-use lockd::api::wire::{ExtendRequest, GrantReply, Status};
+use lockd_api::{ExtendRequest, GrantReply, Route, Status};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
@@ -40,7 +40,7 @@ impl ExtendCommand {
             owner: self.owner,
             ttl_ms: self.ttl,
         };
-        let answer = client.post(ExtendRequest::PATH, &request)?;
+        let answer = client.post(Route::Extend, &request)?;
         let name = request.name;
         let grant: GrantReply = client.expect(&name, &answer, Status::Extended)?;
         client.text(|| {

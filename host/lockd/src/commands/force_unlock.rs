@@ -2,7 +2,7 @@
 //! (`POST /v1/locks/force-unlock`).
 
 use clap::Args;
-use lockd::api::wire::{ErrorReply, ForceUnlockRequest, ReleasedReply, Status};
+use lockd_api::{ErrorReply, ForceUnlockRequest, ReleasedReply, Route, Status};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
@@ -33,7 +33,7 @@ impl ForceUnlockCommand {
             namespace: Some(self.namespace),
             name: self.name,
         };
-        let answer = client.post(ForceUnlockRequest::PATH, &request)?;
+        let answer = client.post(Route::ForceUnlock, &request)?;
         let name = request.name;
         if answer.status == Status::NotHeld {
             let _: ErrorReply = client.reply(&answer)?;

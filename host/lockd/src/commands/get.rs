@@ -1,7 +1,7 @@
 //! `lockd get`: who holds a lock (`POST /v1/locks/get`).
 
 use clap::Args;
-use lockd::api::wire::{FoundReply, GetRequest, Status, StatusReply};
+use lockd_api::{FoundReply, GetRequest, Route, Status, StatusReply};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
@@ -32,7 +32,7 @@ impl GetCommand {
             namespace: Some(self.namespace),
             name: self.name,
         };
-        let answer = client.post(GetRequest::PATH, &request)?;
+        let answer = client.post(Route::Get, &request)?;
         let name = request.name;
         match answer.status {
             Status::Found => {

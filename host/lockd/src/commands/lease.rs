@@ -2,9 +2,9 @@
 //! several locks (`/v1/leases/...`).
 
 use clap::{Args, Subcommand};
-use lockd::api::wire::{
+use lockd_api::{
     ErrorReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
-    LeaseRequest, LeaseRevokedReply, Status,
+    LeaseRequest, LeaseRevokedReply, Route, Status,
 };
 
 use crate::cli::client::Client;
@@ -90,7 +90,7 @@ pub fn lease_not_live(id: &str) -> Failure {
 
 impl LeaseAction {
     fn run(self) -> Result<i32, Failure> {
-        let (path, id, namespace, conn) = match self {
+        let (route, id, namespace, conn) = match self {
             LeaseAction::Grant {
                 ttl,
                 ephemeral,
@@ -101,35 +101,35 @@ impl LeaseAction {
                 id,
                 namespace,
                 conn,
-            } => (LeaseRequest::REFRESH_PATH, id, namespace, conn),
+            } => (Route::LeaseRefresh, id, namespace, conn),
             LeaseAction::Revoke {
                 id,
                 namespace,
                 conn,
-            } => (LeaseRequest::REVOKE_PATH, id, namespace, conn),
+            } => (Route::LeaseRevoke, id, namespace, conn),
             LeaseAction::Get {
                 id,
                 namespace,
                 conn,
-            } => (LeaseRequest::GET_PATH, id, namespace, conn),
+            } => (Route::LeaseGet, id, namespace, conn),
         };
         let client = Client::new(conn, 0)?;
         let request = LeaseRequest {
             namespace: Some(namespace),
             lease_id: id,
         };
-        let answer = client.post(path, &request)?;
+        let answer = client.post(route, &request)?;
         let id = request.lease_id;
         if answer.status == Status::NotHeld {
             let _: ErrorReply = client.reply(&answer)?;
             return Err(lease_not_live(&id));
         }
-        match path {
-            LeaseRequest::REFRESH_PATH => {
+        match route {
+            Route::LeaseRefresh => {
                 let r: LeaseRefreshedReply = client.expect(&id, &answer, Status::Refreshed)?;
                 client.text(|| format!("refreshed {id} expires {}", rfc3339(r.expires_at_ms)));
             }
-            LeaseRequest::REVOKE_PATH => {
+            Route::LeaseRevoke => {
                 let r: LeaseRevokedReply = client.expect(&id, &answer, Status::Revoked)?;
                 let s = if r.released == 1 { "" } else { "s" };
                 client.text(|| format!("revoked {id}, released {} lock{s}", r.released));
@@ -163,7 +163,7 @@ fn grant(ttl: u64, ephemeral: bool, namespace: String, conn: Conn) -> Result<i32
         ttl_ms: ttl,
         durability: Some(durability(ephemeral)),
     };
-    let answer = client.post(LeaseGrantRequest::PATH, &request)?;
+    let answer = client.post(Route::LeaseGrant, &request)?;
     let granted: LeaseGrantedReply = client.expect("lease", &answer, Status::Granted)?;
     // The id alone, so that `ID=$(lockd lease grant --ttl 30s)` works.
     client.text(|| granted.lease_id.clone());

@@ -1,7 +1,7 @@
 //! `lockd lock`: takes a lock (`POST /v1/locks/lock`).
 
 use clap::Args;
-use lockd::api::wire::{ErrorReply, GrantReply, LockRequest, Status};
+use lockd_api::{ErrorReply, GrantReply, LockRequest, Route, Status};
 
 use super::lease::lease_not_live;
 use crate::cli::client::Client;
@@ -57,7 +57,7 @@ impl LockCommand {
             durability: self.lease.is_none().then_some(durability(self.ephemeral)),
             lease_id: self.lease,
         };
-        let answer = client.post(LockRequest::PATH, &request)?;
+        let answer = client.post(Route::Lock, &request)?;
         let name = request.name;
         if let Some(id) = &request.lease_id {
             if answer.status == Status::NotHeld {

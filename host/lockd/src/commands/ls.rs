@@ -1,8 +1,7 @@
 //! `lockd ls`: the live locks of a namespace (`GET /v1/locks`).
 
 use clap::Args;
-use lockd::api::wire::{ListQuery, ListReply, Status};
-use lockd::api::DEFAULT_NAMESPACE;
+use lockd_api::{ListQuery, ListReply, Route, Status, DEFAULT_NAMESPACE};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
@@ -34,7 +33,7 @@ impl LsCommand {
             namespace: Some(self.namespace),
             prefix: Some(self.prefix).filter(|p| !p.is_empty()),
         };
-        let answer = client.get(&query.path())?;
+        let answer = client.get(Route::List, &query.path())?;
         let namespace = query.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
         let list: ListReply = client.expect(namespace, &answer, Status::Found)?;
         let prefix = query.prefix.as_deref().unwrap_or("");

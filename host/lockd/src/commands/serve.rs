@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use lockd::serve::ServeOptions;
@@ -45,6 +46,7 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
                 manifest,
                 config,
                 auth_token: args.auth_token.filter(|t| !t.is_empty()),
+                events_heartbeat: Duration::from_millis(args.events_heartbeat),
             };
             lockd::serve::serve(options, shutdown_signal()).await
         }

@@ -1,7 +1,7 @@
 //! `lockd unlock`: releases a lock (`POST /v1/locks/unlock`).
 
 use clap::Args;
-use lockd::api::wire::{Status, StatusReply, UnlockRequest};
+use lockd_api::{Route, Status, StatusReply, UnlockRequest};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
@@ -39,7 +39,7 @@ impl UnlockCommand {
             owner: self.owner,
             fencing_token: self.token,
         };
-        let answer = client.post(UnlockRequest::PATH, &request)?;
+        let answer = client.post(Route::Unlock, &request)?;
         let name = request.name;
         let _: StatusReply = client.expect(&name, &answer, Status::Unlocked)?;
         client.text(|| format!("unlocked {name}"));

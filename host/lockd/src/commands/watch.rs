@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 
 use clap::Args;
-use lockd::api::wire::{self, Event, EventQuery, LaggedEvent};
+use lockd_api::{decode, Event, EventQuery, LaggedEvent, Route};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
@@ -42,7 +42,7 @@ impl WatchCommand {
         };
         let format = self.conn.format;
         let client = Client::streaming(self.conn)?;
-        let events = client.open_stream(&query.path())?;
+        let events = client.open_stream(Route::Events, &query.path())?;
         print(events, format, &mut std::io::stdout().lock())
     }
 }
@@ -87,7 +87,8 @@ pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<
             continue;
         }
         if name == "lagged" {
-            let missed = wire::parse_reply::<LaggedEvent>(&json).map_or(0, |l| l.missed);
+            let missed =
+                decode::<LaggedEvent>(Route::Events, json.as_bytes()).map_or(0, |l| l.missed);
             return Err(fail(
                 1,
                 format!(
@@ -96,7 +97,7 @@ pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<
                 ),
             ));
         }
-        let event: Event = wire::parse_reply(&json).map_err(|e| {
+        let event: Event = decode(Route::Events, json.as_bytes()).map_err(|e| {
             fail(
                 3,
                 format!("the server sent a malformed event ({e}): {json}"),

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::body::Incoming;
@@ -23,7 +24,7 @@ mod ui;
 pub use components::App;
 use manifest::Manifest;
 
-use crate::api::Api;
+use crate::api::{Api, ApiOptions};
 use crate::config::LockdConfig;
 use crate::http_body::{full, Body};
 use crate::store::StoreSpec;
@@ -48,6 +49,9 @@ pub struct ServeOptions {
     pub config: LockdConfig,
     /// Bearer token required on lockd's own routes (except `/healthz`).
     pub auth_token: Option<String>,
+    /// How long an idle event stream waits before a heartbeat comment
+    /// (zero: [`HEARTBEAT`](crate::api::HEARTBEAT)).
+    pub events_heartbeat: Duration,
 }
 
 /// A bound, ready server: the socket is listening and every component is
@@ -70,7 +74,13 @@ impl std::fmt::Debug for Server {
 /// Opens the store, loads the manifest's components and binds the socket.
 pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let service = options.config.open_service(&options.store).await?;
-    let api = Arc::new(Api::new(service.clone(), options.auth_token.clone()));
+    let api = Arc::new(Api::with_options(
+        service.clone(),
+        ApiOptions {
+            auth_token: options.auth_token.clone(),
+            events_heartbeat: options.events_heartbeat,
+        },
+    ));
     let app = match &options.manifest {
         Some(path) => {
             let manifest = Manifest::load(path)?;
