@@ -26,14 +26,15 @@ fn main() {
 }
 
 /// Prints `cargo:rerun-if-changed` for every guest source, the WIT packages,
-/// and this script.
+/// the wire crate the composable client is built from (host/api), and this
+/// script.
 ///
 /// Files are listed one by one: naming a directory would make cargo watch
 /// build outputs inside it too, and anything a build writes after this
 /// script started would make every later build rerun it.
 fn watch_inputs(repo: &Path) {
     println!("cargo:rerun-if-changed=build.rs");
-    for dir in ["guest", "wit", "examples/embed/wit"] {
+    for dir in ["guest", "wit", "examples/embed/wit", "host/api"] {
         let mut files = Vec::new();
         walk(&repo.join(dir), &mut files);
         files.sort();
