@@ -19,4 +19,5 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub(crate) use lockd::lock::{guards, leases, locks, types};
+// `self::`: the generated module, never the `lockd` crate.
+pub(crate) use self::lockd::lock::{guards, leases, locks, types};
