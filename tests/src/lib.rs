@@ -42,10 +42,4 @@
 //! So adding a program under `guest/` without a host test breaks the build of
 //! the test suite rather than going unnoticed.
 
-pub mod history;
-
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
-
-/// Appends a figure line to `$LOCKD_REPORT_DIR/report.txt` for CI (see
-/// [`lockd_testing::report`]).
-pub use lockd_testing::report;
