@@ -1078,14 +1078,34 @@ fn a_client_cut_off_from_its_host_loses_its_kept_alive_locks_at_their_ttl() {
     let cut_at = Instant::now();
     cluster.net.cut(&c0);
     let cut_done_ms = recorder.clock().ceil_ms();
-    // A renewal that reached A before the cut may still land: read the
-    // expiry once A has had time to finish it.
-    thread::sleep(Duration::from_millis(300));
-    let r = b.post("/v1/locks/get", &serde_json::json!({"name": "kept/exec"}));
-    assert_eq!(r.json["fencing_token"], exec_token, "{}", r.body);
-    let exec_expiry = r.json["expires_at_ms"].as_u64().unwrap();
-    let exec_status = exec.wait_exit(Duration::from_millis(2 * TTL_MS + 2_000));
-    let exec_exit_ms = recorder.clock().ceil_ms();
+    // The lock's last expiry: a renewal that reached A before the cut may
+    // still land, however long A takes, so follow the lock from B until it
+    // passes on (to B's waiter), while lockd exec runs out.
+    let (exec_expiry, exec_status, exec_exit_ms) = thread::scope(|s| {
+        let last_expiry = s.spawn(|| {
+            let until = Instant::now() + Duration::from_millis(4 * TTL_MS);
+            let mut last = None;
+            loop {
+                let r = b.post("/v1/locks/get", &serde_json::json!({"name": "kept/exec"}));
+                if r.code != 200 || r.json["fencing_token"] != exec_token {
+                    assert!(
+                        last.is_some(),
+                        "kept/exec was not held after the cut: {}",
+                        r.body
+                    );
+                    return last;
+                }
+                last = last.max(r.json["expires_at_ms"].as_u64());
+                if Instant::now() > until {
+                    return last;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let status = exec.wait_exit(Duration::from_millis(2 * TTL_MS + 2_000));
+        let exit_ms = recorder.clock().ceil_ms();
+        (last_expiry.join().unwrap().unwrap(), status, exit_ms)
+    });
     thread::sleep(Duration::from_millis(5_000).saturating_sub(cut_at.elapsed()));
     let heal_ms = recorder.clock().floor_ms();
     cluster.net.heal(&c0);
