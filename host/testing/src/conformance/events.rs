@@ -2,7 +2,7 @@
 
 use lockd_core::{Durability, EventKind, LockEvent, ManualClock};
 
-use super::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
+use super::support::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
 
 /// Waits (bounded) for the next event about `NS`, skipping others.
 async fn next_event(events: &mut tokio::sync::broadcast::Receiver<LockEvent>) -> LockEvent {

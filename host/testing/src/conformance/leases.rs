@@ -3,7 +3,9 @@
 
 use lockd_core::{Durability, Grant, LockError, ManualClock};
 
-use super::{lease_key_error, open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
+use super::support::{
+    lease_key_error, open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS,
+};
 
 /// Several locks under one lease share its expiry; a refresh moves all of
 /// them; `extend` of one is refused; re-locking answers the grant unchanged.

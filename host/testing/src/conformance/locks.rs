@@ -3,7 +3,7 @@
 
 use lockd_core::{Durability, Limits, LockError, ManualClock};
 
-use super::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
+use super::support::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
 
 /// Grant, `busy` for another owner, and a same-owner retry that returns the
 /// same token with a refreshed expiry.

@@ -10,23 +10,19 @@
 //! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
 //! the clock, never by sleeping.
 
-use std::sync::Arc;
+mod events;
+mod leases;
+mod locks;
+mod restarts;
+mod support;
+mod waiters;
 
-use lockd_core::{
-    BoxFuture, Durability, Limits, LockBackend, LockError, LockOptions, LockService, ManualClock,
-};
-
-/// A clock reading in 2023, far from any overflow.
-pub const START_MS: u64 = 1_700_000_000_000;
-
-/// Opens the store under test.
-pub trait StoreFactory: Send + Sync + 'static {
-    /// Opens the store, or reopens it after every earlier handle was dropped
-    /// (a restart), using `clock`.
-    fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>>;
-    /// Whether persistent locks survive a reopen.
-    fn keeps_persistent_locks(&self) -> bool;
-}
+pub use events::*;
+pub use leases::*;
+pub use locks::*;
+pub use restarts::*;
+pub use support::{StoreFactory, START_MS};
+pub use waiters::*;
 
 /// Generates one `#[tokio::test]` per conformance case for `$factory`, an
 /// expression of a type implementing [`StoreFactory`].
@@ -73,47 +69,3 @@ macro_rules! conformance_tests {
         )*
     };
 }
-
-const NS: &str = "test";
-
-fn opts(wait_ms: u64, durability: Durability) -> LockOptions {
-    LockOptions {
-        wait_ms,
-        durability,
-        ..LockOptions::default()
-    }
-}
-
-fn persistent() -> LockOptions {
-    opts(0, Durability::Persistent)
-}
-
-async fn open(factory: &dyn StoreFactory, clock: &ManualClock) -> LockService {
-    LockService::new(factory.open(clock.clone()).await, Limits::default())
-}
-
-async fn settle_tasks() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The error of a call expected to fail.
-fn lease_key_error(result: Result<impl std::fmt::Debug, LockError>) -> LockError {
-    match result {
-        Err(e) => e,
-        Ok(v) => panic!("expected an error, got {v:?}"),
-    }
-}
-
-mod events;
-mod leases;
-mod locks;
-mod restarts;
-mod waiters;
-
-pub use events::*;
-pub use leases::*;
-pub use locks::*;
-pub use restarts::*;
-pub use waiters::*;

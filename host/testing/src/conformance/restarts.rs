@@ -3,7 +3,7 @@
 
 use lockd_core::{Durability, LockError, ManualClock};
 
-use super::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
+use super::support::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
 
 /// After a restart, persistent locks are back with owner, token and original
 /// expiry; ephemeral locks are gone.

@@ -3,7 +3,9 @@
 
 use lockd_core::{Durability, LockError, ManualClock};
 
-use super::{lease_key_error, open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
+use super::support::{
+    lease_key_error, open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS,
+};
 
 /// Three waiters are served in the order they queued, each on the release
 /// of the one before.
