@@ -236,10 +236,9 @@ pub(crate) async fn edge_bench() {
 /// so every one of its responses meets the stall when Nagle is on. 40
 /// sequential keep-alive requests on one connection measure, on each
 /// response, how long after the end of its head the end of its body
-/// arrives: 5-8 ms with TCP_NODELAY, about 40 ms without, for every one of
-/// them. A busy machine (another build on the other core) can delay a few
-/// bodies by a scheduling slice, so the test tolerates a quarter of them 30
-/// ms or more late and fails past that: the stall delays them all.
+/// arrives: 5-8 ms with TCP_NODELAY, about 40 ms without. A scheduling hiccup
+/// on a busy CI machine can delay one body, so the test tolerates one body
+/// 30 ms or more late and fails on a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn component_bodies_follow_their_heads_without_a_stall() {
     use std::time::Duration;
@@ -288,7 +287,7 @@ async fn component_bodies_follow_their_heads_without_a_stall() {
         "the heads did not arrive ahead of their bodies: {gaps:?}"
     );
     assert!(
-        late.len() <= REQUESTS / 4,
+        late.len() <= 1,
         "{} of {} bodies arrived 30 ms or more after their heads: {gaps:?}",
         late.len(),
         gaps.len()
