@@ -28,7 +28,6 @@
 //!   `edge-bench` served by that same `lockd serve`; open loop as in B3: the
 //!   highest rate held with every answer 200 and p99 ≤ 10 ms.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -36,19 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
 use lockd_api::{DurabilityWord, GrantReply, Route, StatusReply};
 use lockd_core::{Durability, Limits, LockService};
-use wasmtime::component::{Component, Func, InstancePre, Linker, ResourceTable, Val};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
-use wasmtime_wasi::p2::bindings::Command;
+use lockd_tests::stock_host::{self, CommandEnd, Proxy, StockState};
+use wasmtime::component::{Component, Func, InstancePre, Val};
+use wasmtime::{Engine, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 use crate::b2_durable::ServicePair;
 use crate::drive::Pair;
@@ -63,7 +56,7 @@ const LOCKS_INTERFACE: &str = "lockd:lock/locks@0.1.0";
 pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let dir = ctx.scratch.path().join("b7");
     std::fs::create_dir_all(&dir)?;
-    let engine = stock_engine()?;
+    let engine = stock_host::engine()?;
     let client = lockd_tests::LOCKD_CLIENT;
 
     // --- pairs ----------------------------------------------------------
@@ -76,7 +69,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             Limits::default(),
         )
     };
-    let client_pre = linker(&engine)?.instantiate_pre(&load(&engine, Path::new(client))?)?;
+    let client_pre = stock_host::linker(&engine)?
+        .instantiate_pre(&stock_host::load(&engine, Path::new(client))?)?;
 
     let mut table = Table::new([
         "callers",
@@ -223,7 +217,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let lockd_server = Server::start(dir.join("edge.redb"), Some(manifest))?;
     let plugged_edge = plug(lockd_tests::EDGE_BENCH, client)?;
     let proxy = StockProxy::start(
-        &serve_engine()?,
+        &stock_host::serve_engine()?,
         &plugged_edge,
         vec![
             ("LOCKD_URL".into(), format!("http://{}", lockd_server.addr)),
@@ -345,91 +339,30 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// A wasmtime engine as a stock host makes one: the defaults.
-fn stock_engine() -> anyhow::Result<Engine> {
-    let mut config = Config::new();
-    config.wasm_component_model(true);
-    Engine::new(&config).map_err(|e| anyhow!("{e:?}"))
-}
-
-/// The engine `wasmtime serve` makes by default: the pooling allocator with
-/// its default limits.
-fn serve_engine() -> anyhow::Result<Engine> {
-    let mut config = Config::new();
-    config
-        .wasm_component_model(true)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(
-            PoolingAllocationConfig::default(),
-        ));
-    Engine::new(&config).map_err(|e| anyhow!("{e:?}"))
-}
-
-fn load(engine: &Engine, path: &Path) -> anyhow::Result<Component> {
-    Component::from_file(engine, path).map_err(|e| anyhow!("loading {}: {e:?}", path.display()))
-}
-
 /// `lockd plug APP` with the repository's client, in memory.
 fn plug(app: &str, client: &str) -> anyhow::Result<Vec<u8>> {
     let plugged = lockd::plug::plug(app, &std::fs::read(app)?, client, &std::fs::read(client)?)?;
     Ok(plugged.bytes)
 }
 
-/// A store's data on the stock host: WASI 0.2 and wasi:http, nothing else.
-struct Host {
-    wasi: WasiCtx,
-    http: WasiHttpCtx,
-    table: ResourceTable,
-}
-
-impl Host {
-    fn new(env: &[(&str, &str)], args: &[String], stdout: Option<MemoryOutputPipe>) -> Host {
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.inherit_stderr().args(args);
-        if let Some(stdout) = stdout {
-            wasi.stdout(stdout);
-        }
-        for (k, v) in env {
-            wasi.env(k, v);
-        }
-        Host {
-            wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
-        }
+/// A WASI context on the stock host: `env`, `args`, stderr inherited and
+/// stdout into `stdout` (discarded without one).
+fn wasi(env: &[(&str, &str)], args: &[String], stdout: Option<MemoryOutputPipe>) -> WasiCtx {
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.inherit_stderr().args(args);
+    if let Some(stdout) = stdout {
+        wasi.stdout(stdout);
     }
-}
-
-impl WasiView for Host {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+    for (k, v) in env {
+        wasi.env(k, v);
     }
-}
-
-impl WasiHttpView for Host {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: wasmtime_wasi_http::default_hooks(),
-        }
-    }
-}
-
-fn linker(engine: &Engine) -> anyhow::Result<Linker<Host>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow!("{e:?}"))?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
-        .map_err(|e| anyhow!("{e:?}"))?;
-    Ok(linker)
+    wasi.build()
 }
 
 /// One caller through the client component: an instance of its own, whose
 /// `lock` and `unlock` exports it calls.
 struct ClientPair {
-    store: Store<Host>,
+    store: Store<StockState>,
     lock: Func,
     unlock: Func,
     owner: String,
@@ -440,18 +373,18 @@ struct ClientPair {
 impl ClientPair {
     async fn new(
         engine: &Engine,
-        pre: &InstancePre<Host>,
+        pre: &InstancePre<StockState>,
         url: &str,
         caller: usize,
         durability: &'static str,
     ) -> anyhow::Result<ClientPair> {
         let mut store = Store::new(
             engine,
-            Host::new(
+            StockState::new(wasi(
                 &[("LOCKD_URL", url), ("LOCKD_NAMESPACE", NAMESPACE)],
                 &[],
                 None,
-            ),
+            )),
         );
         let instance = pre
             .instantiate_async(&mut store)
@@ -589,18 +522,11 @@ async fn run_plugged_command(
     args: &[String],
 ) -> anyhow::Result<std::collections::HashMap<String, u64>> {
     let stdout = MemoryOutputPipe::new(1 << 16);
-    let mut store = Store::new(engine, Host::new(env, args, Some(stdout.clone())));
-    let command = Command::instantiate_async(&mut store, component, &linker(engine)?)
-        .await
-        .map_err(|e| anyhow!("{e:?}"))?;
-    let result = command
-        .wasi_cli_run()
-        .call_run(&mut store)
-        .await
-        .map_err(|e| anyhow!("{e:?}"))?;
+    let state = StockState::new(wasi(env, args, Some(stdout.clone())));
+    let end = stock_host::run_command(engine, component, state).await?;
     let text = String::from_utf8_lossy(&stdout.contents()).into_owned();
-    if result.is_err() || text.contains("FAIL") {
-        bail!("plugged bench-pairs failed: {text}");
+    if !matches!(end, CommandEnd::Ok) || text.contains("FAIL") {
+        bail!("plugged bench-pairs failed ({end:?}): {text}");
     }
     Ok(fields(&text))
 }
@@ -627,19 +553,11 @@ async fn run_native_command(
     Ok(fields(&text))
 }
 
-type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
-
-/// A wasi:http/proxy server as a stock host runs one (`wasmtime serve`):
-/// hyper HTTP/1.1, a fresh instance per request from the pooling allocator
-/// with its default limits, on a runtime of its own with two worker threads.
+/// A wasi:http/proxy server as a stock host runs one (`wasmtime serve`,
+/// [`stock_host::serve`]), on a runtime of its own with two worker threads.
 struct StockProxy {
     addr: SocketAddr,
     rt: Option<tokio::runtime::Runtime>,
-}
-
-struct Proxy {
-    pre: ProxyPre<Host>,
-    env: Vec<(String, String)>,
 }
 
 impl StockProxy {
@@ -649,8 +567,11 @@ impl StockProxy {
         env: Vec<(String, String)>,
     ) -> anyhow::Result<StockProxy> {
         let component = Component::new(engine, component).map_err(|e| anyhow!("{e:?}"))?;
-        let pre = ProxyPre::new(linker(engine)?.instantiate_pre(&component)?)
-            .map_err(|e| anyhow!("{e:?}"))?;
+        let proxy = Proxy::new(engine, &component, move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            wasi(&env, &[], None)
+        })?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("stock-proxy")
@@ -658,25 +579,7 @@ impl StockProxy {
             .build()?;
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
         let addr = listener.local_addr()?;
-        let proxy = Arc::new(Proxy { pre, env });
-        rt.spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let proxy = proxy.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let proxy = proxy.clone();
-                        async move { Ok::<_, Infallible>(proxy.handle(req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        rt.spawn(stock_host::serve(listener, Arc::new(proxy)));
         Ok(StockProxy { addr, rt: Some(rt) })
     }
 }
@@ -685,64 +588,6 @@ impl Drop for StockProxy {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_timeout(Duration::from_secs(5));
-        }
-    }
-}
-
-impl Proxy {
-    async fn handle(&self, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Body> {
-        match self.call(req).await {
-            Ok(response) => response,
-            Err(e) => hyper::Response::builder()
-                .status(500)
-                .body(
-                    Full::new(Bytes::from(format!("{e:#}\n")))
-                        .map_err(|never| match never {})
-                        .boxed_unsync(),
-                )
-                .unwrap(),
-        }
-    }
-
-    async fn call(
-        &self,
-        req: hyper::Request<hyper::body::Incoming>,
-    ) -> anyhow::Result<hyper::Response<Body>> {
-        let env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let mut store = Store::new(self.pre.engine(), Host::new(&env, &[], None));
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        let request = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, req)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        let out = store
-            .data_mut()
-            .http()
-            .new_response_outparam(sender)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        let pre = self.pre.clone();
-        let task = tokio::spawn(async move {
-            let proxy = pre.instantiate_async(&mut store).await?;
-            proxy
-                .wasi_http_incoming_handler()
-                .call_handle(&mut store, request, out)
-                .await
-        });
-        match receiver.await {
-            Ok(Ok(response)) => {
-                Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync()))
-            }
-            Ok(Err(code)) => bail!("the component answered with error {code:?}"),
-            Err(_) => match task.await {
-                Ok(Ok(())) => bail!("the component returned without setting a response"),
-                Ok(Err(e)) => Err(anyhow!("{e:?}")),
-                Err(e) => bail!("the request task failed: {e}"),
-            },
         }
     }
 }

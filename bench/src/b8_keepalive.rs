@@ -25,7 +25,10 @@ const PER_INSTANCE: u64 = 3_334;
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let (leases, ttl_ms, window) = if ctx.plan.smoke {
-        (30, 600, Duration::from_secs(1))
+        // A TTL that leaves a renewal (due a third of it after the last) a
+        // second to land, on a busy CI machine too; a window of more than
+        // two TTLs, so that every lease is renewed.
+        (30, 1_500, Duration::from_millis(3_500))
     } else {
         (10_000, 30_000, Duration::from_secs(60))
     };

@@ -1,4 +1,7 @@
-//! The guest programs, built for the host tests.
+//! The guest programs, built for the host tests, and [`stock_host`], a
+//! stock wasmtime host that runs the plugged ones where lockd is not. This
+//! library depends on no lockd crate (the tests' lockd crates are
+//! dev-dependencies), so the `stock-host` bin links none.
 //!
 //! `build.rs` runs `guest/build-all.sh`, which compiles every guest in
 //! `guest/` (the Rust ones with `cargo build --target wasm32-wasip2`, the
@@ -42,10 +45,6 @@
 //! So adding a program under `guest/` without a host test breaks the build of
 //! the test suite rather than going unnoticed.
 
-pub mod history;
+pub mod stock_host;
 
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
-
-/// Appends a figure line to `$LOCKD_REPORT_DIR/report.txt` for CI (see
-/// [`lockd_testing::report`]).
-pub use lockd_testing::report;

@@ -223,10 +223,9 @@ fn lock_level_failures_exit_1() {
 #[test]
 fn wait_flag_queues_and_times_out() {
     let server = Server::start(&[]);
-    assert_ok(&cli(
-        &server,
-        &["lock", "w", "--owner", "a", "--ttl", "300ms"],
-    ));
+    // Long enough for the next command to start and queue before the
+    // expiry, on a busy machine too.
+    assert_ok(&cli(&server, &["lock", "w", "--owner", "a", "--ttl", "2s"]));
     // Granted when the lease runs out.
     let started = Instant::now();
     let run = cli(

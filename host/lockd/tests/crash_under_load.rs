@@ -5,7 +5,7 @@
 //! locks each: grant, lock under the lease, refresh, lease get, unlock by the
 //! lease id, revoke or expiry), is SIGKILLed at random moments and restarted
 //! on the same store. Every call is recorded with a common clock, and the history
-//! checker (`lockd_tests::history`, whose module docs state the rules) must
+//! checker (`lockd_testing::history`, whose module docs state the rules) must
 //! find no lost grant, no token going backwards, no overlap and no
 //! out-of-order wake, no lease lock lost before its expiry and none held
 //! after its lease's acknowledged revoke.
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod recorded_client;
 
-use lockd_tests::history::{check_report, Outcome, Recorder, Report, Rule};
+use lockd_testing::history::{check_report, Outcome, Recorder, Report, Rule};
 use recorded_client::{Call, Client, LeaseCall, Rng, Target};
 
 /// The shape of one run.
@@ -279,7 +279,7 @@ fn print_report(plan: &Plan, run: &Outcomes) {
         run.elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_tests::report(&format!(
+    lockd_testing::report(&format!(
         "kill -9 under load (store {}): {figures}",
         plan.store
     ));

@@ -15,6 +15,14 @@ use serde_json::json;
 const GET: &str = "/v1/locks/get";
 const LOCK: &str = "/v1/locks/lock";
 
+/// The TTL of the tests that need keep-alive. `lockd exec` renews a third of
+/// the TTL after the last renewal and gives up a tenth of it before the
+/// expiry, so a renewal has about half the TTL to land: with 400 ms, 200 ms,
+/// which a busy 2-core machine once missed (exit 76). What these tests prove
+/// does not depend on the TTL's size.
+const KEEP_ALIVE_TTL: &str = "2s";
+const KEEP_ALIVE_TTL_MS: u64 = 2_000;
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -215,19 +223,19 @@ fn a_second_exec_waits_for_the_first() {
     let server = Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // The first holds the lock for 1 s (with a TTL shorter than that, so
+    // The first holds the lock for 2.5 s (with a TTL shorter than that, so
     // keep-alive is needed too).
     let mut first = Background::start(
         &server,
         d,
-        &["q", "--ttl", "600ms"],
-        r#"date +%s%3N > "$1/a_start"; sleep 1; date +%s%3N > "$1/a_end""#,
+        &["q", "--ttl", KEEP_ALIVE_TTL],
+        r#"date +%s%3N > "$1/a_start"; sleep 2.5; date +%s%3N > "$1/a_end""#,
     );
     wait_for_file(&d.join("a_start"));
     let mut second = Background::start(
         &server,
         d,
-        &["q", "--ttl", "600ms", "--wait", "20s"],
+        &["q", "--ttl", KEEP_ALIVE_TTL, "--wait", "20s"],
         r#"date +%s%3N > "$1/b_start""#,
     );
     let (code, stderr) = first.finish(Duration::from_secs(20));
@@ -245,18 +253,26 @@ fn a_second_exec_waits_for_the_first() {
 fn keep_alive_holds_the_lock_past_its_ttl() {
     let server = Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // CMD runs until the test is done looking (30 s at most, should the test
+    // die first).
     let mut run = Background::start(
         &server,
-        dir.path(),
-        &["k", "--ttl", "400ms"],
-        r#"touch "$1/started"; sleep 1.5"#,
+        d,
+        &["k", "--ttl", KEEP_ALIVE_TTL],
+        r#"touch "$1/started"; i=0; while [ ! -e "$1/done" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#,
     );
-    wait_for_file(&dir.path().join("started"));
-    // Well past the TTL, the lock is still held by lockd exec's owner.
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_for_file(&d.join("started"));
+    let first = server.post_json(GET, &json!({"name": "k"}));
+    assert_eq!(first.code, 200, "{}", first.body);
+    // Well past the TTL (two and a half of them), the lock is still held by
+    // lockd exec's owner, under the same grant.
+    std::thread::sleep(Duration::from_millis(KEEP_ALIVE_TTL_MS * 5 / 2));
     let held = server.post_json(GET, &json!({"name": "k"}));
     assert_eq!(held.code, 200, "{}", held.body);
     assert!(held.json["owner"].as_str().unwrap().starts_with("exec-"));
+    assert_eq!(held.json["fencing_token"], first.json["fencing_token"]);
+    std::fs::write(d.join("done"), "").unwrap();
     let (code, stderr) = run.finish(Duration::from_secs(20));
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(server.post_json(GET, &json!({"name": "k"})).code, 404);
@@ -304,12 +320,15 @@ fn a_stopped_server_makes_cmd_stop_before_the_expiry_and_exits_76() {
     let mut server = Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ttl_ms = 2000;
+    // CMD must get SIGTERM within the margin lockd exec keeps before the
+    // expiry (a tenth of the TTL): 400 ms here, for a signal, a shell's
+    // trap and a `date` on a busy machine.
+    let ttl_ms = 4000;
     let mut run = Background::start(
         &server,
         d,
-        &["stop", "--ttl", "2s", "--kill-after", "5s"],
-        r#"trap 'date +%s%3N > "$1/term"; exit 0' TERM; touch "$1/started"; i=0; while [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done"#,
+        &["stop", "--ttl", "4s", "--kill-after", "5s"],
+        r#"trap 'date +%s%3N > "$1/term"; exit 0' TERM; touch "$1/started"; i=0; while [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done"#,
     );
     wait_for_file(&d.join("started"));
     // Stop the server right after it processed a renewal, so that the

@@ -2,7 +2,7 @@
 //! etcd members and two `lockd serve --store etcd:…` hosts, each in its own
 //! network namespace on a private bridge (`netns`), driven by recorded
 //! clients (`recorded_client`) and judged by the history checker
-//! (`lockd_tests::history`). A link is cut by setting the hub's end of a
+//! (`lockd_testing::history`). A link is cut by setting the hub's end of a
 //! node's veth down, so its packets are dropped silently.
 //!
 //! - `a_host_cut_off_from_etcd_…`: host A loses etcd while its clients (in
@@ -39,7 +39,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockd_server::{request, Reply};
-use lockd_tests::history::{check_report, History, Op, Outcome, Recorder, Report};
+use lockd_testing::history::{check_report, History, Op, Outcome, Recorder, Report};
 use netns::{Forwarder, Net, Node, NsProcess};
 use recorded_client::{Call, Client, LeaseCall, Rng, Target};
 use serde_json::Value;
@@ -118,7 +118,7 @@ impl Cluster {
             .prefix("lockd-partitions-")
             .tempdir()
             .unwrap();
-        let binary = lockd_etcd::testing::etcd_binary().expect("etcd");
+        let binary = lockd_testing::etcd::etcd_binary().expect("etcd");
         let nodes: Vec<Node> = (0..3).map(|i| net.add(&format!("e{i}"), 11 + i)).collect();
         let initial: Vec<String> = nodes
             .iter()
@@ -770,7 +770,7 @@ fn a_host_cut_off_from_etcd_answers_unavailable_and_serves_again_after_healing()
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_tests::report(&format!("partition, host cut off from etcd: {figures}"));
+    lockd_testing::report(&format!("partition, host cut off from etcd: {figures}"));
 }
 
 /// Which etcd member is cut off.
@@ -926,7 +926,7 @@ fn minority_cut(victim: Victim) {
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_tests::report(&format!("partition, {what}: {figures}"));
+    lockd_testing::report(&format!("partition, {what}: {figures}"));
     // Reported first, so a failing run's figures are on record too.
     for (h, granted) in granted_per_host.iter().enumerate() {
         assert!(
@@ -1078,14 +1078,34 @@ fn a_client_cut_off_from_its_host_loses_its_kept_alive_locks_at_their_ttl() {
     let cut_at = Instant::now();
     cluster.net.cut(&c0);
     let cut_done_ms = recorder.clock().ceil_ms();
-    // A renewal that reached A before the cut may still land: read the
-    // expiry once A has had time to finish it.
-    thread::sleep(Duration::from_millis(300));
-    let r = b.post("/v1/locks/get", &serde_json::json!({"name": "kept/exec"}));
-    assert_eq!(r.json["fencing_token"], exec_token, "{}", r.body);
-    let exec_expiry = r.json["expires_at_ms"].as_u64().unwrap();
-    let exec_status = exec.wait_exit(Duration::from_millis(2 * TTL_MS + 2_000));
-    let exec_exit_ms = recorder.clock().ceil_ms();
+    // The lock's last expiry: a renewal that reached A before the cut may
+    // still land, however long A takes, so follow the lock from B until it
+    // passes on (to B's waiter), while lockd exec runs out.
+    let (exec_expiry, exec_status, exec_exit_ms) = thread::scope(|s| {
+        let last_expiry = s.spawn(|| {
+            let until = Instant::now() + Duration::from_millis(4 * TTL_MS);
+            let mut last = None;
+            loop {
+                let r = b.post("/v1/locks/get", &serde_json::json!({"name": "kept/exec"}));
+                if r.code != 200 || r.json["fencing_token"] != exec_token {
+                    assert!(
+                        last.is_some(),
+                        "kept/exec was not held after the cut: {}",
+                        r.body
+                    );
+                    return last;
+                }
+                last = last.max(r.json["expires_at_ms"].as_u64());
+                if Instant::now() > until {
+                    return last;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let status = exec.wait_exit(Duration::from_millis(2 * TTL_MS + 2_000));
+        let exit_ms = recorder.clock().ceil_ms();
+        (last_expiry.join().unwrap().unwrap(), status, exit_ms)
+    });
     thread::sleep(Duration::from_millis(5_000).saturating_sub(cut_at.elapsed()));
     let heal_ms = recorder.clock().floor_ms();
     cluster.net.heal(&c0);
@@ -1206,7 +1226,7 @@ fn a_client_cut_off_from_its_host_loses_its_kept_alive_locks_at_their_ttl() {
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_tests::report(&format!(
+    lockd_testing::report(&format!(
         "partition, client cut off from its host: {figures}"
     ));
 }
@@ -1227,7 +1247,7 @@ fn a_get_answered_late_never_reports_a_held_lock_free() {
     let pause = pause_dir.path().join("hold-etcd-answers");
     let cluster = Cluster::start_with(net, Some(&pause));
     let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
-    let clock = lockd_tests::history::Clock::new();
+    let clock = lockd_testing::history::Clock::new();
     // A works through the relay.
     let r = a.post("/v1/locks/get", &serde_json::json!({"name": "late"}));
     assert_eq!((r.code, r.status()), (404, "not_found"), "{}", r.body);

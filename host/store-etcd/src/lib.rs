@@ -3,7 +3,7 @@
 //!
 //! [`EtcdBackend`] implements [`LockBackend`] and passes the same conformance
 //! suite as the memory and redb stores (`tests/conformance.rs`, against a real
-//! etcd started by `testing::EtcdCluster`, behind the `testing` feature).
+//! etcd started by `lockd_testing::etcd::EtcdCluster`).
 //!
 //! # Layout
 //!
@@ -124,8 +124,6 @@ mod record;
 mod rpc;
 mod stats;
 mod store;
-#[cfg(feature = "testing")]
-pub mod testing;
 
 use std::sync::Arc;
 

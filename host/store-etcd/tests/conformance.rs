@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockd_core::{BoxFuture, LockBackend, ManualClock};
-use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
+use lockd_testing::etcd::EtcdCluster;
 use lockd_testing::StoreFactory;
 
 struct Etcd {

@@ -12,8 +12,8 @@ use etcd_client::{Client, GetOptions, PutOptions};
 use lockd_core::{
     Clock, Durability, Limits, LockError, LockOptions, LockService, ManualClock, SystemClock,
 };
-use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
+use lockd_testing::etcd::EtcdCluster;
 
 const NS: &str = "test";
 

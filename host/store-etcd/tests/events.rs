@@ -12,8 +12,8 @@ use etcd_client::Client;
 use lockd_core::{
     Durability, EventKind, Limits, LockError, LockEvent, LockOptions, LockService, ManualClock,
 };
-use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
+use lockd_testing::etcd::EtcdCluster;
 use tokio::sync::broadcast::Receiver;
 
 const NS: &str = "test";

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockd_core::{Clock, Key, LockBackend, LockOptions, SystemClock};
-use lockd_etcd::testing::EtcdCluster;
 use lockd_etcd::{EtcdBackend, EtcdOptions};
+use lockd_testing::etcd::EtcdCluster;
 
 /// The system clock, `ahead_ms` fast: a host whose NTP is off.
 #[derive(Debug)]

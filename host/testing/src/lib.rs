@@ -7,6 +7,11 @@
 //!   generator (proptest) that checks a store against it.
 //! - Store factories ([`StoreFactory`]): [`MemoryFactory`] and, with the
 //!   `redb` feature, `RedbFactory`.
+//! - [`history`]: recording what clients of a lock service saw, and
+//!   checking the history against the lock contract (the kill -9, crash and
+//!   partition tests).
+//! - [`etcd`]: a real etcd cluster on loopback, started and stopped by the
+//!   tests.
 //! - [`report`]: figures of a test run, on record for CI.
 //!
 //! ```text
@@ -16,6 +21,8 @@
 #![deny(missing_docs)]
 
 pub mod conformance;
+pub mod etcd;
+pub mod history;
 pub mod model;
 mod report;
 mod stores;

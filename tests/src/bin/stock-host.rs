@@ -1,14 +1,15 @@
 //! `stock-host`: a plain wasmtime host that knows nothing of lockd, for the
 //! portable tests (`tests/tests/portable.rs`).
 //!
-//! It links no lockd crate. `lockd`, `lockd-core` and the stores are
-//! dev-dependencies of `lockd-tests`, linked into its test binaries and never
-//! into a bin; this bin names none of the crate's other dependencies either
-//! (`lockd-testing`, the `lockd_tests` lib), so it is built from wasmtime,
-//! wasmtime-wasi, wasmtime-wasi-http, tokio, hyper, hyper-util,
-//! http-body-util, anyhow and bytes alone. A component that imports `lockd:lock/locks` or `guards` fails to
-//! instantiate here; one composed by `lockd plug` runs, and reaches the lockd
-//! server over `wasi:http/outgoing-handler`.
+//! It links no lockd crate. `lockd`, `lockd-core`, `lockd-testing` and the
+//! stores are dev-dependencies of `lockd-tests`, linked into its test
+//! binaries and never into a bin; the host itself is the crate's
+//! [`lockd_tests::stock_host`], built from wasmtime, wasmtime-wasi,
+//! wasmtime-wasi-http, tokio, hyper, hyper-util, http-body-util, anyhow and
+//! bytes alone (the benchmark of plugged guests runs the same). A component
+//! that imports `lockd:lock/locks` or `guards` fails to instantiate here; one
+//! composed by `lockd plug` runs, and reaches the lockd server over
+//! `wasi:http/outgoing-handler`.
 //!
 //! It mirrors two wasmtime CLI commands:
 //!
@@ -31,57 +32,20 @@
 //!   `stock-host listening on http://ADDR` on stdout. A component that fails
 //!   before answering gets a 500 and its error on stderr.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context as _, Result};
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
-use hyper::body::Incoming;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
-use wasmtime_wasi::p2::bindings::Command;
-use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use anyhow::{bail, Context as _, Result};
+use lockd_tests::stock_host::{self, CommandEnd, Proxy, StockState};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 /// The exit status of a trapped command (a process killed by SIGABRT).
 const TRAP_EXIT_CODE: u8 = 134;
 
 const USAGE: &str = "usage: stock-host run COMPONENT [--env K=V]... [-- ARGS...]\n       \
                      stock-host serve COMPONENT [--listen ADDR] [--env K=V]...";
-
-/// What a component's store holds: WASI 0.2 and wasi:http, nothing else.
-struct HostState {
-    wasi: WasiCtx,
-    http: WasiHttpCtx,
-    table: ResourceTable,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: wasmtime_wasi_http::default_hooks(),
-        }
-    }
-}
 
 /// The parsed command line.
 #[derive(Debug)]
@@ -169,209 +133,61 @@ fn main() -> ExitCode {
     }
 }
 
-/// The engine: wasmtime's defaults, and for `serve` the pooling allocator
-/// with its default limits, as `wasmtime serve` uses where the machine has
-/// the address space for it (else the default on-demand allocator, as there).
-fn engine(pooling: bool) -> Result<Engine> {
-    let mut config = Config::new();
-    config.wasm_component_model(true);
-    if pooling {
-        let mut pooled = config.clone();
-        pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(
-            PoolingAllocationConfig::default(),
-        ));
-        if let Ok(engine) = Engine::new(&pooled) {
-            return Ok(engine);
-        }
+impl Cli {
+    /// The component's file name: its argv[0].
+    fn argv0(&self) -> String {
+        self.component
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
-    Engine::new(&config).map_err(|e| anyhow!("creating the engine: {e:?}"))
 }
 
-fn load(engine: &Engine, path: &Path) -> Result<Component> {
-    Component::from_file(engine, path).map_err(|e| anyhow!("loading {}: {e:?}", path.display()))
-}
-
-/// A linker with all of WASI 0.2 and wasi:http.
-fn linker(engine: &Engine) -> Result<Linker<HostState>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow!("{e:?}"))?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
-        .map_err(|e| anyhow!("{e:?}"))?;
-    Ok(linker)
-}
-
-fn state(cli: &Cli, args: &[String]) -> HostState {
+/// A component's WASI context: inherited stdio, `args`, and only the `--env`
+/// pairs.
+fn wasi(args: &[String], env: &[(String, String)]) -> WasiCtx {
     let mut wasi = WasiCtxBuilder::new();
     wasi.inherit_stdio().args(args);
-    for (k, v) in &cli.env {
+    for (k, v) in env {
         wasi.env(k, v);
     }
-    HostState {
-        wasi: wasi.build(),
-        http: WasiHttpCtx::new(),
-        table: ResourceTable::new(),
-    }
+    wasi.build()
 }
 
 /// `stock-host run`: the command's exit status.
 async fn run(cli: &Cli) -> Result<ExitCode> {
-    let engine = engine(false)?;
-    let component = load(&engine, &cli.component)?;
-    let linker = linker(&engine)?;
-    let argv0 = cli
-        .component
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let args: Vec<String> = std::iter::once(argv0)
+    let engine = stock_host::engine()?;
+    let component = stock_host::load(&engine, &cli.component)?;
+    let args: Vec<String> = std::iter::once(cli.argv0())
         .chain(cli.args.iter().cloned())
         .collect();
-    let mut store = Store::new(&engine, state(cli, &args));
-    let command = Command::instantiate_async(&mut store, &component, &linker)
+    let end = stock_host::run_command(&engine, &component, StockState::new(wasi(&args, &cli.env)))
         .await
-        .map_err(|e| anyhow!("instantiating {}: {e:?}", cli.component.display()))?;
-    let result = command.wasi_cli_run().call_run(&mut store).await;
-    drop(store);
-    Ok(match result {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(())) => ExitCode::FAILURE,
-        Err(e) => match e.downcast_ref::<I32Exit>() {
-            // Exit codes are 0-255 on the platforms this runs on.
-            Some(exit) => ExitCode::from(exit.0 as u8),
-            None => {
-                eprintln!("stock-host: the component trapped: {e:?}");
-                ExitCode::from(TRAP_EXIT_CODE)
-            }
-        },
+        .with_context(|| cli.component.display().to_string())?;
+    Ok(match end {
+        CommandEnd::Ok => ExitCode::SUCCESS,
+        CommandEnd::Err => ExitCode::FAILURE,
+        // Exit codes are 0-255 on the platforms this runs on.
+        CommandEnd::Exit(code) => ExitCode::from(code as u8),
+        CommandEnd::Trap(e) => {
+            eprintln!("stock-host: the component trapped: {e:?}");
+            ExitCode::from(TRAP_EXIT_CODE)
+        }
     })
 }
 
-type Body = UnsyncBoxBody<Bytes, anyhow::Error>;
-
 /// `stock-host serve`: serves until killed.
 async fn serve(cli: &Cli) -> Result<()> {
-    let engine = engine(true)?;
-    let component = load(&engine, &cli.component)?;
-    let linker = linker(&engine)?;
-    let pre = linker
-        .instantiate_pre(&component)
-        .map_err(|e| anyhow!("linking {}: {e:?}", cli.component.display()))?;
-    let pre = ProxyPre::new(pre).map_err(|e| {
-        anyhow!(
-            "{} is not a wasi:http/proxy component: {e:?}",
-            cli.component.display()
-        )
-    })?;
+    let engine = stock_host::serve_engine()?;
+    let component = stock_host::load(&engine, &cli.component)?;
+    let (args, env) = ([cli.argv0()], cli.env.clone());
+    let proxy = Proxy::new(&engine, &component, move || wasi(&args, &env))
+        .with_context(|| cli.component.display().to_string())?;
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cli.listen))?;
     let addr = listener.local_addr()?;
     println!("stock-host listening on http://{addr}");
-    let argv0 = cli
-        .component
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let host = std::sync::Arc::new(Served {
-        pre,
-        env: cli.env.clone(),
-        argv0,
-    });
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                eprintln!("stock-host: accept failed: {e}");
-                continue;
-            }
-        };
-        // Without it, a body written after the head waits for the client's
-        // delayed ACK (Nagle's algorithm).
-        let _ = stream.set_nodelay(true);
-        let host = host.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let host = host.clone();
-                async move { Ok::<_, Infallible>(host.handle(req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-/// What every request needs.
-struct Served {
-    pre: ProxyPre<HostState>,
-    env: Vec<(String, String)>,
-    argv0: String,
-}
-
-impl Served {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        match self.call(req).await {
-            Ok(response) => response,
-            Err(e) => {
-                eprintln!("stock-host: the component failed: {e:#}");
-                Response::builder()
-                    .status(500)
-                    .body(
-                        Full::new(Bytes::from(format!("{e:#}\n")))
-                            .map_err(|never| match never {})
-                            .boxed_unsync(),
-                    )
-                    .unwrap()
-            }
-        }
-    }
-
-    /// One request in a fresh store and instance.
-    async fn call(&self, req: Request<Incoming>) -> Result<Response<Body>> {
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.inherit_stdio().args(std::slice::from_ref(&self.argv0));
-        for (k, v) in &self.env {
-            wasi.env(k, v);
-        }
-        let mut store = Store::new(
-            self.pre.engine(),
-            HostState {
-                wasi: wasi.build(),
-                http: WasiHttpCtx::new(),
-                table: ResourceTable::new(),
-            },
-        );
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        let request = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, req)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        let out = store
-            .data_mut()
-            .http()
-            .new_response_outparam(sender)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        let pre = self.pre.clone();
-        // The guest runs in its own task: it may keep writing the body after
-        // the response head has gone.
-        let task = tokio::spawn(async move {
-            let proxy = pre.instantiate_async(&mut store).await?;
-            proxy
-                .wasi_http_incoming_handler()
-                .call_handle(&mut store, request, out)
-                .await
-        });
-        match receiver.await {
-            Ok(Ok(response)) => {
-                Ok(response.map(|body| body.map_err(|e| anyhow!("{e:?}")).boxed_unsync()))
-            }
-            Ok(Err(code)) => bail!("the component answered with error {code:?}"),
-            Err(_) => match task.await {
-                Ok(Ok(())) => bail!("the component returned without setting a response"),
-                Ok(Err(e)) => Err(anyhow!("{e:?}")),
-                Err(e) => bail!("the request task failed: {e}"),
-            },
-        }
-    }
+    stock_host::serve(listener, Arc::new(proxy)).await;
+    Ok(())
 }

@@ -237,7 +237,7 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
         attacked.worst_probe
     );
     eprintln!("{line}");
-    lockd_tests::report(&line);
+    lockd_testing::report(&line);
     attacked
 }
 

@@ -273,7 +273,7 @@ async fn component_bodies_follow_their_heads_without_a_stall() {
     let mut sorted = gaps.clone();
     sorted.sort();
     let median = sorted[sorted.len() / 2];
-    lockd_tests::report(&format!(
+    lockd_testing::report(&format!(
         "no-stall: {} keep-alive requests to a component that writes its body 5 ms after its head: \
          head to body median {median:?}, max {:?}, {} bodies 30 ms or more after their heads",
         gaps.len(),

@@ -80,17 +80,23 @@ pub(crate) async fn rust_lease() {
     assert_eq!(service.list("lease", "L/").await.unwrap(), vec![]);
 }
 
-/// A kept-alive guard with a 300 ms TTL stays held through 3 s of guest
-/// work; once the instance ends it is free (at once here, and in any case
-/// within its TTL: renewal stops with the instance).
+/// A kept-alive guard with a 1 s TTL stays held through 4 s of guest work;
+/// once the instance ends it is free (at once here, and in any case within
+/// its TTL: renewal stops with the instance).
+///
+/// The host renews a third of the TTL after the last renewal, so a renewal
+/// has two thirds of the TTL to land: 200 ms with the 300 ms this test once
+/// used, too little on a busy machine. What it proves does not depend on
+/// the TTL's size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_guard_outlives_its_ttl() {
+    const TTL_MS: u64 = 1_000;
     let dir = tempfile::tempdir().unwrap();
     let service = redb_service(&dir);
     let guest = spawn_guest(
         &service,
         "ka",
-        ["keep-alive", "K/g", "300", "3000"]
+        ["keep-alive", "K/g", TTL_MS.to_string().as_str(), "4000"]
             .map(String::from)
             .to_vec(),
     );
@@ -114,11 +120,13 @@ async fn keep_alive_guard_outlives_its_ttl() {
     }
     let stdout = succeeded(&guest.await.unwrap());
     assert!(stdout.contains("held-after-work true"), "{stdout}");
-    assert!(started.elapsed() >= Duration::from_millis(2_500));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Watched for three TTLs at least.
+    assert!(started.elapsed() >= Duration::from_millis(3 * TTL_MS));
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
     assert_eq!(service.get("ka", "K/g").await.unwrap(), None);
-    // Renewal stopped with the instance: the lock stays free.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Renewal stopped with the instance: the lock stays free past another
+    // renewal's time.
+    tokio::time::sleep(Duration::from_millis(TTL_MS / 3 + 100)).await;
     assert_eq!(service.get("ka", "K/g").await.unwrap(), None);
 }
 
@@ -141,8 +149,9 @@ async fn lost_fires_when_the_lease_is_revoked_from_outside() {
     let b = held(&service, "rv", "R/b").await;
     assert!(a.owner.starts_with("lease-"));
     assert_eq!(a.owner, b.owner);
-    // Give the guest time to block on its pollable.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Give the guest time to block on its pollable, and its monitor task
+    // time to start listening (nothing outside shows either).
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!guest.is_finished());
     let revoked = Instant::now();
     assert_eq!(service.revoke_lease("rv", &a.owner).await.unwrap(), 2);
@@ -161,7 +170,8 @@ async fn lost_fires_when_the_lease_is_revoked_from_outside() {
 }
 
 /// A plain guard (no keep-alive): its lost pollable becomes ready at its
-/// expiry, not before.
+/// expiry, not before. (The TTL leaves this test ample time to see the
+/// guard held before it expires.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_lost_fires_at_its_expiry() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,7 +179,7 @@ async fn guard_lost_fires_at_its_expiry() {
     let guest = spawn_guest(
         &service,
         "gl",
-        ["guard-lost", "G/g", "700"].map(String::from).to_vec(),
+        ["guard-lost", "G/g", "2000"].map(String::from).to_vec(),
     );
     let info = held(&service, "gl", "G/g").await;
     let out = tokio::time::timeout(Duration::from_secs(20), guest)
@@ -194,8 +204,13 @@ async fn guard_lost_fires_at_its_expiry() {
 /// ready, no sooner than the expiry and soon after it. The store here
 /// cannot say that the lease ended (its `lease_ended` never completes), so
 /// only keep-alive can tell.
+///
+/// The TTL gives a renewal, due a third of it after the last, two thirds
+/// of it to land while the store answers: 400 ms with the 600 ms this test
+/// once used, too little on a busy machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_fires_when_the_store_is_unavailable_past_the_expiry() {
+    const TTL_MS: u64 = 1_500;
     let store = Arc::new(Flaky {
         inner: Engine::memory(),
         down: AtomicBool::new(false),
@@ -204,13 +219,13 @@ async fn lost_fires_when_the_store_is_unavailable_past_the_expiry() {
     let guest = spawn_guest(
         &service,
         "un",
-        ["lease-lost", "600", "yes", "U/a"]
+        ["lease-lost", TTL_MS.to_string().as_str(), "yes", "U/a"]
             .map(String::from)
             .to_vec(),
     );
     let a = held(&service, "un", "U/a").await;
     // Kept alive past a few TTLs while the store answers.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(8 * TTL_MS / 3)).await;
     assert!(!guest.is_finished(), "lost while the store answered");
     let lease = service.get_lease("un", &a.owner).await.unwrap().unwrap();
     assert!(
@@ -226,14 +241,15 @@ async fn lost_fires_when_the_store_is_unavailable_past_the_expiry() {
     let lost_after = down_at.elapsed();
     let stdout = succeeded(&out);
     assert!(stdout.contains("lost alive=false"), "{stdout}");
-    // The last refresh before the outage gave it at most 600 ms; it is lost
-    // when that runs out, not at the first failed renewal.
+    // The last refresh before the outage gave it at most the TTL (and at
+    // least two thirds of it, renewals coming a third of the TTL apart); it
+    // is lost when that runs out, not at the first failed renewal.
     assert!(
-        lost_after >= Duration::from_millis(150),
+        lost_after >= Duration::from_millis(TTL_MS / 4),
         "lost {lost_after:?} after the outage: before the expiry"
     );
     assert!(
-        lost_after <= Duration::from_millis(600 + 500),
+        lost_after <= Duration::from_millis(TTL_MS + 500),
         "lost only {lost_after:?} after the outage"
     );
 }
@@ -409,8 +425,11 @@ async fn lost_fires_when_the_lock_is_force_released() {
         ["guard-lost", "F/g", "60000"].map(String::from).to_vec(),
     );
     let info = held(&service, "fr", "F/g").await;
-    // Give the guest time to block on its pollable.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Give the guest time to block on its pollable, and its guard's monitor
+    // task time to start listening for a force-release (nothing outside
+    // shows either; one that missed it would hear of it only at the expiry,
+    // a minute away).
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!guest.is_finished());
     let forced = Instant::now();
     assert_eq!(service.force_unlock("fr", "F/g").await.unwrap(), info);

@@ -1,5 +1,5 @@
 //! A load client whose every call is recorded for the history checker
-//! (`lockd_tests::history`): random lock / lock-with-wait / relock /
+//! (`lockd_testing::history`): random lock / lock-with-wait / relock /
 //! extend / unlock-with-token / get calls over REST, on hot and cold names,
 //! all persistent; and leases holding several locks ([`Client::run_leases`]:
 //! grant, lock under the lease, refresh, lease get, unlock by the lease id,
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use lockd_tests::history::{OpKind, Outcome, Recorder};
+use lockd_testing::history::{OpKind, Outcome, Recorder};
 use serde_json::{json, Value};
 
 /// SplitMix64: small, seedable, good enough to pick operations.

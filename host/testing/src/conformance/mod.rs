@@ -1,0 +1,71 @@
+//! The conformance suite: the lock contract of docs/contract.md, run against any
+//! [`LockBackend`] through a [`LockService`].
+//!
+//! A backend crate runs it with one macro call in a test file:
+//!
+//! ```text
+//! lockd_testing::conformance_tests!(MyFactory::new());
+//! ```
+//!
+//! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
+//! the clock, never by sleeping.
+
+mod events;
+mod leases;
+mod locks;
+mod restarts;
+mod support;
+mod waiters;
+
+pub use events::*;
+pub use leases::*;
+pub use locks::*;
+pub use restarts::*;
+pub use support::{StoreFactory, START_MS};
+pub use waiters::*;
+
+/// Generates one `#[tokio::test]` per conformance case for `$factory`, an
+/// expression of a type implementing [`StoreFactory`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@cases $factory;
+            grant_busy_and_idempotent_relock,
+            unlock_checks_owner_and_token,
+            extend_checks_owner_and_keeps_token,
+            tokens_rise_strictly,
+            expiry_frees_the_lock,
+            stale_unlock_never_releases_newer_grant,
+            waiters_are_served_first_in_first_out,
+            wait_times_out_with_busy,
+            waiter_is_woken_by_expiry,
+            dropped_waiter_leaves_the_queue,
+            thousands_of_waiters,
+            invalid_input_changes_nothing,
+            namespaces_are_isolated,
+            list_filters_by_namespace_and_prefix,
+            persistent_locks_survive_restart,
+            tokens_rise_across_restart,
+            expired_locks_stay_gone_after_restart,
+            release_detached_checks_the_token,
+            lease_refresh_moves_every_lock,
+            lease_revoke_releases_all_and_hands_off,
+            lease_expiry_releases_all_and_hands_off,
+            lease_locks_wait_in_the_queue,
+            dead_or_foreign_leases_are_not_held,
+            leases_across_restart,
+            force_unlock_hands_to_the_queue_head,
+            events_report_every_change,
+            listing_shows_grant_time_and_queue_length,
+        );
+    };
+    (@cases $factory:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let factory = $factory;
+                $crate::conformance::$case(&factory).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,217 @@
+//! Checking a reply against the model, and moving the model on.
+
+use std::fmt;
+
+use lockd_core::LockError;
+
+use super::ops::*;
+use super::reference::*;
+
+impl Model {
+    /// Checks that `outcome` is what the model allows for `call`, made for
+    /// `op`, and moves the model on. The error says what differed.
+    pub fn check(&mut self, op: &Op, call: &Call, outcome: &Outcome) -> Result<(), String> {
+        // Kept to explain a mismatch; formatted only then.
+        let before = (self.holders.clone(), self.leases.clone());
+        let expect = self.transition(call);
+        let mismatch = |why: &str, expect: &dyn fmt::Debug| {
+            Err(format!(
+                "{why}\n  expected: {expect:?}\n  actual:   {outcome:?}\n  model at t={} before the call: {before:?}",
+                self.now_ms
+            ))
+        };
+        match &expect {
+            Expect::Invalid => match outcome {
+                Err(LockError::InvalidArgument(message)) if !message.is_empty() => {}
+                _ => return mismatch("invalid input was not refused (rule 2)", &expect),
+            },
+            Expect::Exactly(expected) => {
+                if outcome != expected {
+                    return mismatch("reply differs from the model", &expect);
+                }
+            }
+            Expect::Fresh {
+                name,
+                owner,
+                expires_at_ms,
+                durability,
+                lease,
+            } => {
+                let Ok(Reply::Granted(grant)) = outcome else {
+                    return mismatch("a free lock was not granted (rule 3)", &expect);
+                };
+                if grant.expires_at_ms != *expires_at_ms {
+                    return mismatch("fresh grant with the wrong expiry (rule 3)", &expect);
+                }
+                let per_name = self.tokens.get(name).and_then(|t| t.last()).copied();
+                if per_name.is_some_and(|t| grant.fencing_token <= t) {
+                    return mismatch(
+                        &format!(
+                            "token did not rise for this name: {} after {per_name:?} (rule 3)",
+                            grant.fencing_token
+                        ),
+                        &expect,
+                    );
+                }
+                if grant.fencing_token <= self.highest_token {
+                    return mismatch(
+                        &format!(
+                            "token {} is not above every token seen ({}) (rule 3)",
+                            grant.fencing_token, self.highest_token
+                        ),
+                        &expect,
+                    );
+                }
+                self.highest_token = grant.fencing_token;
+                self.tokens
+                    .entry(name.clone())
+                    .or_default()
+                    .push(grant.fencing_token);
+                self.holders.insert(
+                    name.clone(),
+                    Holder {
+                        owner: owner.clone(),
+                        token: grant.fencing_token,
+                        expires_at_ms: *expires_at_ms,
+                        durability: *durability,
+                        lease: *lease,
+                        acquired_at_ms: self.now_ms,
+                    },
+                );
+            }
+            Expect::FreshLease {
+                ttl_ms,
+                expires_at_ms,
+                durability,
+            } => {
+                let Ok(Reply::LeaseGranted(grant)) = outcome else {
+                    return mismatch("a lease was not granted (rule 11)", &expect);
+                };
+                if grant.expires_at_ms != *expires_at_ms {
+                    return mismatch("lease granted with the wrong expiry (rule 11)", &expect);
+                }
+                let hex = grant.id.strip_prefix("lease-").unwrap_or("");
+                let well_formed = hex.len() == 32
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if !well_formed {
+                    return mismatch(
+                        "a lease id not of the form lease-<32 hex> (rule 11)",
+                        &expect,
+                    );
+                }
+                if grant.id == UNKNOWN_LEASE_ID || self.leases.iter().any(|l| l.id == grant.id) {
+                    return mismatch("a lease id granted twice (rule 11)", &expect);
+                }
+                self.leases.push(Lease {
+                    id: grant.id.clone(),
+                    ttl_ms: *ttl_ms,
+                    expires_at_ms: *expires_at_ms,
+                    durability: *durability,
+                    ended: false,
+                });
+            }
+        }
+        let fresh = matches!(expect, Expect::Fresh { .. });
+        let fresh_in_lease = matches!(expect, Expect::Fresh { lease: Some(_), .. });
+        let extend_of_leased = matches!(
+            (&expect, call),
+            (Expect::Invalid, Call::Extend { owner, .. }) if self.live_lease_by_id(owner).is_some()
+        );
+        let t = &mut self.tally;
+        t.lease_locks += u64::from(fresh_in_lease);
+        t.lease_extend_refused += u64::from(extend_of_leased);
+        self.after(op, call, outcome, fresh)
+    }
+
+    /// Guard bookkeeping and the tally, once a reply has been accepted.
+    pub(super) fn after(
+        &mut self,
+        op: &Op,
+        call: &Call,
+        outcome: &Outcome,
+        fresh: bool,
+    ) -> Result<(), String> {
+        let t = &mut self.tally;
+        t.ops += 1;
+        match outcome {
+            Ok(Reply::Granted(_)) if matches!(call, Call::Extend { .. }) => t.extended += 1,
+            Ok(Reply::Granted(_)) if fresh => t.fresh += 1,
+            Ok(Reply::Granted(_)) => t.relocks += 1,
+            Ok(Reply::Unlocked) => t.unlocked += 1,
+            Ok(Reply::Found(Some(_))) => t.reads_held += 1,
+            Ok(Reply::Found(None)) => t.reads_free += 1,
+            Ok(Reply::Listed(l)) if l.is_empty() => t.reads_free += 1,
+            Ok(Reply::Listed(_)) => t.reads_held += 1,
+            Ok(Reply::Sent) => {}
+            Ok(Reply::LeaseGranted(_)) => t.leases_granted += 1,
+            Ok(Reply::LeaseRefreshed(_)) => t.lease_refreshes += 1,
+            Ok(Reply::LeaseRevoked(n)) => {
+                t.lease_revokes += 1;
+                t.lease_revoked_locks += n;
+            }
+            Ok(Reply::LeaseFound(Some(_))) => t.lease_reads_live += 1,
+            Ok(Reply::LeaseFound(None)) => t.reads_free += 1,
+            Err(LockError::Busy(_)) => t.busy += 1,
+            Err(LockError::NotOwner) => t.not_owner += 1,
+            Err(LockError::NotHeld) => t.not_held += 1,
+            Err(LockError::InvalidArgument(_)) => t.invalid += 1,
+            Err(_) => {}
+        }
+        match (call, outcome) {
+            (
+                Call::LockInLease { .. } | Call::RefreshLease { .. } | Call::RevokeLease { .. },
+                Err(LockError::NotHeld),
+            ) => t.lease_not_live += 1,
+            (Call::Unlock { owner, .. }, Ok(Reply::Unlocked)) if is_lease_id(owner) => {
+                t.lease_unlocks += 1
+            }
+            _ => {}
+        }
+        if let (Call::RefreshLease { lease_id }, Ok(Reply::LeaseRefreshed(_))) = (call, outcome) {
+            let moved = self
+                .live_lease_by_id(lease_id)
+                .map_or(0, |lease| self.lease_locks(lease).len());
+            self.tally.lease_refreshed_locks += moved as u64;
+        }
+        match *op {
+            Op::GuardAcquire { .. } => {
+                self.guards_made += 1;
+                if let (Ok(Reply::Granted(grant)), Call::Lock { name, owner, .. }) = (outcome, call)
+                {
+                    self.guards.push(Guard {
+                        name: name.clone(),
+                        owner: owner.clone(),
+                        token: grant.fencing_token,
+                    });
+                }
+            }
+            Op::GuardRelease { guard } | Op::GuardDrop { guard } => {
+                if let Some(i) = self.guard_index(guard) {
+                    self.guards.remove(i);
+                }
+            }
+            Op::GuardIsHeld { guard } => {
+                // Rule 9 (is_held): the reply above was checked exactly; the
+                // guard's view of it must agree with the model's.
+                if let (Some(i), Ok(Reply::Found(info))) = (self.guard_index(guard), outcome) {
+                    let g = &self.guards[i];
+                    let store_says = info
+                        .as_ref()
+                        .is_some_and(|h| h.owner == g.owner && h.fencing_token == g.token);
+                    let model_says = self
+                        .live(&g.name)
+                        .is_some_and(|h| h.owner == g.owner && h.token == g.token);
+                    if store_says != model_says {
+                        return Err(format!(
+                            "is_held of {g:?}: store says {store_says}, model {model_says}"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
