@@ -96,12 +96,12 @@ pub async fn concurrently(
     addr: SocketAddr,
     n: usize,
     method: &'static str,
-    path: &'static str,
+    path: String,
 ) -> Vec<(u16, String)> {
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
     let tasks: Vec<_> = (0..n)
         .map(|_| {
-            let barrier = barrier.clone();
+            let (barrier, path) = (barrier.clone(), path.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
                 request(addr, method, path).await
@@ -115,27 +115,64 @@ pub async fn concurrently(
     out
 }
 
-/// Mutual exclusion through a job endpoint: of `n` simultaneous POSTs,
-/// exactly one runs the job (200 with its token) and the others are told
-/// who holds it (409).
-pub async fn exactly_one_runs(addr: SocketAddr, path: &'static str, n: usize) -> u64 {
-    let results = concurrently(addr, n, "POST", path).await;
-    let done: Vec<_> = results.iter().filter(|(s, _)| *s == 200).collect();
-    let busy: Vec<_> = results.iter().filter(|(s, _)| *s == 409).collect();
-    assert_eq!((done.len(), busy.len()), (1, n - 1), "{results:?}");
-    let done = json(&done[0].1);
-    assert_eq!(done["status"], "done");
-    for (_, body) in busy {
-        let b = json(body);
-        assert_eq!(b["status"], "busy");
-        assert!(
-            b["holder"].as_str().is_some_and(|h| !h.is_empty()),
-            "{body}"
-        );
+/// Mutual exclusion through a job endpoint: of `n` simultaneous POSTs to
+/// `path`, exactly one runs the job (200 with its token) and the others are
+/// told who holds it (409). Returns the path of the round that showed it,
+/// and the job's token.
+///
+/// The job holds its lock for about 200 ms. On a busy machine the `n`
+/// requests may reach the component spread over longer than that, and one
+/// that arrives after the job ended rightly runs it again (each run under
+/// its own grant). Such a round proves nothing either way, so it is run
+/// again under a new job id (`{path}-{round}`), up to five rounds; any
+/// other answer fails at once.
+pub async fn exactly_one_runs(addr: SocketAddr, path: &str, n: usize) -> (String, u64) {
+    const ROUNDS: usize = 5;
+    let mut round = 0;
+    loop {
+        let path = if round == 0 {
+            path.to_string()
+        } else {
+            format!("{path}-{round}")
+        };
+        let results = concurrently(addr, n, "POST", path.clone()).await;
+        let done: Vec<_> = results.iter().filter(|(s, _)| *s == 200).collect();
+        let busy: Vec<_> = results.iter().filter(|(s, _)| *s == 409).collect();
+        let mut tokens: Vec<u64> = done
+            .iter()
+            .filter_map(|(_, body)| json(body)["fencing_token"].as_u64())
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        let late_runs = done.len() > 1
+            && done.len() + busy.len() == n
+            && tokens.len() == done.len()
+            && round + 1 < ROUNDS;
+        if late_runs {
+            round += 1;
+            println!(
+                "{path}: {} runs, each under its own grant: requests arrived after the job \
+                 ended; again under a new id",
+                done.len()
+            );
+            continue;
+        }
+        assert_eq!((done.len(), busy.len()), (1, n - 1), "{results:?}");
+        let done = json(&done[0].1);
+        assert_eq!(done["status"], "done");
+        for (_, body) in busy {
+            let b = json(body);
+            assert_eq!(b["status"], "busy");
+            assert!(
+                b["holder"].as_str().is_some_and(|h| !h.is_empty()),
+                "{body}"
+            );
+        }
+        let token = done["fencing_token"]
+            .as_u64()
+            .expect("fencing_token is a u64");
+        return (path, token);
     }
-    done["fencing_token"]
-        .as_u64()
-        .expect("fencing_token is a u64")
 }
 
 pub fn wasm(path: &str) -> &str {
@@ -150,14 +187,14 @@ pub fn wasm(path: &str) -> &str {
 pub(crate) async fn edge_jobs() {
     let wasm = wasm(lockd_tests::EDGE_JOBS);
     let app = serve(&[("/jobs/...", "edge-jobs", wasm)], "").await;
-    let t1 = exactly_one_runs(app.addr, "/jobs/1", 20).await;
-    let (status, body) = request(app.addr, "GET", "/jobs/1").await;
+    let (path, t1) = exactly_one_runs(app.addr, "/jobs/1", 20).await;
+    let (status, body) = request(app.addr, "GET", &path).await;
     assert_eq!(
         (status, json(&body)["status"].as_str()),
         (200, Some("free")),
         "{body}"
     );
-    let (status, body) = request(app.addr, "POST", "/jobs/1").await;
+    let (status, body) = request(app.addr, "POST", &path).await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
 
@@ -354,7 +391,7 @@ pub(crate) async fn edge_guard_p3() {
         None,
         "guard not released"
     );
-    let t2 = exactly_one_runs(app.addr, "/guarded/1", 8).await;
+    let (_, t2) = exactly_one_runs(app.addr, "/guarded/1", 8).await;
     assert!(t2 > t1);
     // The p2 component on the same server keeps working.
     let (status, _) = request(app.addr, "POST", "/jobs/9").await;
@@ -396,14 +433,14 @@ pub(crate) async fn js_edge() {
         "",
     )
     .await;
-    let t1 = exactly_one_runs(app.addr, "/js/jobs/1", 20).await;
-    let (status, body) = request(app.addr, "GET", "/js/jobs/1").await;
+    let (path, t1) = exactly_one_runs(app.addr, "/js/jobs/1", 20).await;
+    let (status, body) = request(app.addr, "GET", &path).await;
     assert_eq!(
         (status, json(&body)["status"].as_str()),
         (200, Some("free")),
         "{body}"
     );
-    let (status, body) = request(app.addr, "POST", "/js/jobs/1").await;
+    let (status, body) = request(app.addr, "POST", &path).await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
 }

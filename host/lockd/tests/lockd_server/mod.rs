@@ -18,6 +18,11 @@ pub const LOCKD_ENV: [&str; 3] = ["LOCKD_SERVER", "LOCKD_AUTH_TOKEN", "LOCKD_STO
 /// How long a server may take to start, or a CLI command to finish.
 const DEADLINE: Duration = Duration::from_secs(180);
 
+/// How long `lockd up --build` may take to start: it first builds the app's
+/// components, which with both cores busy took over 180 s once (71 s on the
+/// next run).
+const BUILD_DEADLINE: Duration = Duration::from_secs(600);
+
 /// A running `lockd serve`, killed on drop.
 pub struct Server {
     child: Child,
@@ -93,7 +98,12 @@ impl Server {
                 }
             }
         });
-        let addr = match rx.recv_timeout(DEADLINE) {
+        let start_deadline = if args.contains(&"--build") {
+            BUILD_DEADLINE
+        } else {
+            DEADLINE
+        };
+        let addr = match rx.recv_timeout(start_deadline) {
             Ok(addr) => addr,
             Err(e) => {
                 let _ = child.kill();
