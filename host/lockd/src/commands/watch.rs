@@ -87,8 +87,13 @@ pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<
             continue;
         }
         if name == "lagged" {
-            let missed =
-                decode::<LaggedEvent>(Route::Events, json.as_bytes()).map_or(0, |l| l.missed);
+            let lagged: LaggedEvent = decode(Route::Events, json.as_bytes()).map_err(|e| {
+                fail(
+                    3,
+                    format!("the server sent a malformed lagged event ({e}): {json}"),
+                )
+            })?;
+            let missed = lagged.missed;
             return Err(fail(
                 1,
                 format!(
