@@ -45,8 +45,9 @@ pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
 /// The content type of `/metrics` (Prometheus text exposition format).
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// How the API behaves, beyond the service it fronts.
-#[derive(Clone, Debug)]
+/// How the API behaves, beyond the service it fronts. Its `Debug` never
+/// shows the token.
+#[derive(Clone)]
 pub struct ApiOptions {
     /// The bearer token every route but `/healthz` requires; `None` or
     /// empty: none.
@@ -55,6 +56,18 @@ pub struct ApiOptions {
     /// that proxies and clients see it alive; [`HEARTBEAT`] by default and
     /// if zero.
     pub events_heartbeat: Duration,
+}
+
+impl std::fmt::Debug for ApiOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiOptions")
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("events_heartbeat", &self.events_heartbeat)
+            .finish()
+    }
 }
 
 impl Default for ApiOptions {

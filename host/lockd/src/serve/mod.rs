@@ -36,8 +36,7 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
 
-/// What `lockd serve` / `lockd up` run.
-#[derive(Debug)]
+/// What `lockd serve` / `lockd up` run. Its `Debug` never shows the token.
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
@@ -52,6 +51,22 @@ pub struct ServeOptions {
     /// How long an idle event stream waits before a heartbeat comment
     /// (zero: [`HEARTBEAT`](crate::api::HEARTBEAT)).
     pub events_heartbeat: Duration,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("store", &self.store)
+            .field("manifest", &self.manifest)
+            .field("config", &self.config)
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("events_heartbeat", &self.events_heartbeat)
+            .finish()
+    }
 }
 
 /// A bound, ready server: the socket is listening and every component is
