@@ -10,6 +10,8 @@
 //! - [`history`]: recording what clients of a lock service saw, and
 //!   checking the history against the lock contract (the kill -9, crash and
 //!   partition tests).
+//! - [`certs`]: a throwaway CA and the certificates it signs, for TLS
+//!   tests.
 //! - [`etcd`]: a real etcd cluster on loopback, started and stopped by the
 //!   tests.
 //! - [`report`]: figures of a test run, on record for CI.
@@ -20,6 +22,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod certs;
 pub mod conformance;
 pub mod etcd;
 pub mod history;
