@@ -205,6 +205,12 @@ impl LockService {
             self.limits.check_owner(owner)?;
             self.limits.check_ttl(ttl_ms)?;
             self.limits.check_wait(options.wait_ms)?;
+            if options.refuse_relock && options.wait_ms > 0 {
+                // A refused re-lock would queue the owner behind itself.
+                return Err(LockError::InvalidArgument(
+                    "a lock that refuses a re-lock cannot wait: give wait 0".to_string(),
+                ));
+            }
             let options = LockOptions {
                 quota: self.quotas.of(namespace),
                 ..options
