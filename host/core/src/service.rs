@@ -161,6 +161,13 @@ impl LockService {
         out
     }
 
+    /// `invalid_argument` if `namespace` is not one this service takes;
+    /// the store is not asked. (Dapr's lock API answers a bad store name
+    /// before anything else.)
+    pub fn check_namespace(&self, namespace: &str) -> Result<(), LockError> {
+        self.limits.check_namespace(namespace)
+    }
+
     fn key(&self, namespace: &str, name: &str) -> Result<Key, LockError> {
         self.limits.check_namespace(namespace)?;
         self.limits.check_name(name)?;

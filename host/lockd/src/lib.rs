@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 
 pub mod api;
+/// Other systems' lock APIs: Dapr's (HTTP and gRPC) and Kahuna's.
+pub mod compat;
 pub mod config;
 pub mod epoch;
 /// The response body type of `lockd serve` and its helpers, shared by `api`

@@ -188,7 +188,11 @@ impl Api {
     /// `query_token` (`/v1/events` only: a browser's `EventSource` cannot
     /// send headers), a request without an `Authorization` header may give
     /// the token as the query parameter `access_token`.
-    fn check_auth<B>(&self, req: &Request<B>, query_token: bool) -> Option<Response<Body>> {
+    pub(crate) fn check_auth<B>(
+        &self,
+        req: &Request<B>,
+        query_token: bool,
+    ) -> Option<Response<Body>> {
         let expected = self.auth_token.as_deref()?;
         let from_query;
         let given = req

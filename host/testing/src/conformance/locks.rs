@@ -53,7 +53,10 @@ pub async fn relock_refused_when_asked(factory: &dyn StoreFactory) {
         Err(LockError::Busy(_))
     ));
     let info = s.get(NS, "a").await.unwrap().unwrap();
-    assert_eq!(info.expires_at_ms, g1.expires_at_ms, "the grant is unchanged");
+    assert_eq!(
+        info.expires_at_ms, g1.expires_at_ms,
+        "the grant is unchanged"
+    );
     // Waiting and refusing a re-lock do not go together.
     let waiting = LockOptions {
         wait_ms: 10,
