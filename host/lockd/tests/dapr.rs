@@ -403,3 +403,54 @@ fn sdk_start_up_calls_and_the_token() {
     );
     assert_eq!(locked.json, json!({"success": true}), "{}", locked.body);
 }
+
+/// docs/openapi.json describes exactly the compatibility routes, tagged as
+/// such, and each answer below has a documented status.
+#[test]
+fn openapi_describes_the_compatibility_routes() {
+    let doc: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let mut tagged = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let tags = operation["tags"].to_string();
+            if tags.contains("compatibility") {
+                tagged.insert((method.as_str(), path.as_str(), tags.contains("Dapr")));
+            }
+        }
+    }
+    let expected = std::collections::BTreeSet::from([
+        ("post", "/v1.0-alpha1/lock/{storeName}", true),
+        ("post", "/v1.0-alpha1/unlock/{storeName}", true),
+        ("get", "/v1.0/metadata", true),
+        ("get", "/v1.0/healthz", true),
+        ("get", "/v1.0/healthz/outbound", true),
+        ("post", "/v1/locks/try-lock", false),
+        ("post", "/v1/locks/try-extend", false),
+        ("post", "/v1/locks/try-unlock", false),
+        ("post", "/v1/locks/get-info", false),
+    ]);
+    assert_eq!(tagged, expected);
+    let server = Server::start(&[]);
+    for (method, path, _) in expected {
+        let url_path = path.replace("{storeName}", "doc");
+        let bodies: &[Option<&str>] = if method == "get" {
+            &[None]
+        } else {
+            &[
+                Some(
+                    r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5,"resource":"r","owner":"b3duZXI=","expiresMs":5000}"#,
+                ),
+                Some(r#"{"expiryInSeconds":"x","expiresMs":"x"}"#),
+            ]
+        };
+        for body in bodies {
+            let reply = request(&method.to_uppercase(), &server.url, &url_path, *body, None);
+            let code = reply.code.to_string();
+            let documented = &doc["paths"][path][method]["responses"][&code];
+            assert!(
+                documented.is_object(),
+                "{method} {path} answered {code}, undocumented"
+            );
+        }
+    }
+}
