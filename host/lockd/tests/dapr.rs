@@ -132,6 +132,32 @@ fn javascript_sdk_passes_the_lock_conformance_checks_over_http_and_grpc() {
     assert_winner_holds(&server, &out, "dapr-js", "grpc");
 }
 
+/// Negative control: the JavaScript checks fail when the store does not
+/// behave as Dapr's (here the first lock is held already, by a native owner).
+#[test]
+fn javascript_checks_fail_against_a_store_that_breaks_them() {
+    let server = Server::start(&[]);
+    let held = server.post_json(
+        "/v1/locks/lock",
+        &json!({"namespace": "dapr-js", "name": "neg-resource", "owner": "native", "ttl_ms": 60000}),
+    );
+    assert_eq!(held.code, 200, "{}", held.body);
+    let mut cmd = Command::new("node");
+    cmd.arg(repo().join("tests/dapr/conformance.cjs"))
+        .env("NODE_PATH", &sdks().0)
+        .env("DAPR_HOST", "127.0.0.1")
+        .env("DAPR_PORT", server.addr.port().to_string())
+        .env("STORE", "dapr-js")
+        .env("PREFIX", "neg");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL acquire: got false, want true"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn python_sdk_passes_the_lock_conformance_checks_over_grpc() {
     let (server, grpc) = serve_with_grpc(&[]);

@@ -144,7 +144,10 @@ pub async fn serve(
                     server.call(req).await
                 }
             });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // gRPC is HTTP/2 only; refusing HTTP/1 leaves no slow request
+            // head to wait for.
+            let mut builder =
+                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http2_only();
             builder.http2().timer(TokioTimer::new());
             if let Err(e) = builder
                 .serve_connection(TokioIo::new(stream), service)
