@@ -480,3 +480,55 @@ fn openapi_describes_the_compatibility_routes() {
         }
     }
 }
+
+/// A Dapr lock is an event like any other, and `[dapr] durability =
+/// "ephemeral"` in lockd.toml makes Dapr's locks ephemeral.
+#[test]
+fn dapr_locks_are_events_and_take_the_configured_durability() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        "[dapr]\ndurability = \"ephemeral\"\n",
+    )
+    .unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    let mut events = std::net::TcpStream::connect(server.addr).unwrap();
+    events
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        events,
+        "GET /v1/events?namespace=ev HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut lines = BufReader::new(events);
+    let mut line = String::new();
+    // The stream's opening comment: from then on it sees every event.
+    while !line.starts_with(':') {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+    }
+    let body = json!({"resourceId": "n", "lockOwner": "d", "expiryInSeconds": 10}).to_string();
+    let locked = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/ev",
+        "application/json",
+        body.as_bytes(),
+    );
+    assert_eq!(locked.json, json!({"success": true}), "{}", locked.body);
+    let data = loop {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+        if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            break serde_json::from_str::<Value>(data).unwrap();
+        }
+    };
+    assert_eq!(
+        (&data["name"], &data["owner"]),
+        (&json!("n"), &json!("d")),
+        "{data}"
+    );
+    let got = server.post_json("/v1/locks/get", &json!({"namespace": "ev", "name": "n"}));
+    assert_eq!(got.json["durability"], "ephemeral", "{}", got.body);
+}
