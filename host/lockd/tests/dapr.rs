@@ -481,15 +481,16 @@ fn openapi_describes_the_compatibility_routes() {
     }
 }
 
-/// A Dapr lock is an event like any other, and `[dapr] durability =
-/// "ephemeral"` in lockd.toml makes Dapr's locks ephemeral.
+/// A Dapr lock is an event like any other, `[dapr] durability =
+/// "ephemeral"` in lockd.toml makes Dapr's locks ephemeral, and a quota's
+/// refusal is `ERR_TRY_LOCK`.
 #[test]
 fn dapr_locks_are_events_and_take_the_configured_durability() {
     use std::io::{BufRead as _, BufReader, Write as _};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("lockd.toml"),
-        "[dapr]\ndurability = \"ephemeral\"\n",
+        "[dapr]\ndurability = \"ephemeral\"\n[namespaces.quotas]\nev = 1\n",
     )
     .unwrap();
     let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
@@ -531,4 +532,18 @@ fn dapr_locks_are_events_and_take_the_configured_durability() {
     );
     let got = server.post_json("/v1/locks/get", &json!({"namespace": "ev", "name": "n"}));
     assert_eq!(got.json["durability"], "ephemeral", "{}", got.body);
+    // A refusal by the store (here the namespace's quota) is Dapr's ERR_TRY_LOCK.
+    let body = json!({"resourceId": "m", "lockOwner": "d", "expiryInSeconds": 10}).to_string();
+    let refused = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/ev",
+        "application/json",
+        body.as_bytes(),
+    );
+    assert_dapr_error(
+        &refused,
+        500,
+        "ERR_TRY_LOCK",
+        "failed to try acquiring lock: ",
+    );
 }
