@@ -129,19 +129,23 @@ pub async fn serve(
                 let mut server = server.clone();
                 let api = api.clone();
                 async move {
-                    if let Some(refused) = refusal(&api, &req).await {
-                        return Ok::<_, Infallible>(refused.into_http());
-                    }
-                    let path = req.uri().path();
-                    let method = path.strip_prefix(SERVICE).unwrap_or("");
-                    if !SERVED.contains(&method) {
-                        return Ok(Status::unimplemented(format!(
+                    let started = std::time::Instant::now();
+                    let path = req.uri().path().to_string();
+                    let response = if let Some(refused) = refusal(&api, &req).await {
+                        refused.into_http()
+                    } else if !SERVED.contains(&path.strip_prefix(SERVICE).unwrap_or("")) {
+                        Status::unimplemented(format!(
                             "{path}: lockd serves only Dapr's lock API \
                              (dapr.proto.runtime.v1.Dapr/TryLockAlpha1, UnlockAlpha1, GetMetadata)"
                         ))
-                        .into_http());
-                    }
-                    server.call(req).await
+                        .into_http()
+                    } else {
+                        server.call(req).await?
+                    };
+                    // `RUST_LOG=lockd=debug` logs every call, as for HTTP.
+                    let elapsed_us = started.elapsed().as_micros() as u64;
+                    tracing::debug!(%peer, path, elapsed_us, "gRPC call");
+                    Ok::<_, Infallible>(response)
                 }
             });
             // gRPC is HTTP/2 only; refusing HTTP/1 leaves no slow request
