@@ -183,7 +183,7 @@ fn lockd_up_serves_the_fixtures_with_locks_on_another_lockd() {
         );
 
         // Every lock call went to the holder; the serving lockd made none.
-        assert!(lock_ok(&holder) >= before + 1);
+        assert!(lock_ok(&holder) > before);
         assert_eq!(lock_ok(&app), 0);
         assert_eq!(app.get("/jobs/1").json["status"], "free");
     }
@@ -281,7 +281,7 @@ fn shapes_spin_refuses_are_refused() {
     // Both inherit settings at once.
     let err = refused(&documented.replace(
         &entry,
-        &format!("\"lockd:lock\" = {{ path = \"target/guests/lockd-client.wasm\", inherit_configuration = true }}"),
+        r#""lockd:lock" = { path = "target/guests/lockd-client.wasm", inherit_configuration = true }"#,
     ));
     assert!(
         err.contains("These are mutually exclusive; use one or the other."),
