@@ -7,6 +7,7 @@
 //! the shapes Spin refuses are refused with Spin's words.
 
 mod lockd_server;
+mod stand_in;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -78,7 +79,10 @@ fn up(manifest: &str) -> (tempfile::TempDir, Server) {
 /// `lockd up` on `manifest`, which must refuse it: exit 2 and one line on
 /// stderr, returned.
 fn refused(manifest: &str) -> String {
-    let dir = app_dir(manifest);
+    refused_in(app_dir(manifest))
+}
+
+fn refused_in(dir: tempfile::TempDir) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockd"))
         .args(["up", "--listen", "127.0.0.1:0", "--store", "memory"])
         .current_dir(dir.path())
@@ -91,7 +95,7 @@ fn refused(manifest: &str) -> String {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("lockd up accepted:\n{manifest}");
+            panic!("lockd up accepted the manifest in {}", dir.path().display());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -285,6 +289,20 @@ fn shapes_spin_refuses_are_refused() {
     ));
     assert!(
         err.contains("These are mutually exclusive; use one or the other."),
+        "{err}"
+    );
+
+    // An app built against 0.1.1, which `lockd plug` accepts (semver), has no
+    // export of exactly its import's name in the 0.1.0 client.
+    let dir = app_dir(&documented.replace("edge-jobs.wasm", "app-0.1.1.wasm"));
+    let app = stand_in::component_from_wit(&stand_in::lock_wit("0.1.1", ""), "imports");
+    std::fs::write(dir.path().join("target/guests/app-0.1.1.wasm"), app).unwrap();
+    let err = refused_in(dir);
+    assert!(
+        err.contains(
+            "dependency 'lockd:lock' doesn't export 'lockd:lock/guards@0.1.1' to satisfy import \
+             'lockd:lock/guards@0.1.1'"
+        ),
         "{err}"
     );
 

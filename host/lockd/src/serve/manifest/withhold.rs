@@ -222,3 +222,38 @@ fn denied_outgoing_http(interface: &str, types: &str) -> Result<Vec<u8>> {
     );
     wat::parse_str(wat).map_err(|e| anyhow!("the outgoing HTTP denial (a lockd bug): {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The adapters are valid components exporting what they replace.
+    /// (tests/spin_dependencies.rs runs them composed with the client.)
+    #[test]
+    fn adapters_are_valid_components() {
+        for (bytes, export) in [
+            (
+                empty_environment("wasi:cli/environment@0.2.6").unwrap(),
+                "wasi:cli/environment@0.2.6",
+            ),
+            (
+                denied_outgoing_http("wasi:http/outgoing-handler@0.2.4", "wasi:http/types@0.2.4")
+                    .unwrap(),
+                "wasi:http/outgoing-handler@0.2.4",
+            ),
+        ] {
+            let mut types = wac_graph::types::Types::default();
+            let package = Package::from_bytes("adapter", None, bytes, &mut types).unwrap();
+            let world = &types[package.ty()];
+            assert_eq!(world.exports.keys().collect::<Vec<_>>(), [export]);
+        }
+    }
+
+    #[test]
+    fn nothing_to_withhold_leaves_the_bytes_alone() {
+        // A component importing nothing: any inherit setting returns it as is.
+        let bytes = wat::parse_str("(component)").unwrap();
+        let out = apply("d", bytes.clone(), &Inherit::Only(Vec::new())).unwrap();
+        assert_eq!(out, bytes);
+    }
+}
