@@ -29,17 +29,7 @@ use wac_graph::types::{Package, SubtypeChecker, WorldId};
 use wac_graph::{CompositionGraph, NodeId};
 
 use super::withhold;
-
-/// The configuration sets Spin knows by name (`spin_capabilities`).
-pub const CONFIGURATION_SETS: [&str; 7] = [
-    "ai_models",
-    "allowed_outbound_hosts",
-    "environment",
-    "files",
-    "key_value_stores",
-    "sqlite_databases",
-    "variables",
-];
+pub use super::withhold::{Inherit, CONFIGURATION_SETS};
 
 /// One entry of `[component.<id>.dependencies]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,26 +44,6 @@ pub struct Dependency {
     pub export: Option<String>,
     /// What it inherits from the component it serves.
     pub inherit: Inherit,
-}
-
-/// What a dependency inherits from its component.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Inherit {
-    /// Every configuration set.
-    All,
-    /// Only these sets (none when empty).
-    Only(Vec<String>),
-}
-
-impl Inherit {
-    /// Whether the set named `set` (one of [`CONFIGURATION_SETS`]) is
-    /// inherited.
-    pub fn allows(&self, set: &str) -> bool {
-        match self {
-            Inherit::All => true,
-            Inherit::Only(sets) => sets.iter().any(|s| s == set),
-        }
-    }
 }
 
 /// A dependency name: `my-dep`, `ns:pkg`, `ns:pkg@1.2.3`, `ns:pkg/iface`,

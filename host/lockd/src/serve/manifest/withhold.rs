@@ -21,7 +21,36 @@ use anyhow::{anyhow, bail, Result};
 use wac_graph::types::Package;
 use wac_graph::CompositionGraph;
 
-use super::dependencies::Inherit;
+/// The configuration sets Spin knows by name (`spin_capabilities`).
+pub const CONFIGURATION_SETS: [&str; 7] = [
+    "ai_models",
+    "allowed_outbound_hosts",
+    "environment",
+    "files",
+    "key_value_stores",
+    "sqlite_databases",
+    "variables",
+];
+
+/// What a dependency inherits from its component.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inherit {
+    /// Every configuration set.
+    All,
+    /// Only these sets (none when empty).
+    Only(Vec<String>),
+}
+
+impl Inherit {
+    /// Whether the set named `set` (one of [`CONFIGURATION_SETS`]) is
+    /// inherited.
+    pub fn allows(&self, set: &str) -> bool {
+        match self {
+            Inherit::All => true,
+            Inherit::Only(sets) => sets.iter().any(|s| s == set),
+        }
+    }
+}
 
 /// The environment interface of WASI 0.2, whatever its patch release.
 const ENVIRONMENT_P2: &str = "wasi:cli/environment@0.2.";
