@@ -229,19 +229,10 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
 
     wac_graph::plug(&mut graph, vec![client_id], app_id)
         .map_err(|e| anyhow!("composing {app_name} with {client_name}: {:#}", anyhow!(e)))?;
-    let bytes = graph
-        .encode(EncodeOptions {
-            define_components: true,
-            // Validated below, with the import check.
-            validate: false,
-            processor: Some(Processor {
-                name: "lockd plug",
-                version: env!("CARGO_PKG_VERSION"),
-            }),
-        })
-        .map_err(|e| anyhow!("encoding the composition of {app_name}: {e:#}"))?;
+    let bytes = encode_checked(&graph, "lockd plug")
+        .map_err(|e| anyhow!("composing {app_name} with {client_name}: {e:#}"))?;
 
-    // What a host will see: validate the result and read its imports afresh.
+    // What a host will see: read the result's imports afresh.
     let mut out_types = Types::default();
     let out = Package::from_bytes("out", None, bytes.clone(), &mut out_types)
         .map_err(|e| anyhow!("the composed component is not valid (a lockd bug): {e:#}"))?;
@@ -285,9 +276,29 @@ pub fn summary(out: &Path, plugged: &Plugged) -> String {
     text
 }
 
+/// Encodes a composition (its components defined in it) and validates the
+/// result. `processor` names the lockd command in the component's
+/// `producers` section.
+pub(crate) fn encode_checked(graph: &CompositionGraph, processor: &str) -> Result<Vec<u8>> {
+    let bytes = graph
+        .encode(EncodeOptions {
+            define_components: true,
+            // Validated below, with wasmparser's full checks.
+            validate: false,
+            processor: Some(Processor {
+                name: processor,
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        })
+        .map_err(|e| anyhow!("encoding the composition: {e:#}"))?;
+    Package::from_bytes("composed", None, bytes.clone(), &mut Types::default())
+        .map_err(|e| anyhow!("the composed component is not valid (a lockd bug): {e:#}"))?;
+    Ok(bytes)
+}
+
 /// Refuses what is not a WebAssembly component, before wac-graph's own
 /// (terser) message.
-fn check_component(name: &str, bytes: &[u8]) -> Result<()> {
+pub(crate) fn check_component(name: &str, bytes: &[u8]) -> Result<()> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         bail!("{name} is not a WebAssembly binary");
     }

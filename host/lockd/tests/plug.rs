@@ -4,11 +4,13 @@
 //! `lockd serve`.
 
 mod lockd_server;
+mod stand_in;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lockd_server::Server;
+use stand_in::{component_from_wit, lock_wit};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::p2::bindings::Command as CliCommand;
@@ -76,45 +78,6 @@ fn imports(engine: &Engine, path: &Path) -> Vec<String> {
         .imports(engine)
         .map(|(name, _)| name.to_string())
         .collect()
-}
-
-/// A component built from `wit` (a whole package) for `world`, whose
-/// functions all trap: enough to compose, not to run.
-fn component_from_wit(wit: &str, world: &str) -> Vec<u8> {
-    let mut resolve = wit_parser::Resolve::default();
-    // The `wasi:io` release lock.wit uses (its pollables).
-    resolve
-        .push_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../wit/deps/io"))
-        .unwrap();
-    let package = resolve.push_str("test.wit", wit).unwrap();
-    let world = resolve.select_world(&[package], Some(world)).unwrap();
-    let mut module =
-        wit_component::dummy_module(&resolve, world, wit_parser::ManglingAndAbi::Standard32);
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
-    wit_component::ComponentEncoder::default()
-        .module(&module)
-        .unwrap()
-        .validate(true)
-        .encode()
-        .unwrap()
-}
-
-/// `wit/lock.wit` with its version replaced by `version` and `extra_world`
-/// appended.
-fn lock_wit(version: &str, extra_world: &str) -> String {
-    let wit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../wit/lock.wit"))
-        .unwrap();
-    let wit = wit.replace(
-        "package lockd:lock@0.1.0;",
-        &format!("package lockd:lock@{version};"),
-    );
-    format!("{wit}\n{extra_world}\n")
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {

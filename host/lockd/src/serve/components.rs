@@ -33,7 +33,7 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
-use super::manifest::Manifest;
+use super::manifest::{dependencies, ComponentSpec, Manifest};
 use crate::config::{
     LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
     DEFAULT_RESPONSE_BODY_BYTES,
@@ -73,6 +73,8 @@ struct Served {
     service: LockService,
     pre: Pre,
     outbound: Arc<Vec<OutboundRule>>,
+    /// The manifest's `environment` for this component.
+    environment: Vec<(String, String)>,
 }
 
 enum Pre {
@@ -172,6 +174,26 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
     Ok(linker)
 }
 
+/// Compiles component `id`, composed with its dependencies if it has any.
+fn load(engine: &Engine, id: &str, spec: &ComponentSpec) -> anyhow::Result<Component> {
+    let read_error = || {
+        format!(
+            "loading component {id} from {} (build it first, or use `lockd up --build`)",
+            spec.source.display()
+        )
+    };
+    if spec.dependencies.is_empty() {
+        return Component::from_file(engine, &spec.source)
+            .map_err(anyhow::Error::from)
+            .with_context(read_error);
+    }
+    let bytes = std::fs::read(&spec.source).with_context(read_error)?;
+    let composed = dependencies::compose(id, &bytes, &spec.dependencies)?;
+    Component::new(engine, &composed)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("compiling component {id} composed with its dependencies"))
+}
+
 impl App {
     /// Compiles and pre-instantiates every routed component of `manifest`.
     pub fn new(
@@ -203,15 +225,7 @@ impl App {
                 continue;
             }
             let spec = &manifest.components[&route.component];
-            let component = Component::from_file(&engine, &spec.source)
-                .map_err(anyhow::Error::from)
-                .with_context(|| {
-                    format!(
-                        "loading component {} from {} (build it first, or use `lockd up --build`)",
-                        route.component,
-                        spec.source.display()
-                    )
-                })?;
+            let component = load(&engine, &route.component, spec)?;
             let pre = linker
                 .instantiate_pre(&component)
                 .map_err(anyhow::Error::from)
@@ -245,6 +259,11 @@ impl App {
                     service: service.clone(),
                     pre,
                     outbound: Arc::new(outbound),
+                    environment: spec
+                        .environment
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                 }),
             );
         }
@@ -309,6 +328,7 @@ impl Served {
             wasi: WasiCtxBuilder::new()
                 .inherit_stdout()
                 .inherit_stderr()
+                .envs(&self.environment)
                 .build(),
             http: WasiHttpCtx::new(),
             hooks: OutboundHooks {

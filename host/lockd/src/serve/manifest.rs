@@ -1,7 +1,11 @@
 //! The subset of Spin's manifest (`spin_manifest_version = 2`) that lockd
 //! serves: the application, HTTP triggers, and components with a local
-//! `source`, `allowed_outbound_hosts` and a `build` command. Anything lockd
-//! cannot honour is an error at startup, not a surprise at request time.
+//! `source`, `allowed_outbound_hosts`, `environment`, local `dependencies`
+//! and a `build` command. Anything lockd cannot honour is an error at
+//! startup, not a surprise at request time.
+
+pub mod dependencies;
+mod withhold;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +43,12 @@ pub struct ComponentSpec {
     pub source: PathBuf,
     /// Hosts the component may send HTTP requests to (Spin syntax).
     pub allowed_outbound_hosts: Vec<String>,
+    /// `environment`: the variables the component reads through
+    /// `wasi:cli/environment`.
+    pub environment: BTreeMap<String, String>,
+    /// `[component.<id>.dependencies]`, composed into the component when it
+    /// is loaded.
+    pub dependencies: Vec<dependencies::Dependency>,
     /// `[component.<id>.build]`.
     pub build: Option<BuildSpec>,
 }
@@ -84,6 +94,11 @@ struct RawComponent {
     source: toml::Value,
     #[serde(default)]
     allowed_outbound_hosts: Vec<String>,
+    #[serde(default)]
+    environment: BTreeMap<String, String>,
+    dependencies_inherit_configuration: Option<bool>,
+    #[serde(default)]
+    dependencies: BTreeMap<String, toml::Value>,
     build: Option<BuildSpec>,
 }
 
@@ -110,11 +125,19 @@ impl Manifest {
             let Some(source) = c.source.as_str() else {
                 bail!("component {id}: only a local file `source` is supported (not a URL or registry reference)");
             };
+            let dependencies = dependencies::parse(
+                &id,
+                c.dependencies,
+                c.dependencies_inherit_configuration,
+                &dir,
+            )?;
             components.insert(
                 id,
                 ComponentSpec {
                     source: dir.join(source),
                     allowed_outbound_hosts: c.allowed_outbound_hosts,
+                    environment: c.environment,
+                    dependencies,
                     build: c.build,
                 },
             );
