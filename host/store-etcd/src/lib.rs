@@ -112,6 +112,7 @@
 //! and `docs/scale-out.md` ("lockd leases on etcd").
 #![deny(missing_docs)]
 
+mod access;
 mod deadlines;
 mod endpoints;
 mod etcd_lease;
@@ -119,6 +120,7 @@ mod events;
 mod keys;
 mod local;
 mod options;
+mod probe;
 mod recent;
 mod record;
 mod rpc;
@@ -132,7 +134,7 @@ use lockd_core::{
     LockError, LockEvent, LockInfo, LockOptions,
 };
 
-pub use crate::options::{ConfigError, EtcdOptions};
+pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
 use crate::store::Inner;
 
 /// A [`LockBackend`] on etcd. Open it with [`EtcdBackend::connect`]; drop

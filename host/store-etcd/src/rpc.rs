@@ -7,12 +7,15 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
 use lockd_core::LockError;
 
+use crate::access::Access;
 use crate::endpoints::Rotation;
 
 /// The cluster as this backend reaches it: the client, the request
-/// timeout, and the endpoints in rotation.
+/// timeout, the endpoints in rotation, and how it gets in (TLS, user).
 pub(crate) struct Etcd {
     client: Client,
+    /// TLS and the user, for the probes and for messages.
+    access: Access,
     /// How long any one request may take (`EtcdOptions::request_timeout`).
     request_timeout: Duration,
     /// The endpoints in the client's rotation (see `endpoints.rs`).
@@ -20,12 +23,22 @@ pub(crate) struct Etcd {
 }
 
 impl Etcd {
-    pub(crate) fn new(client: Client, endpoints: Vec<String>, request_timeout: Duration) -> Etcd {
+    pub(crate) fn new(
+        client: Client,
+        access: Access,
+        endpoints: Vec<String>,
+        request_timeout: Duration,
+    ) -> Etcd {
         Etcd {
             client,
+            rotation: Rotation::new(endpoints, access.tls().cloned()),
+            access,
             request_timeout,
-            rotation: Rotation::new(endpoints),
         }
+    }
+
+    pub(crate) fn access(&self) -> &Access {
+        &self.access
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -68,6 +81,7 @@ impl Etcd {
             self.request_timeout,
             resend,
             || self.rotation.refused(),
+            &|e| self.access.describe(e),
             call,
         )
         .await
@@ -168,12 +182,13 @@ pub(crate) enum Resend {
 /// Runs `call` (the etcd request `what`) until it answers, sending it again
 /// (with a short backoff) as `resend` allows, all within `limit`, and
 /// calling `on_refused` for each call an endpoint refused. The error says
-/// what went wrong.
+/// what went wrong, as `describe` puts etcd's errors.
 pub(crate) async fn call_etcd<T, F, Fut>(
     what: &str,
     limit: Duration,
     resend: Resend,
     on_refused: impl Fn(),
+    describe: &(dyn Fn(&etcd_client::Error) -> String + Sync),
     mut call: F,
 ) -> Result<T, String>
 where
@@ -191,7 +206,7 @@ where
                     let refused = never_sent(&e);
                     let resent_read = resend == Resend::Reads && transient(&e);
                     if !refused && !resent_read {
-                        return Err(e.to_string());
+                        return Err(describe(&e));
                     }
                     if refused {
                         on_refused();
@@ -208,7 +223,7 @@ where
                         error = %e,
                         "etcd request failed, sending it again"
                     );
-                    last = Some(e.to_string());
+                    last = Some(describe(&e));
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
@@ -237,6 +252,7 @@ pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Resu
         limit,
         Resend::IfNeverSent,
         || {},
+        &|e| e.to_string(),
         || {
             let mut lc = client.lease_client();
             async move { lc.revoke(lease).await }

@@ -35,7 +35,7 @@ mod txn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
     LockEvent, LockInfo, LockOptions,
@@ -50,10 +50,13 @@ use self::lock::LockCalls;
 use self::lockd_lease::LockdLeases;
 use self::observe::Observer;
 use self::queue::{Caller, Queue};
+use crate::access::Access;
+use crate::endpoints::probe_all;
 use crate::etcd_lease::EtcdLeases;
 use crate::keys::Layout;
 use crate::local::{Pending, Turns};
 use crate::options::EtcdOptions;
+use crate::probe::{health, ProbeError};
 use crate::rpc::Etcd;
 use crate::stats::StatsCache;
 
@@ -88,17 +91,19 @@ impl Inner {
         options: EtcdOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Inner>, LockError> {
-        let connect_options = ConnectOptions::new()
-            .with_connect_timeout(options.dial_timeout)
-            .with_timeout(options.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(false);
-        let unreachable = |e: &dyn std::fmt::Display| {
-            LockError::Unavailable(format!(
-                "cannot reach etcd at {}: {e}",
-                options.endpoints.join(",")
-            ))
-        };
+        options
+            .check()
+            .map_err(|e| LockError::InvalidArgument(e.to_string()))?;
+        let endpoints = options.endpoints.join(",");
+        let (access, connect_options) = Access::load(
+            &options,
+            ConnectOptions::new()
+                .with_connect_timeout(options.dial_timeout)
+                .with_timeout(options.request_timeout)
+                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+                .with_keep_alive_while_idle(false),
+        )?;
+        preflight(&options, &access).await?;
         let client = match tokio::time::timeout(
             options.dial_timeout,
             Client::connect(&options.endpoints, Some(connect_options)),
@@ -106,15 +111,32 @@ impl Inner {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(unreachable(&e)),
-            Err(_) => return Err(unreachable(&"timed out")),
+            Ok(Err(e)) => {
+                return Err(LockError::Unavailable(format!(
+                    "etcd {endpoints}: {}",
+                    access.describe(&e)
+                )))
+            }
+            Err(_) => {
+                return Err(LockError::Unavailable(format!(
+                    "etcd {endpoints}: no answer within {:?}",
+                    options.dial_timeout
+                )))
+            }
         };
-        let etcd = Etcd::new(client, options.endpoints.clone(), options.request_timeout);
+        let etcd = Etcd::new(
+            client,
+            access,
+            options.endpoints.clone(),
+            options.request_timeout,
+        );
+        let layout = Layout::new(&options.prefix);
+        check_permission(&etcd, &layout).await?;
         let etcd_leases =
             EtcdLeases::open(&etcd, options.session_ttl_secs(), options.lease_slack).await?;
         let ks = Arc::new(Keyspace {
             etcd,
-            layout: Layout::new(&options.prefix),
+            layout,
             clock,
             etcd_leases,
         });
@@ -435,4 +457,73 @@ fn log_unavailable<T>(
         );
     }
     result
+}
+
+/// Probes every endpoint (`GET /health`, over TLS for `https://`) within
+/// the dial timeout, before the client's first request: a refused
+/// certificate then fails the start naming the endpoint and the cause,
+/// instead of surfacing as a bare transport error or a wait until the
+/// request deadline. Members that answer let the start go on; those that
+/// do not are logged and left to the rotation.
+async fn preflight(options: &EtcdOptions, access: &Access) -> Result<(), LockError> {
+    let answers = probe_all(
+        options
+            .endpoints
+            .iter()
+            .map(|e| health(e, access.tls(), options.dial_timeout)),
+    )
+    .await;
+    if answers.iter().any(Result::is_ok) {
+        for (endpoint, answer) in options.endpoints.iter().zip(&answers) {
+            if let Err(e) = answer {
+                tracing::warn!(endpoint = %endpoint, error = %e, "etcd endpoint does not answer; starting with the others");
+            }
+        }
+        return Ok(());
+    }
+    let causes: Vec<String> = options
+        .endpoints
+        .iter()
+        .zip(&answers)
+        .filter_map(|(endpoint, answer)| {
+            answer
+                .as_ref()
+                .err()
+                .map(|e| format!("etcd {endpoint}: {e}"))
+        })
+        .collect();
+    let refused = answers
+        .iter()
+        .any(|a| matches!(a, Err(ProbeError::Refused(_))));
+    let message = causes.join("; ");
+    Err(if refused {
+        LockError::InvalidArgument(message)
+    } else {
+        LockError::Unavailable(message)
+    })
+}
+
+/// Checks that lockd may read and write every key under its prefix, so a
+/// user granted too little fails the start, not some later call. The
+/// transaction deletes the whole prefix only if `.why`'s version is
+/// negative, which no key's ever is: etcd checks the permissions of both
+/// branches, and applies neither.
+async fn check_permission(etcd: &Etcd, layout: &Layout) -> Result<(), LockError> {
+    let all = layout.all();
+    let txn = Txn::new()
+        .when(vec![Compare::version(
+            layout.marker_key(),
+            CompareOp::Less,
+            0,
+        )])
+        .and_then(vec![TxnOp::delete(
+            all,
+            Some(DeleteOptions::new().with_prefix()),
+        )]);
+    let resp = etcd.txn("permission check", txn).await?;
+    if resp.succeeded() {
+        // Unreachable by etcd's semantics; say so loudly if it ever is not.
+        tracing::error!("etcd permission check: a key's version compared below 0");
+    }
+    Ok(())
 }
