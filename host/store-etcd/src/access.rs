@@ -6,16 +6,15 @@
 //! so both trust and present the same certificates.
 //!
 //! etcd's simple auth tokens expire (`--auth-token-ttl`, 300 s by default,
-//! counted from the token's last use). The client authenticates again and
-//! resends a request refused for an invalid token
-//! (`ConnectOptions::with_auto_token_refresh`); a watch created with an
-//! expired token is not refused but cancelled, so the watchers ask for a
-//! new token themselves ([`Access::after_cancelled_watch`]).
+//! counted from the token's last use), and a restarted member forgets them
+//! all. The client authenticates again and resends any request refused for
+//! an invalid token, watches and keep-alives included
+//! (`ConnectOptions::with_auto_token_refresh`).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use lockd_core::LockError;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
@@ -24,15 +23,18 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
 use crate::options::EtcdOptions;
+use crate::probe::ProbeTls;
 
 /// What a backend knows about its way into etcd, for its probes and its
 /// messages.
 #[derive(Clone)]
 pub(crate) struct Access {
     /// The probes' TLS (`https://` endpoints only).
-    tls: Option<Arc<TlsConnector>>,
-    /// The etcd user, if any (never its password).
-    user: Option<String>,
+    tls: Option<Arc<ProbeTls>>,
+    /// Who etcd takes lockd for, in messages: the user, or the client
+    /// certificate's common name (etcd's user when no token is sent and
+    /// members run with `--client-cert-auth`).
+    who: String,
     /// Where lockd's keys live, for permission messages.
     prefix: String,
 }
@@ -41,7 +43,7 @@ impl std::fmt::Debug for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Access")
             .field("tls", &self.tls.is_some())
-            .field("user", &self.user)
+            .field("who", &self.who)
             .field("prefix", &self.prefix)
             .finish()
     }
@@ -104,7 +106,10 @@ impl Access {
                 None => builder.with_no_client_auth(),
             };
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            tls = Some(Arc::new(TlsConnector::from(Arc::new(config))));
+            tls = Some(Arc::new(ProbeTls {
+                connector: TlsConnector::from(Arc::new(config)),
+                presents_cert: options.client_cert.is_some(),
+            }));
             connect = connect.with_tls(tonic_tls);
         }
         if let Some(user) = &options.user {
@@ -112,16 +117,24 @@ impl Access {
                 .with_user(user.name.clone(), user.password.clone())
                 .with_auto_token_refresh(true);
         }
+        let who = match (&options.user, &options.client_cert) {
+            (Some(user), _) => format!("user {}", user.name),
+            (None, Some(cc)) => format!(
+                "the user named by client certificate {} (its common name)",
+                cc.cert_file.display()
+            ),
+            (None, None) => "lockd (no [etcd] user)".into(),
+        };
         let access = Access {
             tls,
-            user: options.user.as_ref().map(|u| u.name.clone()),
+            who,
             prefix: options.prefix.clone(),
         };
         Ok((access, connect))
     }
 
     /// The probes' TLS connector, for `https://` endpoints.
-    pub(crate) fn tls(&self) -> Option<&Arc<TlsConnector>> {
+    pub(crate) fn tls(&self) -> Option<&Arc<ProbeTls>> {
         self.tls.as_ref()
     }
 
@@ -133,10 +146,10 @@ impl Access {
             return e.to_string();
         };
         let message = status.message();
-        let user = self.user.as_deref().unwrap_or("<none>");
+        let who = &self.who;
         if message.contains("authentication failed") {
             format!(
-                "authentication failed for user {user}: etcd says {message:?} \
+                "authentication failed for {who}: etcd says {message:?} \
                  (check [etcd] user and password_file, or LOCKD_ETCD_PASSWORD)"
             )
         } else if message.contains("user name is empty") {
@@ -145,35 +158,22 @@ impl Access {
                 .into()
         } else if message.contains("authentication is not enabled") {
             format!(
-                "[etcd] user is {user}, but etcd has authentication disabled: \
+                "{who} is set, but etcd has authentication disabled: \
                  remove [etcd] user, or enable auth in etcd"
             )
         } else if i32::from(status.code()) == PERMISSION_DENIED
             || message.contains("permission denied")
         {
             format!(
-                "user {user} has no permission on prefix {} (grant its role readwrite on the \
+                "{who} has no permission on prefix {} (grant its role readwrite on the \
                  prefix: etcdctl role grant-permission ROLE --prefix=true readwrite {}/)",
                 self.prefix,
                 self.prefix.trim_end_matches('/')
             )
         } else if message.contains("invalid auth token") {
-            format!("etcd refused the auth token of user {user} and a new one: {message}")
+            format!("etcd refused the auth token of {who} and a new one: {message}")
         } else {
             e.to_string()
-        }
-    }
-
-    /// After etcd cancelled a watch: a watch created with an expired auth
-    /// token is cancelled ("permission denied"), not refused, so the
-    /// client's automatic refresh never sees it. Gets a new token if the
-    /// reason looks like that.
-    pub(crate) async fn after_cancelled_watch(&self, client: &Client, reason: &str) {
-        if self.user.is_none() || !reason.contains("permission denied") {
-            return;
-        }
-        if let Err(e) = client.refresh_token().await {
-            tracing::warn!(error = %self.describe(&e), "etcd: cannot get a new auth token");
         }
     }
 }

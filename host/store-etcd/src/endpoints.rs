@@ -26,11 +26,9 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use crate::probe::{health, Health, ProbeTls};
 use etcd_client::Client;
 use tokio::sync::Notify;
-use tokio_rustls::TlsConnector;
-
-use crate::probe::{health, Health};
 
 /// How often endpoints taken out of rotation are probed again.
 const REPROBE: Duration = Duration::from_secs(1);
@@ -47,7 +45,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 pub(crate) struct Rotation {
     endpoints: Vec<String>,
     /// The probes' TLS, for `https://` endpoints.
-    tls: Option<Arc<TlsConnector>>,
+    tls: Option<Arc<ProbeTls>>,
     out: Mutex<Vec<bool>>,
     /// Woken when a request was refused by the endpoint it was sent to.
     refused: Notify,
@@ -66,7 +64,7 @@ impl std::fmt::Debug for Rotation {
 }
 
 impl Rotation {
-    pub(crate) fn new(endpoints: Vec<String>, tls: Option<Arc<TlsConnector>>) -> Rotation {
+    pub(crate) fn new(endpoints: Vec<String>, tls: Option<Arc<ProbeTls>>) -> Rotation {
         Rotation {
             tls,
             out: Mutex::new(vec![false; endpoints.len()]),

@@ -19,6 +19,13 @@ use tokio_rustls::TlsConnector;
 
 use crate::options::authority;
 
+/// The probes' TLS: the connector, and whether it presents a client
+/// certificate (to tell "none given" from "refused").
+pub(crate) struct ProbeTls {
+    pub(crate) connector: TlsConnector,
+    pub(crate) presents_cert: bool,
+}
+
 /// What a member answered to `GET /health`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Health {
@@ -50,7 +57,7 @@ impl std::fmt::Display for ProbeError {
 /// when it is an `https://` endpoint, within `limit`.
 pub(crate) async fn health(
     endpoint: &str,
-    tls: Option<&Arc<TlsConnector>>,
+    tls: Option<&Arc<ProbeTls>>,
     limit: Duration,
 ) -> Result<Health, ProbeError> {
     let authority = authority(endpoint).to_string();
@@ -66,12 +73,13 @@ pub(crate) async fn health(
                     ProbeError::Refused(format!("{host:?} is not a valid host name for TLS"))
                 })?;
                 let stream = tls
+                    .connector
                     .connect(name, tcp)
                     .await
-                    .map_err(|e| handshake_failure(&e, host))?;
+                    .map_err(|e| handshake_failure(&e, host, tls.presents_cert))?;
                 get_health(stream, &authority)
                     .await
-                    .map_err(|e| after_handshake_failure(&e))
+                    .map_err(|e| after_handshake_failure(&e, tls.presents_cert))
             }
             (true, None) => Err(ProbeError::Refused(
                 "an https endpoint, but no TLS settings were given".into(),
@@ -125,6 +133,14 @@ fn read_health(reply: &str) -> Result<Health, ProbeError> {
             "the member speaks TLS: use an https:// endpoint (and [etcd] ca_file)".into(),
         ));
     }
+    if reply.is_empty() {
+        // What etcd's TLS listener does to a plain-HTTP request.
+        return Err(ProbeError::Unreachable(
+            "the member closed the connection without an HTTP answer (if it serves TLS, \
+             use an https:// endpoint and [etcd] ca_file)"
+                .into(),
+        ));
+    }
     if !reply.starts_with("HTTP/1.") {
         return Err(ProbeError::Unreachable(
             "the member did not answer /health over HTTP (is this etcd's client port?)".into(),
@@ -150,7 +166,7 @@ fn tls_error(e: &std::io::Error) -> Option<&TlsError> {
 }
 
 /// What a failed handshake means, for the member at `host`.
-fn handshake_failure(e: &std::io::Error, host: &str) -> ProbeError {
+fn handshake_failure(e: &std::io::Error, host: &str, presents_cert: bool) -> ProbeError {
     let Some(tls) = tls_error(e) else {
         return ProbeError::Unreachable(format!("the TLS handshake failed: {e}"));
     };
@@ -176,7 +192,7 @@ fn handshake_failure(e: &std::io::Error, host: &str) -> ProbeError {
         TlsError::InvalidMessage(_) | TlsError::InappropriateMessage { .. } => {
             "the member does not speak TLS (is it an http:// endpoint?)".into()
         }
-        TlsError::AlertReceived(alert) => client_cert_refused(*alert),
+        TlsError::AlertReceived(alert) => client_cert_refused(*alert, presents_cert),
         other => format!("the TLS handshake failed: {other}"),
     })
 }
@@ -184,19 +200,35 @@ fn handshake_failure(e: &std::io::Error, host: &str) -> ProbeError {
 /// What a failure right after the handshake means: with TLS 1.3 the server
 /// checks the client's certificate after the client considers the
 /// handshake done, and says so with an alert on the first read.
-fn after_handshake_failure(e: &std::io::Error) -> ProbeError {
+fn after_handshake_failure(e: &std::io::Error, presents_cert: bool) -> ProbeError {
     match tls_error(e) {
-        Some(TlsError::AlertReceived(alert)) => ProbeError::Refused(client_cert_refused(*alert)),
+        Some(TlsError::AlertReceived(alert)) => {
+            ProbeError::Refused(client_cert_refused(*alert, presents_cert))
+        }
         Some(other) => ProbeError::Refused(format!("TLS failed: {other}")),
         None => ProbeError::Unreachable(format!("the /health request failed: {e}")),
     }
 }
 
-fn client_cert_refused(alert: AlertDescription) -> String {
+fn client_cert_refused(alert: AlertDescription, presents_cert: bool) -> String {
+    let about_certs = matches!(
+        alert,
+        AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::UnsupportedCertificate
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::CertificateExpired
+            | AlertDescription::AccessDenied
+    );
+    if about_certs && !presents_cert {
+        return format!(
+            "the server requires a client certificate ({alert:?}): set [etcd] cert_file \
+             and key_file"
+        );
+    }
     match alert {
-        AlertDescription::CertificateRequired => {
-            "the server requires a client certificate: set [etcd] cert_file and key_file".into()
-        }
         AlertDescription::BadCertificate
         | AlertDescription::UnknownCA
         | AlertDescription::UnsupportedCertificate
@@ -205,7 +237,7 @@ fn client_cert_refused(alert: AlertDescription) -> String {
         | AlertDescription::CertificateExpired
         | AlertDescription::AccessDenied => format!(
             "the server refused the client certificate ({alert:?}): is [etcd] cert_file \
-             signed by the CA the member trusts (its --trusted-ca-file), and set at all?"
+             signed by the CA the member trusts (its --trusted-ca-file)?"
         ),
         other => format!("the server ended the TLS handshake ({other:?})"),
     }
@@ -233,6 +265,12 @@ mod tests {
         assert!(
             matches!(read_health(plain_to_tls), Err(ProbeError::Refused(m)) if m.contains("https://"))
         );
-        assert!(matches!(read_health(""), Err(ProbeError::Unreachable(_))));
+        assert!(
+            matches!(read_health(""), Err(ProbeError::Unreachable(m)) if m.contains("https://"))
+        );
+        assert!(matches!(
+            read_health("SSH-2.0"),
+            Err(ProbeError::Unreachable(_))
+        ));
     }
 }

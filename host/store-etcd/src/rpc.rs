@@ -37,10 +37,6 @@ impl Etcd {
         }
     }
 
-    pub(crate) fn access(&self) -> &Access {
-        &self.access
-    }
-
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }

@@ -136,16 +136,8 @@ impl Keyspace {
         }
         loop {
             match stream.message().await {
-                // Cancelled (say, compacted past `revision`, or created
-                // with an expired auth token): read again.
-                Ok(Some(resp)) if resp.canceled() => {
-                    self.etcd
-                        .access()
-                        .after_cancelled_watch(self.etcd.client(), resp.cancel_reason())
-                        .await;
-                    return Ok(());
-                }
-                Ok(Some(resp)) if !resp.events().is_empty() => return Ok(()),
+                // Cancelled (say, compacted past `revision`): read again.
+                Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(()),
                 Ok(Some(_)) => {}
                 Ok(None) => return Err(self.etcd.unavailable("watch", "the stream closed")),
                 Err(e) => return Err(self.etcd.unavailable("watch", e)),

@@ -182,12 +182,10 @@ impl Observer {
                         return WatchEnd::Compacted(resp.compact_revision());
                     }
                     if resp.canceled() {
-                        let reason = resp.cancel_reason();
-                        let etcd = &self.ks.etcd;
-                        etcd.access()
-                            .after_cancelled_watch(etcd.client(), reason)
-                            .await;
-                        return WatchEnd::Failed(format!("etcd cancelled the watch: {reason}"));
+                        return WatchEnd::Failed(format!(
+                            "etcd cancelled the watch: {}",
+                            resp.cancel_reason()
+                        ));
                     }
                     if resp.events().is_empty() && !resp.created() {
                         // A progress notification: every change up to its
