@@ -183,7 +183,7 @@ impl Rotation {
 
 /// Runs the probes at once: a member that does not answer costs the round
 /// one probe timeout, not one per member. The answers, in order.
-pub(crate) async fn probe_all<T, F: std::future::Future<Output = T>>(
+async fn probe_all<T, F: std::future::Future<Output = T>>(
     probes: impl Iterator<Item = F>,
 ) -> Vec<T> {
     // Few endpoints (3 or 5): polling them together through a join of boxed

@@ -51,7 +51,6 @@ use self::lockd_lease::LockdLeases;
 use self::observe::Observer;
 use self::queue::{Caller, Queue};
 use crate::access::Access;
-use crate::endpoints::probe_all;
 use crate::etcd_lease::EtcdLeases;
 use crate::keys::Layout;
 use crate::local::{Pending, Turns};
@@ -459,43 +458,41 @@ fn log_unavailable<T>(
     result
 }
 
-/// Probes every endpoint (`GET /health`, over TLS for `https://`) within
-/// the dial timeout, before the client's first request: a refused
+/// Probes the endpoints (`GET /health`, over TLS for `https://`), each
+/// within the dial timeout, before the client's first request: a refused
 /// certificate then fails the start naming the endpoint and the cause,
 /// instead of surfacing as a bare transport error or a wait until the
-/// request deadline. Members that answer let the start go on; those that
-/// do not are logged and left to the rotation.
+/// request deadline. The first member that answers lets the start go on
+/// (the others are the rotation's business); if none does, the error names
+/// every endpoint and its cause.
 async fn preflight(options: &EtcdOptions, access: &Access) -> Result<(), LockError> {
-    let answers = probe_all(
-        options
-            .endpoints
-            .iter()
-            .map(|e| health(e, access.tls(), options.dial_timeout)),
-    )
-    .await;
-    if answers.iter().any(Result::is_ok) {
-        for (endpoint, answer) in options.endpoints.iter().zip(&answers) {
-            if let Err(e) = answer {
-                tracing::warn!(endpoint = %endpoint, error = %e, "etcd endpoint does not answer; starting with the others");
-            }
-        }
-        return Ok(());
+    let mut probes = tokio::task::JoinSet::new();
+    for (i, endpoint) in options.endpoints.iter().enumerate() {
+        let (endpoint, tls, limit) = (
+            endpoint.clone(),
+            access.tls().cloned(),
+            options.dial_timeout,
+        );
+        probes.spawn(async move { (i, health(&endpoint, tls.as_ref(), limit).await) });
     }
-    let causes: Vec<String> = options
-        .endpoints
+    let mut failures: Vec<(usize, ProbeError)> = Vec::new();
+    while let Some(done) = probes.join_next().await {
+        match done {
+            Ok((_, Ok(_))) => return Ok(()),
+            Ok((i, Err(e))) => failures.push((i, e)),
+            // A probe cannot panic short of a bug; count it as no answer.
+            Err(e) => tracing::debug!(error = %e, "etcd endpoint probe ended"),
+        }
+    }
+    failures.sort_by_key(|(i, _)| *i);
+    let refused = failures
         .iter()
-        .zip(&answers)
-        .filter_map(|(endpoint, answer)| {
-            answer
-                .as_ref()
-                .err()
-                .map(|e| format!("etcd {endpoint}: {e}"))
-        })
-        .collect();
-    let refused = answers
+        .any(|(_, e)| matches!(e, ProbeError::Refused(_)));
+    let message = failures
         .iter()
-        .any(|a| matches!(a, Err(ProbeError::Refused(_))));
-    let message = causes.join("; ");
+        .map(|(i, e)| format!("etcd {}: {e}", options.endpoints[*i]))
+        .collect::<Vec<_>>()
+        .join("; ");
     Err(if refused {
         LockError::InvalidArgument(message)
     } else {
