@@ -335,3 +335,54 @@ async fn events_resume_after_a_restart_forgets_every_token() {
     .await;
     assert!(seen.is_ok(), "no event from the other host within 10 s");
 }
+
+/// The endpoint rotation probes members with `GET /health` over TLS, with
+/// lockd's client certificate, on a cluster with auth on: a dead member
+/// leaves the rotation, the live ones stay, and the member is put back once
+/// it answers healthy again (after a restart that forgot every token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rotation_probes_members_over_tls() {
+    let mut etcd = SecureEtcd::start(3, "/lockd/", None).expect("start 3 TLS members with auth");
+    let backend = Arc::new(
+        EtcdBackend::connect(options(&etcd), Arc::new(SystemClock))
+            .await
+            .unwrap(),
+    );
+    let s = LockService::new(backend.clone(), Limits::default());
+    assert_eq!(backend.endpoints_in_use(), etcd.cluster.endpoints());
+    let leader = etcd
+        .cluster
+        .wait_for_leader(Duration::from_secs(5))
+        .unwrap();
+    let dead = (leader + 1) % 3;
+    tokio::task::block_in_place(|| etcd.cluster.kill_member(dead));
+
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut calls = 0;
+    while backend
+        .endpoints_in_use()
+        .contains(&etcd.cluster.endpoint(dead))
+    {
+        assert!(
+            Instant::now() < until,
+            "still in rotation after {calls} calls"
+        );
+        s.get("ns", &format!("probe-{calls}")).await.unwrap();
+        calls += 1;
+    }
+    assert_eq!(backend.endpoints_in_use().len(), 2);
+
+    tokio::task::block_in_place(|| etcd.cluster.restart_member(dead)).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while backend.endpoints_in_use().len() < 3 {
+        assert!(Instant::now() < until, "never put back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let g = s
+        .lock("ns", "after", "o", 10_000, LockOptions::default())
+        .await
+        .unwrap();
+    s.unlock("ns", "after", "o", Some(g.fencing_token))
+        .await
+        .unwrap();
+}
