@@ -463,7 +463,7 @@ mod tests {
 
     fn etcd_options(spec: StoreSpec) -> lockd_etcd::EtcdOptions {
         match spec {
-            StoreSpec::Etcd(options) => options,
+            StoreSpec::Etcd(options) => *options,
             other => panic!("not an etcd store: {other:?}"),
         }
     }

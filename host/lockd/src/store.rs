@@ -18,8 +18,9 @@ pub enum StoreSpec {
     /// An etcd cluster shared by many lockd hosts (`etcd:URL[,URL...]`,
     /// all `http://` or all `https://`). The spec gives the endpoints; the
     /// other options (TLS files and user included) keep their defaults
-    /// unless `[etcd]` in lockd.toml sets them.
-    Etcd(EtcdOptions),
+    /// unless `[etcd]` in lockd.toml sets them. Boxed: the options are
+    /// many times the size of the other variants.
+    Etcd(Box<EtcdOptions>),
 }
 
 /// The default store: `.lockd/locks.redb` under the working directory.
@@ -38,7 +39,7 @@ impl FromStr for StoreSpec {
             _ if s == "memory" => Ok(StoreSpec::Memory),
             Some(("redb", path)) if !path.is_empty() => Ok(StoreSpec::Redb(PathBuf::from(path))),
             Some(("etcd", list)) => match EtcdOptions::from_endpoint_list(list) {
-                Ok(options) => Ok(StoreSpec::Etcd(options)),
+                Ok(options) => Ok(StoreSpec::Etcd(Box::new(options))),
                 Err(why) => Err(format!("bad store {s:?}: {why}")),
             },
             _ => Err(format!("unknown store {s:?}: expected {EXPECTED}")),
@@ -71,7 +72,7 @@ impl StoreSpec {
                 opened.with_context(|| format!("opening store {}", path.display()))?
             }
             StoreSpec::Etcd(options) => Arc::new(
-                EtcdBackend::connect(options.clone(), Arc::new(SystemClock))
+                EtcdBackend::connect((**options).clone(), Arc::new(SystemClock))
                     .await
                     .with_context(|| {
                         format!("opening store etcd:{}", options.endpoints.join(","))
@@ -104,7 +105,7 @@ mod tests {
         let one = "etcd:http://127.0.0.1:2379".parse::<StoreSpec>().unwrap();
         assert_eq!(
             one,
-            StoreSpec::Etcd(EtcdOptions::new(["http://127.0.0.1:2379"]))
+            StoreSpec::Etcd(Box::new(EtcdOptions::new(["http://127.0.0.1:2379"])))
         );
         let StoreSpec::Etcd(three) = "etcd:http://a:1,http://b:2,http://c:3"
             .parse::<StoreSpec>()
