@@ -15,7 +15,9 @@
 //! So a refused request, or one that got no answer within its deadline
 //! ([`Rotation::refused`]), wakes [`Rotation::keep`], which probes every
 //! endpoint's `/health` (etcd answers `{"health":"true"}` on its client
-//! port while the member is part of a quorum with a leader) and takes those
+//! port while the member is part of a quorum with a leader; over TLS with
+//! lockd's client certificate for `https://` endpoints, see `probe.rs`)
+//! and takes those
 //! that fail or do not answer in time out of rotation (never the last one
 //! in it). While any is out, it probes again every [`REPROBE`] and puts back
 //! those that are healthy again.

@@ -62,6 +62,13 @@
 //!   it, so it is taken back (see `Grants::refresh` in `store/grant.rs`).
 //! - **Dead members** leave the client's rotation at their first refused
 //!   request and come back once they accept connections (`endpoints.rs`).
+//! - **TLS and users.** `https://` endpoints are reached over rustls (ring)
+//!   with [`EtcdOptions::ca_file`] and an optional client certificate, as
+//!   etcd user [`EtcdOptions::user`] if given. The connect probes every
+//!   endpoint first, then checks the user may read and write the whole
+//!   prefix, so a refused way in fails it naming the endpoint and the cause
+//!   (`probe.rs`, `access.rs`). Expired auth tokens are renewed and the
+//!   refused request resent (`access.rs`).
 //! - **Waiting.** A caller that must wait puts a waiter key under the lock's
 //!   queue prefix, on this backend's *session lease*; etcd's `create_revision`
 //!   orders the queue. A waiter watches only the waiter just ahead of it (and
