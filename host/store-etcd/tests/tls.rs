@@ -386,3 +386,40 @@ async fn the_rotation_probes_members_over_tls() {
         .await
         .unwrap();
 }
+
+/// Plain-HTTP members: auth on and no user given, or a user given and auth
+/// off, each refused saying which setting to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_missing_or_unexpected_is_named() {
+    use lockd_testing::etcd::EtcdCluster;
+    let plain = |cluster: &EtcdCluster| {
+        let mut o = EtcdOptions::new(cluster.endpoints());
+        o.dial_timeout = DIAL;
+        o.request_timeout = Duration::from_secs(2);
+        o
+    };
+    let mut cluster = EtcdCluster::start().expect("start etcd");
+    let mut with_user = plain(&cluster);
+    with_user.user = Some(EtcdUser {
+        name: "lockd".into(),
+        password: "pw".into(),
+    });
+    let m = refusal(with_user).await;
+    assert_says(
+        &m,
+        &[
+            &cluster.endpoint(0),
+            "user lockd is set, but etcd has authentication disabled",
+        ],
+    );
+
+    tokio::task::block_in_place(|| cluster.enable_auth("root-pw")).expect("auth enable");
+    let m = refusal(plain(&cluster)).await;
+    assert_says(
+        &m,
+        &[
+            &cluster.endpoint(0),
+            "etcd has authentication enabled: set [etcd] user and password_file",
+        ],
+    );
+}
