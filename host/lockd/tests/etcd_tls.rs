@@ -136,6 +136,23 @@ fn serve_refuses_to_start_when_etcd_refuses_it() {
         "{run:?}"
     );
 
+    // The right password, a prefix the user may not touch, and every log
+    // line on: refused naming the prefix, and the password in no line.
+    let toml = format!("{}prefix = \"/other\"\n", lockd_toml(&etcd, None));
+    std::fs::write(dir.path().join("lockd.toml"), toml).unwrap();
+    let run = serve(&[
+        ("LOCKD_ETCD_PASSWORD", &etcd.password),
+        ("RUST_LOG", "trace"),
+    ]);
+    assert!(
+        run.stderr.contains(&etcd.cluster.endpoint(0))
+            && run
+                .stderr
+                .contains("user lockd has no permission on prefix /other"),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains(&etcd.password), "{run:?}");
+
     // A password written into lockd.toml is refused, and not shown.
     let toml = format!("{}password = \"in-the-file\"\n", lockd_toml(&etcd, None));
     std::fs::write(dir.path().join("lockd.toml"), toml).unwrap();
