@@ -46,6 +46,9 @@ fn shared() -> &'static SecureEtcd {
         etcd.cluster
             .add_user("nobody", "nobody-password", "/elsewhere/")
             .expect("add user nobody");
+        etcd.cluster
+            .add_user_with("reader", "reader-password", "/lockd/", "READ")
+            .expect("add user reader");
         etcd
     })
 }
@@ -155,6 +158,25 @@ async fn a_wrong_password_fails_authentication() {
         ],
     );
     assert!(!m.contains("not-the-password"), "{m}");
+}
+
+/// Reading is not enough: lockd writes and deletes under its prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_only_read_the_prefix_is_refused() {
+    let etcd = shared();
+    let mut o = options(etcd);
+    o.user = Some(EtcdUser {
+        name: "reader".into(),
+        password: "reader-password".into(),
+    });
+    let m = refusal(o).await;
+    assert_says(
+        &m,
+        &[
+            &etcd.cluster.endpoint(0),
+            "user reader has no permission on prefix /lockd",
+        ],
+    );
 }
 
 /// Members with `--client-cert-auth` take a client certificate's common

@@ -421,6 +421,18 @@ impl EtcdCluster {
     /// `role grant-permission NAME --prefix=true readwrite PREFIX`), and
     /// nothing else.
     pub fn add_user(&self, name: &str, password: &str, prefix: &str) -> io::Result<()> {
+        self.add_user_with(name, password, prefix, "READWRITE")
+    }
+
+    /// [`EtcdCluster::add_user`] granting `permission` (`READ`, `WRITE` or
+    /// `READWRITE`) on `prefix`.
+    pub fn add_user_with(
+        &self,
+        name: &str,
+        password: &str,
+        prefix: &str,
+        permission: &str,
+    ) -> io::Result<()> {
         let token = self.root_token()?;
         let port = self.members[0].admin_port;
         let call = |path: &str, body: serde_json::Value| {
@@ -434,7 +446,7 @@ impl EtcdCluster {
         call(
             "/v3/auth/role/grant",
             serde_json::json!({"name": name, "perm": {
-                "permType": "READWRITE",
+                "permType": permission,
                 "key": base64(prefix.as_bytes()),
                 "range_end": base64(&prefix_end(prefix.as_bytes())),
             }}),
