@@ -109,6 +109,20 @@ async fn a_server_certificate_from_another_ca_is_not_trusted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_for_another_host_is_named() {
+    let etcd = SecureEtcd::start_with_hosts(1, "/lockd/", None, Some(&["etcd.example"]))
+        .expect("start a TLS etcd");
+    let m = refusal(options(&etcd)).await;
+    assert_says(
+        &m,
+        &[
+            &etcd.cluster.endpoint(0),
+            "the server's certificate is not valid for 127.0.0.1",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_client_certificate_is_named() {
     let etcd = shared();
     let mut o = options(etcd);

@@ -576,11 +576,25 @@ impl SecureEtcd {
     /// given), user `lockd` granted readwrite on `prefix` (and keys under
     /// it), auth enabled.
     pub fn start(members: usize, prefix: &str, auth_token_ttl: Option<u32>) -> io::Result<Self> {
+        Self::start_with_hosts(members, prefix, auth_token_ttl, None)
+    }
+
+    /// [`SecureEtcd::start`] with a member certificate naming only
+    /// `server_hosts` (default: 127.0.0.1, ::1 and localhost).
+    pub fn start_with_hosts(
+        members: usize,
+        prefix: &str,
+        auth_token_ttl: Option<u32>,
+        server_hosts: Option<&[&str]>,
+    ) -> io::Result<Self> {
         let pki_dir = tempfile::Builder::new()
             .prefix("lockd-etcd-pki-")
             .tempdir()?;
         let pki = crate::certs::TestPki::new(pki_dir.path());
-        let server = pki.server("etcd");
+        let server = match server_hosts {
+            Some(hosts) => pki.server_for("etcd", hosts),
+            None => pki.server("etcd"),
+        };
         let client = pki.client("lockd");
         let tls = EtcdTls {
             cert: server.cert,
