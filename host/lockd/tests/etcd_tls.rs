@@ -164,3 +164,56 @@ fn serve_refuses_to_start_when_etcd_refuses_it() {
     );
     assert!(!run.stderr.contains("in-the-file"), "{run:?}");
 }
+
+/// A permission revoked while lockd serves: calls answer `unavailable`
+/// naming it, `/healthz` answers 503 saying the same, and both recover once
+/// the permission is granted again.
+#[test]
+fn healthz_reports_a_permission_revoked_while_serving() {
+    let etcd = SecureEtcd::start(1, "/lockd/", None).expect("start a TLS etcd with auth");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lockd.toml"), lockd_toml(&etcd, None)).unwrap();
+    let server = Server::start_in(
+        Some(dir.path()),
+        &["--store", &store(&etcd)],
+        &[("LOCKD_ETCD_PASSWORD", &etcd.password)],
+    );
+    server.assert_healthy();
+    let lock = |name: &str| {
+        server.post_json(
+            "/v1/locks/lock",
+            &serde_json::json!({"name": name, "owner": "o", "ttl_ms": 10_000}),
+        )
+    };
+    assert_eq!(lock("before").code, 200);
+
+    etcd.cluster.revoke_permission("lockd", "/lockd/").unwrap();
+    let refused = lock("during");
+    assert_eq!(
+        (refused.code, refused.status()),
+        (503, "unavailable"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .contains("user lockd has no permission on prefix /lockd"),
+        "{refused:?}"
+    );
+    let health = server.get("/healthz");
+    assert_eq!(
+        (health.code, health.status()),
+        (503, "unavailable"),
+        "{health:?}"
+    );
+    assert!(
+        health
+            .message()
+            .contains("user lockd has no permission on prefix /lockd"),
+        "{health:?}"
+    );
+
+    etcd.cluster.grant_permission("lockd", "/lockd/").unwrap();
+    server.assert_healthy();
+    assert_eq!(lock("after").code, 200);
+}

@@ -142,12 +142,19 @@ impl Access {
     /// missing user or permission, said so; anything else as etcd-client
     /// puts it. Never holds the password.
     pub(crate) fn describe(&self, e: &etcd_client::Error) -> String {
+        self.refusal(e).unwrap_or_else(|| e.to_string())
+    }
+
+    /// What `e` says if etcd refused lockd's credentials or permissions
+    /// (as opposed to failing): another try will not help until an
+    /// operator changes etcd or lockd's settings.
+    pub(crate) fn refusal(&self, e: &etcd_client::Error) -> Option<String> {
         let etcd_client::Error::GRpcStatus(status) = e else {
-            return e.to_string();
+            return None;
         };
         let message = status.message();
         let who = &self.who;
-        if message.contains("authentication failed") {
+        Some(if message.contains("authentication failed") {
             format!(
                 "authentication failed for {who}: etcd says {message:?} \
                  (check [etcd] user and password_file, or LOCKD_ETCD_PASSWORD)"
@@ -173,8 +180,8 @@ impl Access {
         } else if message.contains("invalid auth token") {
             format!("etcd refused the auth token of {who} and a new one: {message}")
         } else {
-            e.to_string()
-        }
+            return None;
+        })
     }
 }
 

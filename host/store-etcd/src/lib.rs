@@ -340,4 +340,11 @@ impl LockBackend for EtcdBackend {
     fn stats(&self) -> BackendStats {
         self.inner.stats()
     }
+
+    /// Unhealthy while etcd refuses this backend's credentials or its
+    /// permission on the prefix (a password changed, a role revoked), with
+    /// the cause; checked against etcd only after a request was refused.
+    fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(self.inner.health())
+    }
 }

@@ -2,6 +2,8 @@
 //! are sent again, and every failure as `unavailable`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
@@ -20,6 +22,12 @@ pub(crate) struct Etcd {
     request_timeout: Duration,
     /// The endpoints in the client's rotation (see `endpoints.rs`).
     rotation: Rotation,
+    /// What etcd said when it last refused lockd's credentials or
+    /// permissions, until a request succeeds again (see [`Etcd::refused`]).
+    refused: Mutex<Option<String>>,
+    /// Whether `refused` holds something: read by every successful request,
+    /// so they take the lock only when there is something to clear.
+    refused_now: AtomicBool,
 }
 
 impl Etcd {
@@ -34,6 +42,40 @@ impl Etcd {
             rotation: Rotation::new(endpoints, access.tls().cloned()),
             access,
             request_timeout,
+            refused: Mutex::new(None),
+            refused_now: AtomicBool::new(false),
+        }
+    }
+
+    /// What etcd said when it refused lockd's credentials or permissions,
+    /// if no request succeeded since (a password changed or a permission
+    /// revoked while lockd runs).
+    pub(crate) fn refused(&self) -> Option<String> {
+        if !self.refused_now.load(Ordering::Acquire) {
+            return None;
+        }
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Describes `e`, noting it if it is a refusal of lockd's credentials.
+    fn describe(&self, e: &etcd_client::Error) -> String {
+        match self.access.refusal(e) {
+            Some(refusal) => {
+                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
+                self.refused_now.store(true, Ordering::Release);
+                refusal
+            }
+            None => e.to_string(),
+        }
+    }
+
+    /// Forgets a noted refusal: a request got through.
+    fn accepted(&self) {
+        if self.refused_now.swap(false, Ordering::AcqRel) {
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 
@@ -77,10 +119,11 @@ impl Etcd {
             self.request_timeout,
             resend,
             || self.rotation.refused(),
-            &|e| self.access.describe(e),
+            &|e| self.describe(e),
             call,
         )
         .await
+        .inspect(|_| self.accepted())
         .map_err(|e| self.unavailable(what, e))
     }
 

@@ -457,6 +457,39 @@ impl EtcdCluster {
         )
     }
 
+    /// Takes back from role `role` its permission on `prefix` (etcdctl's
+    /// `role revoke-permission ROLE --prefix=true PREFIX`).
+    pub fn revoke_permission(&self, role: &str, prefix: &str) -> io::Result<()> {
+        let token = self.root_token()?;
+        gateway(
+            self.members[0].admin_port,
+            "/v3/auth/role/revoke",
+            &serde_json::json!({
+                "role": role,
+                "key": base64(prefix.as_bytes()),
+                "range_end": base64(&prefix_end(prefix.as_bytes())),
+            }),
+            token.as_deref(),
+        )
+        .map(drop)
+    }
+
+    /// Grants role `role` readwrite on `prefix` again.
+    pub fn grant_permission(&self, role: &str, prefix: &str) -> io::Result<()> {
+        let token = self.root_token()?;
+        gateway(
+            self.members[0].admin_port,
+            "/v3/auth/role/grant",
+            &serde_json::json!({"name": role, "perm": {
+                "permType": "READWRITE",
+                "key": base64(prefix.as_bytes()),
+                "range_end": base64(&prefix_end(prefix.as_bytes())),
+            }}),
+            token.as_deref(),
+        )
+        .map(drop)
+    }
+
     /// Adds user `root` (role `root`) with `root_password` and turns auth
     /// on: from then on every request needs a user's token.
     pub fn enable_auth(&mut self, root_password: &str) -> io::Result<()> {

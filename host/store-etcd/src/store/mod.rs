@@ -203,6 +203,17 @@ impl Inner {
         &self.options
     }
 
+    /// Unhealthy while etcd refuses lockd's credentials or permissions: a
+    /// refusal noted by a failed request is checked again (the permission
+    /// check of the start) and reported if it stands. No request when none
+    /// was noted.
+    pub(crate) async fn health(&self) -> Result<(), LockError> {
+        if self.ks.etcd.refused().is_none() {
+            return Ok(());
+        }
+        check_permission(&self.ks.etcd, &self.ks.layout).await
+    }
+
     /// The current session lease id.
     pub(crate) fn session(&self) -> i64 {
         self.ks.etcd_leases.session()
