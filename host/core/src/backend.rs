@@ -156,6 +156,14 @@ pub trait LockBackend: Send + Sync + 'static {
     /// Gauges and counters for metrics. Called at scrape time, not on any
     /// hot path.
     fn stats(&self) -> BackendStats;
+
+    /// Whether the store can serve, for `/healthz`: an error (`unavailable`,
+    /// with the reason) when it knows it cannot until an operator acts,
+    /// such as an etcd store whose credentials etcd now refuses. Cheap when
+    /// nothing is known to be wrong. The default: always healthy.
+    fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 #[cfg(test)]

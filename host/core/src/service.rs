@@ -151,6 +151,11 @@ impl LockService {
         self.backend.stats()
     }
 
+    /// Whether the store can serve (see [`LockBackend::health`]).
+    pub async fn health(&self) -> Result<(), LockError> {
+        self.backend.health().await
+    }
+
     /// Everything `/metrics` shows, in Prometheus text format.
     pub fn render_metrics(&self) -> String {
         let mut out = String::new();

@@ -10,7 +10,19 @@
 //! request_timeout_ms = 5000              # one etcd request; then `unavailable`
 //! lease_slack_ms = 5000                  # added to a TTL to size its etcd lease
 //! session_ttl_ms = 10000                 # waiters and ephemeral locks outlive a dead host this long
+//! ca_file = "/etc/lockd/etcd-ca.pem"     # https:// endpoints: the CA of the members' certificates
+//! cert_file = "/etc/lockd/etcd.pem"      # client certificate, for --client-cert-auth members
+//! key_file = "/etc/lockd/etcd.key"       #   and its key (both or neither)
+//! user = "lockd"                         # etcd user, for a cluster with auth enabled
+//! password_file = "/etc/lockd/etcd.pw"   # its password (one line); or LOCKD_ETCD_PASSWORD
+//! ```
 //!
+//! A password never goes in lockd.toml: a `password` key in `[etcd]` is
+//! refused. The user needs readwrite on every key under the prefix (see
+//! docs/scale-out.md, "etcd with TLS and users"). Paths are relative to the
+//! working directory.
+//!
+//! ```toml
 //! [limits]                               # all optional; defaults shown
 //! max_ttl_ms = 86400000
 //! max_wait_ms = 3600000
@@ -38,6 +50,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use lockd_core::{Limits, LockService, Quotas};
+use lockd_etcd::{ClientCert, EtcdUser};
 use serde::Deserialize;
 
 use crate::store::{StoreSpec, DEFAULT_STORE};
@@ -105,7 +118,27 @@ pub struct EtcdConfig {
     /// TTL of each host's session lease (whole seconds, at least 2 s): how
     /// long a dead host's waiters and ephemeral locks stay in etcd.
     pub session_ttl_ms: Option<u64>,
+    /// The CA certificate(s), PEM, that signed the members' certificates;
+    /// required with `https://` endpoints.
+    pub ca_file: Option<PathBuf>,
+    /// lockd's client certificate (PEM), for members that require one.
+    pub cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// The etcd user lockd authenticates as.
+    pub user: Option<String>,
+    /// A file holding the user's password (its first line); else the
+    /// environment variable [`ETCD_PASSWORD_ENV`].
+    pub password_file: Option<PathBuf>,
+    /// Present only to be refused with a message that says where the
+    /// password goes instead; never read, never shown.
+    #[serde(default)]
+    password: Option<serde::de::IgnoredAny>,
 }
+
+/// The environment variable holding the etcd user's password, when
+/// `[etcd] password_file` is not set.
+pub const ETCD_PASSWORD_ENV: &str = "LOCKD_ETCD_PASSWORD";
 
 /// The shortest session lease etcd-backed lockd accepts: a keep-alive must
 /// fit comfortably inside it.
@@ -114,8 +147,27 @@ const MIN_SESSION_TTL_MS: u64 = 2_000;
 impl EtcdConfig {
     /// `store` with these settings applied if it is an etcd store. Other
     /// stores ignore them, so one lockd.toml also serves a `--store memory`
-    /// run on a laptop.
+    /// run on a laptop; a password written into the table is refused
+    /// whatever the store. The password comes from `password_file`, else
+    /// from [`ETCD_PASSWORD_ENV`].
     pub fn apply(&self, store: StoreSpec) -> anyhow::Result<StoreSpec> {
+        self.apply_with(store, std::env::var(ETCD_PASSWORD_ENV).ok())
+    }
+
+    /// [`EtcdConfig::apply`] with `env_password` as the value of
+    /// [`ETCD_PASSWORD_ENV`].
+    fn apply_with(
+        &self,
+        store: StoreSpec,
+        env_password: Option<String>,
+    ) -> anyhow::Result<StoreSpec> {
+        if self.password.is_some() {
+            anyhow::bail!(
+                "[etcd] password is not allowed: lockd.toml never holds a password. \
+                 Put it in a file readable only by lockd and name it in [etcd] password_file, \
+                 or set {ETCD_PASSWORD_ENV}"
+            );
+        }
         let StoreSpec::Etcd(mut options) = store else {
             return Ok(store);
         };
@@ -148,7 +200,60 @@ impl EtcdConfig {
             }
             options.session_ttl = Duration::from_millis(ms);
         }
+        options.ca_file = self.ca_file.clone();
+        options.client_cert = match (&self.cert_file, &self.key_file) {
+            (Some(cert_file), Some(key_file)) => Some(ClientCert {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            }),
+            (None, None) => None,
+            (Some(_), None) => {
+                anyhow::bail!("[etcd] cert_file is set but key_file is not: give both")
+            }
+            (None, Some(_)) => {
+                anyhow::bail!("[etcd] key_file is set but cert_file is not: give both")
+            }
+        };
+        options.user = self.user(env_password)?;
+        options.check()?;
         Ok(StoreSpec::Etcd(options))
+    }
+
+    /// The etcd user and its password, from `password_file` or
+    /// `env_password`.
+    fn user(&self, env_password: Option<String>) -> anyhow::Result<Option<EtcdUser>> {
+        let Some(name) = &self.user else {
+            if let Some(file) = &self.password_file {
+                anyhow::bail!(
+                    "[etcd] password_file {} is set but [etcd] user is not",
+                    file.display()
+                );
+            }
+            return Ok(None);
+        };
+        let password = match (&self.password_file, env_password) {
+            (Some(file), Some(_)) => anyhow::bail!(
+                "[etcd] password_file {} and {ETCD_PASSWORD_ENV} are both set: keep one",
+                file.display()
+            ),
+            (Some(file), None) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("reading [etcd] password_file {}", file.display()))?;
+                text.lines().next().unwrap_or("").to_string()
+            }
+            (None, Some(password)) => password,
+            (None, None) => anyhow::bail!(
+                "[etcd] user {name} needs a password: name a file holding it in \
+                 [etcd] password_file, or set {ETCD_PASSWORD_ENV}"
+            ),
+        };
+        if password.is_empty() {
+            anyhow::bail!("the password of [etcd] user {name} is empty");
+        }
+        Ok(Some(EtcdUser {
+            name: name.clone(),
+            password,
+        }))
     }
 }
 
@@ -371,6 +476,9 @@ mod tests {
             refusal("[etcd]\nrequest_timeout_ms = 0", etcd_spec()).contains("request_timeout_ms")
         );
         assert!(refusal("[etcd]\nsession_ttl_ms = 1999", etcd_spec()).contains("at least 2000"));
+        assert!(refusal("[etcd]\ncert_file = \"c.pem\"", etcd_spec()).contains("key_file"));
+        // TLS files with an http:// endpoint would go unused.
+        assert!(refusal("[etcd]\nca_file = \"ca.pem\"", etcd_spec()).contains("plain http"));
         // Other stores ignore the table, bad values included.
         assert_eq!(
             table("[etcd]\nprefix = \"x\"")
@@ -378,5 +486,94 @@ mod tests {
                 .unwrap(),
             StoreSpec::Memory
         );
+    }
+
+    fn https_spec() -> StoreSpec {
+        "etcd:https://10.0.0.1:2379,https://10.0.0.2:2379"
+            .parse()
+            .unwrap()
+    }
+
+    fn etcd_options(spec: StoreSpec) -> lockd_etcd::EtcdOptions {
+        match spec {
+            StoreSpec::Etcd(options) => *options,
+            other => panic!("not an etcd store: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn etcd_tls_and_user_come_from_the_table_and_the_password_from_a_file_or_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("etcd.pw");
+        std::fs::write(&pw, "s3cret-from-file\n").unwrap();
+        let text = format!(
+            "[etcd]\nca_file = \"ca.pem\"\ncert_file = \"c.pem\"\nkey_file = \"c.key\"\n\
+             user = \"lockd\"\npassword_file = {:?}\n",
+            pw.display().to_string()
+        );
+        let table = toml::from_str::<LockdConfig>(&text).unwrap().etcd;
+        let o = etcd_options(table.apply_with(https_spec(), None).unwrap());
+        assert_eq!(o.ca_file.as_deref(), Some(Path::new("ca.pem")));
+        let cc = o.client_cert.clone().unwrap();
+        assert_eq!(
+            (cc.cert_file.to_str(), cc.key_file.to_str()),
+            (Some("c.pem"), Some("c.key"))
+        );
+        let user = o.user.clone().unwrap();
+        assert_eq!(
+            (user.name.as_str(), user.password.as_str()),
+            ("lockd", "s3cret-from-file")
+        );
+        assert!(!format!("{o:?}").contains("s3cret"));
+        // The file and the variable together are ambiguous.
+        let both = table
+            .apply_with(https_spec(), Some("env".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            both.contains(ETCD_PASSWORD_ENV) && both.contains("both"),
+            "{both}"
+        );
+
+        let from_env =
+            toml::from_str::<LockdConfig>("[etcd]\nca_file = \"ca.pem\"\nuser = \"lockd\"")
+                .unwrap()
+                .etcd;
+        let o = etcd_options(
+            from_env
+                .apply_with(https_spec(), Some("s3cret-from-env".into()))
+                .unwrap(),
+        );
+        assert_eq!(o.user.unwrap().password, "s3cret-from-env");
+        let none = from_env
+            .apply_with(https_spec(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            none.contains("password_file") && none.contains(ETCD_PASSWORD_ENV),
+            "{none}"
+        );
+        // https needs the CA.
+        let no_ca = EtcdConfig::default()
+            .apply_with(https_spec(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(no_ca.contains("ca_file"), "{no_ca}");
+    }
+
+    #[test]
+    fn a_password_in_the_file_is_refused_without_showing_it() {
+        let config =
+            toml::from_str::<LockdConfig>("[etcd]\nuser = \"lockd\"\npassword = \"hunter2\"")
+                .unwrap();
+        for store in [https_spec(), StoreSpec::Memory] {
+            let m = config.etcd.apply_with(store, None).unwrap_err().to_string();
+            assert!(
+                m.contains("password_file") && m.contains(ETCD_PASSWORD_ENV),
+                "{m}"
+            );
+            assert!(!m.contains("hunter2"), "{m}");
+        }
+        assert!(!format!("{config:?}").contains("hunter2"));
     }
 }

@@ -15,10 +15,12 @@ pub enum StoreSpec {
     Redb(PathBuf),
     /// Memory only: nothing survives a restart.
     Memory,
-    /// An etcd cluster shared by many lockd hosts (`etcd:URL[,URL...]`).
-    /// The spec gives the endpoints; the other options keep their defaults
-    /// unless `[etcd]` in lockd.toml sets them.
-    Etcd(EtcdOptions),
+    /// An etcd cluster shared by many lockd hosts (`etcd:URL[,URL...]`,
+    /// all `http://` or all `https://`). The spec gives the endpoints; the
+    /// other options (TLS files and user included) keep their defaults
+    /// unless `[etcd]` in lockd.toml sets them. Boxed: the options are
+    /// many times the size of the other variants.
+    Etcd(Box<EtcdOptions>),
 }
 
 /// The default store: `.lockd/locks.redb` under the working directory.
@@ -26,7 +28,8 @@ pub const DEFAULT_STORE: &str = "redb:.lockd/locks.redb";
 
 /// What every refusal lists: the forms a spec may take.
 const EXPECTED: &str = "redb:PATH (for example redb:.lockd/locks.redb), memory, \
-                        or etcd:http://HOST:PORT[,http://HOST:PORT...]";
+                        or etcd:http://HOST:PORT[,http://HOST:PORT...] \
+                        (https:// with [etcd] ca_file in lockd.toml)";
 
 impl FromStr for StoreSpec {
     type Err = String;
@@ -36,7 +39,7 @@ impl FromStr for StoreSpec {
             _ if s == "memory" => Ok(StoreSpec::Memory),
             Some(("redb", path)) if !path.is_empty() => Ok(StoreSpec::Redb(PathBuf::from(path))),
             Some(("etcd", list)) => match EtcdOptions::from_endpoint_list(list) {
-                Ok(options) => Ok(StoreSpec::Etcd(options)),
+                Ok(options) => Ok(StoreSpec::Etcd(Box::new(options))),
                 Err(why) => Err(format!("bad store {s:?}: {why}")),
             },
             _ => Err(format!("unknown store {s:?}: expected {EXPECTED}")),
@@ -69,7 +72,7 @@ impl StoreSpec {
                 opened.with_context(|| format!("opening store {}", path.display()))?
             }
             StoreSpec::Etcd(options) => Arc::new(
-                EtcdBackend::connect(options.clone(), Arc::new(SystemClock))
+                EtcdBackend::connect((**options).clone(), Arc::new(SystemClock))
                     .await
                     .with_context(|| {
                         format!("opening store etcd:{}", options.endpoints.join(","))
@@ -102,7 +105,7 @@ mod tests {
         let one = "etcd:http://127.0.0.1:2379".parse::<StoreSpec>().unwrap();
         assert_eq!(
             one,
-            StoreSpec::Etcd(EtcdOptions::new(["http://127.0.0.1:2379"]))
+            StoreSpec::Etcd(Box::new(EtcdOptions::new(["http://127.0.0.1:2379"])))
         );
         let StoreSpec::Etcd(three) = "etcd:http://a:1,http://b:2,http://c:3"
             .parse::<StoreSpec>()
@@ -120,12 +123,26 @@ mod tests {
         assert!(empty.contains("at least one endpoint"), "{empty}");
         let commas = "etcd:,,".parse::<StoreSpec>().unwrap_err();
         assert!(commas.contains("at least one endpoint"), "{commas}");
-        let tls = "etcd:https://e:2379".parse::<StoreSpec>().unwrap_err();
+        let mixed = "etcd:https://e:2379,http://f:2379"
+            .parse::<StoreSpec>()
+            .unwrap_err();
         assert!(
-            tls.contains("https") && tls.contains("\"etcd:https://e:2379\""),
-            "{tls}"
+            mixed.contains("mix") && mixed.contains("\"etcd:https://e:2379,http://f:2379\""),
+            "{mixed}"
         );
         let bare = "etcd:127.0.0.1:2379".parse::<StoreSpec>().unwrap_err();
-        assert!(bare.contains("not an http:// URL"), "{bare}");
+        assert!(bare.contains("not an http:// or https:// URL"), "{bare}");
+    }
+
+    #[test]
+    fn parses_https_etcd_specs() {
+        let StoreSpec::Etcd(tls) = "etcd:https://a:2379,https://b:2379"
+            .parse::<StoreSpec>()
+            .unwrap()
+        else {
+            panic!("not an etcd spec");
+        };
+        assert!(tls.uses_tls());
+        assert_eq!(tls.endpoints, ["https://a:2379", "https://b:2379"]);
     }
 }

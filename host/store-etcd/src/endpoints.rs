@@ -15,7 +15,9 @@
 //! So a refused request, or one that got no answer within its deadline
 //! ([`Rotation::refused`]), wakes [`Rotation::keep`], which probes every
 //! endpoint's `/health` (etcd answers `{"health":"true"}` on its client
-//! port while the member is part of a quorum with a leader) and takes those
+//! port while the member is part of a quorum with a leader; over TLS with
+//! lockd's client certificate for `https://` endpoints, see `probe.rs`)
+//! and takes those
 //! that fail or do not answer in time out of rotation (never the last one
 //! in it). While any is out, it probes again every [`REPROBE`] and puts back
 //! those that are healthy again.
@@ -24,8 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::probe::{health, Health, ProbeTls};
 use etcd_client::Client;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// How often endpoints taken out of rotation are probed again.
@@ -40,9 +44,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The configured endpoints (`EtcdOptions::endpoints`) and which of them,
 /// by index, are out of the client's rotation.
-#[derive(Debug)]
 pub(crate) struct Rotation {
     endpoints: Vec<String>,
+    /// The probes' TLS, for `https://` endpoints.
+    tls: Option<Arc<ProbeTls>>,
     out: Mutex<Vec<bool>>,
     /// Woken when a request was refused by the endpoint it was sent to.
     refused: Notify,
@@ -50,9 +55,20 @@ pub(crate) struct Rotation {
     refused_total: AtomicU64,
 }
 
+impl std::fmt::Debug for Rotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rotation")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls.is_some())
+            .field("out", &self.out)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Rotation {
-    pub(crate) fn new(endpoints: Vec<String>) -> Rotation {
+    pub(crate) fn new(endpoints: Vec<String>, tls: Option<Arc<ProbeTls>>) -> Rotation {
         Rotation {
+            tls,
             out: Mutex::new(vec![false; endpoints.len()]),
             endpoints,
             refused: Notify::new(),
@@ -105,7 +121,7 @@ impl Rotation {
             } else {
                 self.refused.notified().await;
             }
-            let alive = probe_all(endpoints.iter().map(|e| healthy(e))).await;
+            let alive = probe_all(endpoints.iter().map(|e| self.healthy(e))).await;
             self.apply_probe(client, &alive).await;
             tokio::time::sleep(SETTLE).await;
         }
@@ -158,15 +174,24 @@ impl Rotation {
     }
 }
 
+impl Rotation {
+    /// Whether the member at `endpoint` answers `GET /health` (over TLS
+    /// for `https://`) with `"health":"true"` within [`PROBE_TIMEOUT`]:
+    /// reachable, and part of a quorum with a leader.
+    async fn healthy(&self, endpoint: &str) -> bool {
+        health(endpoint, self.tls.as_ref(), PROBE_TIMEOUT).await == Ok(Health::Healthy)
+    }
+}
+
 /// Runs the probes at once: a member that does not answer costs the round
-/// one [`PROBE_TIMEOUT`], not one per member.
-async fn probe_all<F: std::future::Future<Output = bool>>(
+/// one probe timeout, not one per member. The answers, in order.
+async fn probe_all<T, F: std::future::Future<Output = T>>(
     probes: impl Iterator<Item = F>,
-) -> Vec<bool> {
+) -> Vec<T> {
     // Few endpoints (3 or 5): polling them together through a join of boxed
     // futures keeps this free of another dependency.
     let mut boxed: Vec<std::pin::Pin<Box<F>>> = probes.map(Box::pin).collect();
-    let mut done: Vec<Option<bool>> = vec![None; boxed.len()];
+    let mut done: Vec<Option<T>> = boxed.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
         let mut pending = false;
         for (i, f) in boxed.iter_mut().enumerate() {
@@ -184,36 +209,5 @@ async fn probe_all<F: std::future::Future<Output = bool>>(
         }
     })
     .await;
-    done.into_iter().map(|d| d.unwrap_or(false)).collect()
-}
-
-/// Whether the member at `endpoint` (`http://HOST:PORT`, as validated by
-/// the options) answers `GET /health` with `"health":"true"` within
-/// [`PROBE_TIMEOUT`]: reachable, and part of a quorum with a leader.
-async fn healthy(endpoint: &str) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let authority = endpoint.strip_prefix("http://").unwrap_or(endpoint);
-    let authority = authority.trim_end_matches('/').to_string();
-    let probe = async {
-        let mut stream = TcpStream::connect(&authority).await.ok()?;
-        let request =
-            format!("GET /health HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut reply = Vec::new();
-        // The answer is a few hundred bytes; read at most 4 KiB of it.
-        let mut chunk = [0u8; 1024];
-        while reply.len() < 4096 {
-            let n = stream.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                break;
-            }
-            reply.extend_from_slice(&chunk[..n]);
-        }
-        let reply = String::from_utf8_lossy(&reply);
-        Some(reply.starts_with("HTTP/1.1 200") && reply.contains("\"health\":\"true\""))
-    };
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, probe).await,
-        Ok(Some(true))
-    )
+    done.into_iter().flatten().collect()
 }

@@ -62,6 +62,13 @@
 //!   it, so it is taken back (see `Grants::refresh` in `store/grant.rs`).
 //! - **Dead members** leave the client's rotation at their first refused
 //!   request and come back once they accept connections (`endpoints.rs`).
+//! - **TLS and users.** `https://` endpoints are reached over rustls (ring)
+//!   with [`EtcdOptions::ca_file`] and an optional client certificate, as
+//!   etcd user [`EtcdOptions::user`] if given. The connect probes every
+//!   endpoint first, then checks the user may read and write the whole
+//!   prefix, so a refused way in fails it naming the endpoint and the cause
+//!   (`probe.rs`, `access.rs`). Expired auth tokens are renewed and the
+//!   refused request resent (`access.rs`).
 //! - **Waiting.** A caller that must wait puts a waiter key under the lock's
 //!   queue prefix, on this backend's *session lease*; etcd's `create_revision`
 //!   orders the queue. A waiter watches only the waiter just ahead of it (and
@@ -112,6 +119,7 @@
 //! and `docs/scale-out.md` ("lockd leases on etcd").
 #![deny(missing_docs)]
 
+mod access;
 mod deadlines;
 mod endpoints;
 mod etcd_lease;
@@ -119,6 +127,7 @@ mod events;
 mod keys;
 mod local;
 mod options;
+mod probe;
 mod recent;
 mod record;
 mod rpc;
@@ -132,7 +141,7 @@ use lockd_core::{
     LockError, LockEvent, LockInfo, LockOptions,
 };
 
-pub use crate::options::{ConfigError, EtcdOptions};
+pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
 use crate::store::Inner;
 
 /// A [`LockBackend`] on etcd. Open it with [`EtcdBackend::connect`]; drop
@@ -330,5 +339,12 @@ impl LockBackend for EtcdBackend {
     /// hosts. etcd's commits are not counted (0).
     fn stats(&self) -> BackendStats {
         self.inner.stats()
+    }
+
+    /// Unhealthy while etcd refuses this backend's credentials or its
+    /// permission on the prefix (a password changed, a role revoked), with
+    /// the cause; checked against etcd only after a request was refused.
+    fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(self.inner.health())
     }
 }

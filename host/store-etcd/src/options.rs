@@ -1,13 +1,24 @@
 //! How to reach etcd and how to use it, and the endpoint list of
 //! `--store etcd:...`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How to reach etcd and how to use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdOptions {
-    /// Client URLs of the cluster's members, such as `http://127.0.0.1:2379`.
+    /// Client URLs of the cluster's members, such as `http://127.0.0.1:2379`
+    /// or `https://etcd-1:2379`: all `http://` or all `https://`.
     pub endpoints: Vec<String>,
+    /// The CA certificates (PEM) that signed the members' certificates:
+    /// required with `https://` endpoints, refused with `http://` ones.
+    pub ca_file: Option<PathBuf>,
+    /// lockd's client certificate (PEM) and its private key (PEM), for
+    /// members started with `--client-cert-auth`. Both or neither.
+    pub client_cert: Option<ClientCert>,
+    /// The etcd user lockd authenticates as, for a cluster with auth
+    /// enabled. It needs readwrite on the prefix (see `docs/scale-out.md`).
+    pub user: Option<EtcdUser>,
     /// Every key lockd writes starts with this (default `/lockd`). Hosts
     /// that share locks must use the same prefix.
     pub prefix: String,
@@ -32,6 +43,33 @@ pub struct EtcdOptions {
     pub max_locks_per_lease: usize,
 }
 
+/// lockd's client certificate for etcd: two PEM files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+/// An etcd user and its password. Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdUser {
+    /// The user name, as in `etcdctl user add NAME`.
+    pub name: String,
+    /// The password. Kept out of logs and `Debug` output.
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUser")
+            .field("name", &self.name)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
 /// Why an etcd store's configuration was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -39,9 +77,9 @@ pub enum ConfigError {
     /// The endpoint list names no endpoint.
     #[error("an etcd store needs at least one endpoint, as in etcd:http://127.0.0.1:2379")]
     NoEndpoints,
-    /// An endpoint is not `http://HOST:PORT`.
+    /// An endpoint is not `http://HOST:PORT` or `https://HOST:PORT`.
     #[error(
-        "etcd endpoint {endpoint:?} {reason}; expected http://HOST:PORT, \
+        "etcd endpoint {endpoint:?} {reason}; expected http://HOST:PORT or https://HOST:PORT, \
          as in etcd:http://127.0.0.1:2379"
     )]
     BadEndpoint {
@@ -50,6 +88,40 @@ pub enum ConfigError {
         /// What is wrong with it, such as "has no port".
         reason: &'static str,
     },
+    /// Some endpoints are `http://` and others `https://`.
+    #[error(
+        "etcd endpoints mix http:// and https:// ({http} and {https}); \
+         a cluster's members are all reached the same way"
+    )]
+    MixedSchemes {
+        /// An `http://` endpoint.
+        http: String,
+        /// An `https://` endpoint.
+        https: String,
+    },
+    /// `https://` endpoints without a CA to check the members against.
+    #[error(
+        "etcd endpoint {endpoint} uses https but no CA is given: set [etcd] ca_file \
+         to the CA certificate (PEM) that signed the members' certificates"
+    )]
+    NoCaFile {
+        /// The first `https://` endpoint.
+        endpoint: String,
+    },
+    /// TLS files given for `http://` endpoints, which would not use them.
+    #[error(
+        "[etcd] {field} is set but etcd endpoint {endpoint} is plain http: \
+         use https:// endpoints, or remove {field}"
+    )]
+    TlsWithoutHttps {
+        /// `ca_file`, `cert_file` or `key_file`.
+        field: &'static str,
+        /// The first endpoint.
+        endpoint: String,
+    },
+    /// A user without a password, or an empty user name.
+    #[error("{0}")]
+    BadUser(&'static str),
 }
 
 impl EtcdOptions {
@@ -62,6 +134,9 @@ impl EtcdOptions {
     {
         EtcdOptions {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
+            ca_file: None,
+            client_cert: None,
+            user: None,
             prefix: "/lockd".to_string(),
             dial_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
@@ -73,9 +148,9 @@ impl EtcdOptions {
 
     /// Options from a comma-separated endpoint list, as in
     /// `--store etcd:http://a:2379,http://b:2379` (the part after `etcd:`).
-    /// Every endpoint must be `http://HOST:PORT`: the client is built
-    /// without TLS, so an `https://` endpoint could never connect, and a
-    /// bare `HOST:PORT` is refused rather than guessed at.
+    /// Every endpoint must be `http://HOST:PORT`, or every one
+    /// `https://HOST:PORT` (then [`EtcdOptions::ca_file`] must be set before
+    /// connecting); a bare `HOST:PORT` is refused rather than guessed at.
     pub fn from_endpoint_list(list: &str) -> Result<Self, ConfigError> {
         let endpoints: Vec<&str> = list
             .split(',')
@@ -91,7 +166,63 @@ impl EtcdOptions {
                 reason,
             })?;
         }
+        let http = endpoints.iter().find(|e| !is_https(e));
+        let https = endpoints.iter().find(|e| is_https(e));
+        if let (Some(http), Some(https)) = (http, https) {
+            return Err(ConfigError::MixedSchemes {
+                http: http.to_string(),
+                https: https.to_string(),
+            });
+        }
         Ok(EtcdOptions::new(endpoints))
+    }
+
+    /// Whether the endpoints are `https://` (all of them are, or none).
+    pub fn uses_tls(&self) -> bool {
+        self.endpoints.first().is_some_and(|e| is_https(e))
+    }
+
+    /// Checks that the TLS files and the user fit the endpoints: `https://`
+    /// needs a CA file, `http://` takes no TLS file, a user needs a name.
+    /// [`crate::EtcdBackend::connect`] checks this first; a configuration
+    /// loader may check it earlier.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let Some(first) = self.endpoints.first() else {
+            return Err(ConfigError::NoEndpoints);
+        };
+        if let Some(https) = self.endpoints.iter().find(|e| is_https(e)) {
+            if let Some(http) = self.endpoints.iter().find(|e| !is_https(e)) {
+                return Err(ConfigError::MixedSchemes {
+                    http: http.clone(),
+                    https: https.clone(),
+                });
+            }
+            if self.ca_file.is_none() {
+                return Err(ConfigError::NoCaFile {
+                    endpoint: https.clone(),
+                });
+            }
+        } else {
+            let field = if self.ca_file.is_some() {
+                Some("ca_file")
+            } else if self.client_cert.is_some() {
+                Some("cert_file")
+            } else {
+                None
+            };
+            if let Some(field) = field {
+                return Err(ConfigError::TlsWithoutHttps {
+                    field,
+                    endpoint: first.clone(),
+                });
+            }
+        }
+        if let Some(user) = &self.user {
+            if user.name.is_empty() {
+                return Err(ConfigError::BadUser("[etcd] user is empty"));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn session_ttl_secs(&self) -> i64 {
@@ -99,14 +230,27 @@ impl EtcdOptions {
     }
 }
 
-/// Why `endpoint` is not `http://HOST:PORT`, if it is not.
+fn is_https(endpoint: &str) -> bool {
+    endpoint.starts_with("https://")
+}
+
+/// `HOST:PORT` of an endpoint that passed [`check_endpoint`].
+pub(crate) fn authority(endpoint: &str) -> &str {
+    let rest = endpoint
+        .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://"))
+        .unwrap_or(endpoint);
+    rest.trim_end_matches('/')
+}
+
+/// Why `endpoint` is not `http://HOST:PORT` or `https://HOST:PORT`, if it
+/// is not.
 fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
-    let Some(authority) = endpoint.strip_prefix("http://") else {
-        return Err(if endpoint.starts_with("https://") {
-            "uses https, which this build does not support"
-        } else {
-            "is not an http:// URL"
-        });
+    let Some(authority) = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+    else {
+        return Err("is not an http:// or https:// URL");
     };
     // A trailing `/` is harmless; any other path is a mistake.
     let authority = authority.strip_suffix('/').unwrap_or(authority);
@@ -149,8 +293,8 @@ mod tests {
     fn bad_endpoints_say_what_is_wrong() {
         assert!(refusal("").contains("at least one endpoint"));
         assert!(refusal(" , ").contains("at least one endpoint"));
-        assert!(refusal("https://e:2379").contains("https"));
-        assert!(refusal("127.0.0.1:2379").contains("not an http:// URL"));
+        assert!(refusal("127.0.0.1:2379").contains("not an http:// or https:// URL"));
+        assert!(refusal("https://e").contains("no port"));
         assert!(refusal("http://e").contains("no port"));
         assert!(refusal("http://:2379").contains("no host"));
         assert!(refusal("http://e:0").contains("no valid port"));
@@ -161,6 +305,56 @@ mod tests {
         assert!(
             m.contains("\"ftp://b:2379\"") && m.contains("http://HOST:PORT"),
             "{m}"
+        );
+        let mixed = refusal("https://a:2379,http://b:2379");
+        assert!(
+            mixed.contains("mix")
+                && mixed.contains("http://b:2379")
+                && mixed.contains("https://a:2379"),
+            "{mixed}"
+        );
+    }
+
+    #[test]
+    fn https_needs_a_ca_and_http_takes_no_tls_files() {
+        let mut o = EtcdOptions::from_endpoint_list("https://e:2379,https://f:2379").unwrap();
+        assert!(o.uses_tls());
+        let m = o.check().unwrap_err().to_string();
+        assert!(m.contains("ca_file") && m.contains("https://e:2379"), "{m}");
+        o.ca_file = Some("ca.pem".into());
+        o.check().unwrap();
+
+        let mut plain = EtcdOptions::new(["http://e:2379"]);
+        assert!(!plain.uses_tls());
+        plain.check().unwrap();
+        plain.client_cert = Some(ClientCert {
+            cert_file: "c.pem".into(),
+            key_file: "c.key".into(),
+        });
+        let m = plain.check().unwrap_err().to_string();
+        assert!(m.contains("cert_file") && m.contains("plain http"), "{m}");
+        plain.client_cert = None;
+        plain.ca_file = Some("ca.pem".into());
+        assert!(plain.check().unwrap_err().to_string().contains("ca_file"));
+
+        // Built by hand rather than parsed: mixing is still refused.
+        let mut mixed = EtcdOptions::new(["http://a:1", "https://b:2"]);
+        mixed.ca_file = Some("ca.pem".into());
+        assert!(mixed.check().unwrap_err().to_string().contains("mix"));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_password() {
+        let mut o = EtcdOptions::new(["https://e:2379"]);
+        o.user = Some(EtcdUser {
+            name: "lockd".into(),
+            password: "hunter2-secret".into(),
+        });
+        let shown = format!("{o:?} {o:#?}");
+        assert!(!shown.contains("hunter2-secret"), "{shown}");
+        assert!(
+            shown.contains("lockd") && shown.contains("<redacted>"),
+            "{shown}"
         );
     }
 }

@@ -2,29 +2,80 @@
 //! are sent again, and every failure as `unavailable`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, GetResponse, Txn, TxnOpResponse, TxnResponse};
 use lockd_core::LockError;
 
+use crate::access::Access;
 use crate::endpoints::Rotation;
 
 /// The cluster as this backend reaches it: the client, the request
-/// timeout, and the endpoints in rotation.
+/// timeout, the endpoints in rotation, and how it gets in (TLS, user).
 pub(crate) struct Etcd {
     client: Client,
+    /// TLS and the user, for the probes and for messages.
+    access: Access,
     /// How long any one request may take (`EtcdOptions::request_timeout`).
     request_timeout: Duration,
     /// The endpoints in the client's rotation (see `endpoints.rs`).
     rotation: Rotation,
+    /// What etcd said when it last refused lockd's credentials or
+    /// permissions, until a request succeeds again (see [`Etcd::refused`]).
+    refused: Mutex<Option<String>>,
+    /// Whether `refused` holds something: read by every successful request,
+    /// so they take the lock only when there is something to clear.
+    refused_now: AtomicBool,
 }
 
 impl Etcd {
-    pub(crate) fn new(client: Client, endpoints: Vec<String>, request_timeout: Duration) -> Etcd {
+    pub(crate) fn new(
+        client: Client,
+        access: Access,
+        endpoints: Vec<String>,
+        request_timeout: Duration,
+    ) -> Etcd {
         Etcd {
             client,
+            rotation: Rotation::new(endpoints, access.tls().cloned()),
+            access,
             request_timeout,
-            rotation: Rotation::new(endpoints),
+            refused: Mutex::new(None),
+            refused_now: AtomicBool::new(false),
+        }
+    }
+
+    /// What etcd said when it refused lockd's credentials or permissions,
+    /// if no request succeeded since (a password changed or a permission
+    /// revoked while lockd runs).
+    pub(crate) fn refused(&self) -> Option<String> {
+        if !self.refused_now.load(Ordering::Acquire) {
+            return None;
+        }
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Describes `e`, noting it if it is a refusal of lockd's credentials.
+    fn describe(&self, e: &etcd_client::Error) -> String {
+        match self.access.refusal(e) {
+            Some(refusal) => {
+                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
+                self.refused_now.store(true, Ordering::Release);
+                refusal
+            }
+            None => e.to_string(),
+        }
+    }
+
+    /// Forgets a noted refusal: a request got through.
+    fn accepted(&self) {
+        if self.refused_now.swap(false, Ordering::AcqRel) {
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 
@@ -68,9 +119,11 @@ impl Etcd {
             self.request_timeout,
             resend,
             || self.rotation.refused(),
+            &|e| self.describe(e),
             call,
         )
         .await
+        .inspect(|_| self.accepted())
         .map_err(|e| self.unavailable(what, e))
     }
 
@@ -168,12 +221,13 @@ pub(crate) enum Resend {
 /// Runs `call` (the etcd request `what`) until it answers, sending it again
 /// (with a short backoff) as `resend` allows, all within `limit`, and
 /// calling `on_refused` for each call an endpoint refused. The error says
-/// what went wrong.
+/// what went wrong, as `describe` puts etcd's errors.
 pub(crate) async fn call_etcd<T, F, Fut>(
     what: &str,
     limit: Duration,
     resend: Resend,
     on_refused: impl Fn(),
+    describe: &(dyn Fn(&etcd_client::Error) -> String + Sync),
     mut call: F,
 ) -> Result<T, String>
 where
@@ -191,7 +245,7 @@ where
                     let refused = never_sent(&e);
                     let resent_read = resend == Resend::Reads && transient(&e);
                     if !refused && !resent_read {
-                        return Err(e.to_string());
+                        return Err(describe(&e));
                     }
                     if refused {
                         on_refused();
@@ -208,7 +262,7 @@ where
                         error = %e,
                         "etcd request failed, sending it again"
                     );
-                    last = Some(e.to_string());
+                    last = Some(describe(&e));
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
@@ -237,6 +291,7 @@ pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Resu
         limit,
         Resend::IfNeverSent,
         || {},
+        &|e| e.to_string(),
         || {
             let mut lc = client.lease_client();
             async move { lc.revoke(lease).await }

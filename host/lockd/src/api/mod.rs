@@ -179,7 +179,13 @@ impl Api {
                 METRICS_CONTENT_TYPE,
                 self.metrics(),
             ))),
-            Route::Healthz => answer(Ok(StatusReply { status: Status::Ok })),
+            Route::Healthz => answer(
+                self.service
+                    .health()
+                    .await
+                    .map(|()| StatusReply { status: Status::Ok })
+                    .map_err(Refused::from),
+            ),
             Route::OpenApi => answer(Ok(text(StatusCode::OK, "application/json", OPENAPI_JSON))),
         }
     }

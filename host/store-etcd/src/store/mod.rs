@@ -35,7 +35,7 @@ mod txn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
     LockEvent, LockInfo, LockOptions,
@@ -50,10 +50,12 @@ use self::lock::LockCalls;
 use self::lockd_lease::LockdLeases;
 use self::observe::Observer;
 use self::queue::{Caller, Queue};
+use crate::access::Access;
 use crate::etcd_lease::EtcdLeases;
 use crate::keys::Layout;
 use crate::local::{Pending, Turns};
 use crate::options::EtcdOptions;
+use crate::probe::{health, ProbeError};
 use crate::rpc::Etcd;
 use crate::stats::StatsCache;
 
@@ -88,17 +90,19 @@ impl Inner {
         options: EtcdOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Inner>, LockError> {
-        let connect_options = ConnectOptions::new()
-            .with_connect_timeout(options.dial_timeout)
-            .with_timeout(options.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(false);
-        let unreachable = |e: &dyn std::fmt::Display| {
-            LockError::Unavailable(format!(
-                "cannot reach etcd at {}: {e}",
-                options.endpoints.join(",")
-            ))
-        };
+        options
+            .check()
+            .map_err(|e| LockError::InvalidArgument(e.to_string()))?;
+        let endpoints = options.endpoints.join(",");
+        let (access, connect_options) = Access::load(
+            &options,
+            ConnectOptions::new()
+                .with_connect_timeout(options.dial_timeout)
+                .with_timeout(options.request_timeout)
+                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+                .with_keep_alive_while_idle(false),
+        )?;
+        preflight(&options, &access).await?;
         let client = match tokio::time::timeout(
             options.dial_timeout,
             Client::connect(&options.endpoints, Some(connect_options)),
@@ -106,15 +110,32 @@ impl Inner {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(unreachable(&e)),
-            Err(_) => return Err(unreachable(&"timed out")),
+            Ok(Err(e)) => {
+                return Err(LockError::Unavailable(format!(
+                    "etcd {endpoints}: {}",
+                    access.describe(&e)
+                )))
+            }
+            Err(_) => {
+                return Err(LockError::Unavailable(format!(
+                    "etcd {endpoints}: no answer within {:?}",
+                    options.dial_timeout
+                )))
+            }
         };
-        let etcd = Etcd::new(client, options.endpoints.clone(), options.request_timeout);
+        let etcd = Etcd::new(
+            client,
+            access,
+            options.endpoints.clone(),
+            options.request_timeout,
+        );
+        let layout = Layout::new(&options.prefix);
+        check_permission(&etcd, &layout).await?;
         let etcd_leases =
             EtcdLeases::open(&etcd, options.session_ttl_secs(), options.lease_slack).await?;
         let ks = Arc::new(Keyspace {
             etcd,
-            layout: Layout::new(&options.prefix),
+            layout,
             clock,
             etcd_leases,
         });
@@ -180,6 +201,17 @@ impl Inner {
 
     pub(crate) fn options(&self) -> &EtcdOptions {
         &self.options
+    }
+
+    /// Unhealthy while etcd refuses lockd's credentials or permissions: a
+    /// refusal noted by a failed request is checked again (the permission
+    /// check of the start) and reported if it stands. No request when none
+    /// was noted.
+    pub(crate) async fn health(&self) -> Result<(), LockError> {
+        if self.ks.etcd.refused().is_none() {
+            return Ok(());
+        }
+        check_permission(&self.ks.etcd, &self.ks.layout).await
     }
 
     /// The current session lease id.
@@ -435,4 +467,71 @@ fn log_unavailable<T>(
         );
     }
     result
+}
+
+/// Probes the endpoints (`GET /health`, over TLS for `https://`), each
+/// within the dial timeout, before the client's first request: a refused
+/// certificate then fails the start naming the endpoint and the cause,
+/// instead of surfacing as a bare transport error or a wait until the
+/// request deadline. The first member that answers lets the start go on
+/// (the others are the rotation's business); if none does, the error names
+/// every endpoint and its cause.
+async fn preflight(options: &EtcdOptions, access: &Access) -> Result<(), LockError> {
+    let mut probes = tokio::task::JoinSet::new();
+    for (i, endpoint) in options.endpoints.iter().enumerate() {
+        let (endpoint, tls, limit) = (
+            endpoint.clone(),
+            access.tls().cloned(),
+            options.dial_timeout,
+        );
+        probes.spawn(async move { (i, health(&endpoint, tls.as_ref(), limit).await) });
+    }
+    let mut failures: Vec<(usize, ProbeError)> = Vec::new();
+    while let Some(done) = probes.join_next().await {
+        match done {
+            Ok((_, Ok(_))) => return Ok(()),
+            Ok((i, Err(e))) => failures.push((i, e)),
+            // A probe cannot panic short of a bug; count it as no answer.
+            Err(e) => tracing::debug!(error = %e, "etcd endpoint probe ended"),
+        }
+    }
+    failures.sort_by_key(|(i, _)| *i);
+    let refused = failures
+        .iter()
+        .any(|(_, e)| matches!(e, ProbeError::Refused(_)));
+    let message = failures
+        .iter()
+        .map(|(i, e)| format!("etcd {}: {e}", options.endpoints[*i]))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(if refused {
+        LockError::InvalidArgument(message)
+    } else {
+        LockError::Unavailable(message)
+    })
+}
+
+/// Checks that lockd may read and write every key under its prefix, so a
+/// user granted too little fails the start, not some later call. The
+/// transaction deletes the whole prefix only if `.why`'s version is
+/// negative, which no key's ever is: etcd checks the permissions of both
+/// branches, and applies neither.
+async fn check_permission(etcd: &Etcd, layout: &Layout) -> Result<(), LockError> {
+    let all = layout.all();
+    let txn = Txn::new()
+        .when(vec![Compare::version(
+            layout.marker_key(),
+            CompareOp::Less,
+            0,
+        )])
+        .and_then(vec![TxnOp::delete(
+            all,
+            Some(DeleteOptions::new().with_prefix()),
+        )]);
+    let resp = etcd.txn("permission check", txn).await?;
+    if resp.succeeded() {
+        // Unreachable by etcd's semantics; say so loudly if it ever is not.
+        tracing::error!("etcd permission check: a key's version compared below 0");
+    }
+    Ok(())
 }
