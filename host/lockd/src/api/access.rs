@@ -12,7 +12,7 @@ use hyper::{Request, Response, StatusCode};
 use lockd_api::{EventQuery, Route, Status};
 
 use super::{failure, Refused};
-use crate::auth::{self, Caller, Credentials, Forbidden};
+use crate::auth::{self, Caller, Credentials, Forbidden, Unauthenticated};
 use crate::http_body::Body;
 
 /// The address of the client a request came from: the server puts it in
@@ -76,7 +76,7 @@ impl Asker<'_> {
     }
 }
 
-/// The caller of `req`, or the 401 to answer (logged). The token comes from
+/// The caller of `req`, or why not (logged; [`unauthorized`] answers it). The token comes from
 /// the headers (`Authorization: Bearer`, `dapr-api-token`); on
 /// `/v1/events` also from the `access_token` query parameter, since a
 /// browser's `EventSource` cannot send headers.
@@ -85,7 +85,7 @@ pub(super) fn authenticate<'c, B>(
     req: &Request<B>,
     route: Option<Route>,
     peer: Peer,
-) -> Result<Caller<'c>, Response<Body>> {
+) -> Result<Caller<'c>, Unauthenticated> {
     if credentials.is_open() {
         return Ok(Caller::Anyone);
     }
@@ -100,7 +100,7 @@ pub(super) fn authenticate<'c, B>(
         }
         None => None,
     };
-    credentials.authenticate(token).map_err(|refusal| {
+    credentials.authenticate(token).inspect_err(|refusal| {
         tracing::warn!(
             token = "unknown",
             peer = %peer,
@@ -108,14 +108,18 @@ pub(super) fn authenticate<'c, B>(
             reason = refusal.reason(),
             "request unauthorized"
         );
-        let mut response = failure(
-            StatusCode::UNAUTHORIZED,
-            Status::Unauthorized,
-            refusal.message().to_string(),
-        );
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        response
     })
+}
+
+/// The 401 `unauthorized` answer to `refusal`.
+pub(super) fn unauthorized(refusal: Unauthenticated) -> Response<Body> {
+    let mut response = failure(
+        StatusCode::UNAUTHORIZED,
+        Status::Unauthorized,
+        refusal.message().to_string(),
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }

@@ -152,7 +152,7 @@ impl Api {
         } else {
             match access::authenticate(&self.credentials, &req, route, peer) {
                 Ok(caller) => caller,
-                Err(refusal) => return refusal,
+                Err(refusal) => return access::unauthorized(refusal),
             }
         };
         let Some(route) = route else {
