@@ -318,7 +318,7 @@ impl Unauthenticated {
                  (the lockd CLI takes --auth-token or LOCKD_AUTH_TOKEN)"
             }
             Unauthenticated::Unknown => {
-                "the bearer token is not one this server knows; use a token of its \
+                "the bearer token is wrong (not one this server knows); use a token of its \
                  --auth-token or of lockd.toml's [[auth.tokens]]"
             }
         }
