@@ -1,5 +1,6 @@
 //! Authentication and authorization as the REST API applies them
-//! ([`crate::auth`] holds the rules): who the caller of a request is, and
+//! ([`crate::auth`] holds the rules): who the caller of a request is, the
+//! same check for other surfaces on the listener ([`Api::authorize`](super::Api::authorize)), and
 //! the refusals, each logged with the token's name (or `unknown`), the
 //! peer's address and the route. No token, `Authorization` header or
 //! `access_token` value is ever part of a log line or a reply.
@@ -122,4 +123,131 @@ pub(super) fn unauthorized(refusal: Unauthenticated) -> Response<Body> {
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// The token check for other surfaces on the same listener (the
+/// compatibility routes of other systems' lock APIs): the same tokens,
+/// headers and logging as lockd's own routes.
+impl super::Api {
+    /// `None` if the request's token may make calls like `route` in
+    /// `namespace`, else the 401 or 403 to answer (logged with the token's
+    /// name, the peer and the request's path). With `namespace` `None` (a
+    /// surface that cannot tell the namespace before it answers), the token
+    /// must cover every namespace (`"*"`).
+    pub fn authorize<B>(
+        &self,
+        req: &Request<B>,
+        route: Route,
+        namespace: Option<&str>,
+    ) -> Option<Response<Body>> {
+        let peer = peer_of(req);
+        let caller = match authenticate(&self.credentials, req, None, peer) {
+            Ok(caller) => caller,
+            Err(refusal) => return Some(unauthorized(refusal)),
+        };
+        let checked = caller.check_route(route).and_then(|()| match namespace {
+            Some(namespace) => caller.check_namespace(namespace),
+            None => match caller.scope() {
+                None => Ok(()),
+                Some(scope) => Err(Forbidden(format!(
+                    "token {:?} may not use {}, which is not checked per namespace; \
+                     it needs namespaces [\"*\"] (its namespaces are {scope})",
+                    caller.name(),
+                    req.uri().path()
+                ))),
+            },
+        });
+        let refusal = checked.err()?;
+        tracing::warn!(
+            token = caller.name(),
+            peer = %peer,
+            route = req.uri().path(),
+            reason = %refusal,
+            "request forbidden"
+        );
+        Some(failure(StatusCode::FORBIDDEN, Status::Forbidden, refusal.0))
+    }
+
+    /// [`Api::authorize`] as a lock call (role `locker`) in a namespace
+    /// the request does not name. `_query_token` is ignored: only lockd's
+    /// own `/v1/events` takes `access_token`.
+    pub fn check_auth<B>(&self, req: &Request<B>, _query_token: bool) -> Option<Response<Body>> {
+        self.authorize(req, Route::Lock, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::Request;
+
+    use super::*;
+    use crate::api::{Api, ApiOptions};
+    use crate::auth::{digest, Credential, NamespacePattern, Role, Scope};
+
+    fn api() -> Api {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let service = rt
+            .block_on(
+                crate::config::LockdConfig::default()
+                    .open_service(&crate::store::StoreSpec::Memory),
+            )
+            .unwrap();
+        let ci = Scope::new(vec![NamespacePattern::Exact("ci".into())]);
+        let credentials = Credentials::new(vec![
+            Credential::new("ci", digest("ci-token"), ci.clone(), Role::Locker),
+            Credential::new("ro", digest("ro-token"), Scope::every(), Role::Reader),
+            Credential::from_flag("root"),
+        ]);
+        Api::with_options(
+            service,
+            ApiOptions {
+                credentials,
+                ..ApiOptions::default()
+            },
+        )
+    }
+
+    fn with(header: &str, value: &str) -> Request<()> {
+        Request::builder()
+            .uri("/v1.0-alpha1/lock/store")
+            .header(header, value)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn other_surfaces_get_the_same_checks() {
+        let api = api();
+        let code = |r: Option<Response<Body>>| r.map_or(200, |r| r.status().as_u16());
+        let dapr = |t: &str| with(auth::DAPR_TOKEN_HEADER, t);
+        assert_eq!(
+            code(api.authorize(&dapr("ci-token"), Route::Lock, Some("ci"))),
+            200
+        );
+        assert_eq!(
+            code(api.authorize(&dapr("ci-token"), Route::Lock, Some("prod"))),
+            403
+        );
+        // A namespace the surface cannot name: only "*" tokens.
+        assert_eq!(
+            code(api.authorize(&dapr("ci-token"), Route::Lock, None)),
+            403
+        );
+        assert_eq!(code(api.check_auth(&dapr("root"), false)), 200);
+        assert_eq!(
+            code(api.check_auth(&with("authorization", "Bearer root"), false)),
+            200
+        );
+        // A reader over "*" may read, not lock.
+        assert_eq!(
+            code(api.authorize(&dapr("ro-token"), Route::Get, None)),
+            200
+        );
+        assert_eq!(code(api.check_auth(&dapr("ro-token"), false)), 403);
+        assert_eq!(code(api.check_auth(&dapr("nope"), false)), 401);
+        assert_eq!(code(api.check_auth(&Request::new(()), false)), 401);
+    }
 }
