@@ -16,7 +16,8 @@
 #
 # componentize-py and componentize-js are installed by the guests' own
 # build scripts into target/ (a venv and a local node_modules); jco, which the
-# portable tests run, by scripts/install-jco.sh into target/node-jco (below). protoc, which
+# portable tests run, by scripts/install-jco.sh into target/node-jco, and Dapr's
+# SDKs by scripts/install-dapr-sdks.sh (both below). protoc, which
 # etcd-client's build script runs, comes from the crates.io package
 # protoc-bin-vendored (see .cargo/config.toml and scripts/protoc), so the
 # build needs no system protoc.
@@ -88,4 +89,7 @@ done
 # @bytecodealliance/jco, pinned by tests/jco, into target/node-jco. Installs
 # Node.js first where it is missing; does nothing when it is installed.
 bash "$(dirname "${BASH_SOURCE[0]}")/install-jco.sh" >/dev/null
+# Dapr's JavaScript and Python SDKs, pinned by tests/dapr, into target/node-dapr
+# and target/venv-dapr (host/lockd/tests/dapr.rs runs them against lockd).
+bash "$(dirname "${BASH_SOURCE[0]}")/install-dapr-sdks.sh" >/dev/null
 log "done"

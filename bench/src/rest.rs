@@ -39,6 +39,7 @@ impl Server {
             config: LockdConfig::default(),
             auth_token: None,
             events_heartbeat: lockd::api::HEARTBEAT,
+            dapr_grpc_listen: None,
         }))?;
         let addr = server.addr();
         let service = server.service().clone();

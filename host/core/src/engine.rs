@@ -446,6 +446,9 @@ impl Engine {
         };
         let lock = shard.at(at);
         if let Some(holder) = lock.held_by(owner) {
+            if options.refuse_relock && lease.is_none() {
+                return Err(LockError::Busy(lock.info().expect("held")));
+            }
             if holder.lease.is_some() {
                 // Held under the lease already: its grant, unchanged; only
                 // a refresh of the lease moves its expiry.

@@ -161,6 +161,13 @@ impl LockService {
         out
     }
 
+    /// `invalid_argument` if `namespace` is not one this service takes;
+    /// the store is not asked. (Dapr's lock API answers a bad store name
+    /// before anything else.)
+    pub fn check_namespace(&self, namespace: &str) -> Result<(), LockError> {
+        self.limits.check_namespace(namespace)
+    }
+
     fn key(&self, namespace: &str, name: &str) -> Result<Key, LockError> {
         self.limits.check_namespace(namespace)?;
         self.limits.check_name(name)?;
@@ -205,6 +212,12 @@ impl LockService {
             self.limits.check_owner(owner)?;
             self.limits.check_ttl(ttl_ms)?;
             self.limits.check_wait(options.wait_ms)?;
+            if options.refuse_relock && options.wait_ms > 0 {
+                // A refused re-lock would queue the owner behind itself.
+                return Err(LockError::InvalidArgument(
+                    "a lock that refuses a re-lock cannot wait: give wait 0".to_string(),
+                ));
+            }
             let options = LockOptions {
                 quota: self.quotas.of(namespace),
                 ..options

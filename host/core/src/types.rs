@@ -55,6 +55,10 @@ pub struct LockOptions {
     /// `denied`. Set by [`LockService`](crate::LockService) from its
     /// configuration: whatever a caller puts here is replaced.
     pub quota: Option<u64>,
+    /// The holder's own `lock` answers `busy` in place of the idempotent
+    /// re-lock (docs/contract.md#c2-relock), and leaves the grant as it is:
+    /// Dapr's `TryLock` is not reentrant.
+    pub refuse_relock: bool,
 }
 
 /// A successful lock or extend.

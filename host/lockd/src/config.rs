@@ -24,6 +24,9 @@
 //! [namespaces.quotas]                    # per namespace
 //! jobs = 1000
 //!
+//! [dapr]                                 # Dapr's lock API (docs/http.md#compatibility-routes)
+//! durability = "persistent"              # or "ephemeral": locks taken through it
+//!
 //! [components.edge-jobs]                 # per spin.toml component id
 //! namespace = "jobs"                     # default: the component id
 //!
@@ -78,6 +81,26 @@ pub struct LockdConfig {
     /// The REST API's tokens, with their namespaces and roles.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Dapr's lock API.
+    #[serde(default)]
+    pub dapr: DaprConfig,
+}
+
+/// `[dapr]`: how locks taken through Dapr's lock API behave.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaprConfig {
+    /// Durability of the locks Dapr's clients take (Dapr's API has no
+    /// word for it); persistent when unset.
+    pub durability: Option<lockd_api::DurabilityWord>,
+}
+
+impl DaprConfig {
+    /// The durability of a Dapr `TryLock`.
+    pub fn durability(&self) -> lockd_core::Durability {
+        self.durability
+            .map_or(lockd_core::Durability::Persistent, Into::into)
+    }
 }
 
 /// `[etcd]`: how an etcd store uses the cluster. Unset fields keep the
@@ -277,6 +300,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn dapr_durability_is_a_durability_word() {
+        let config: LockdConfig = toml::from_str("[dapr]\ndurability = \"ephemeral\"").unwrap();
+        assert_eq!(config.dapr.durability(), lockd_core::Durability::Ephemeral);
+        let typo = toml::from_str::<LockdConfig>("[dapr]\ndurability = \"forever\"").unwrap_err();
+        assert!(typo.to_string().contains("forever"), "{typo}");
+        assert!(toml::from_str::<LockdConfig>("[dapr]\ndurable = true").is_err());
+    }
+
+    #[test]
     fn parses_every_section_and_rejects_typos() {
         let config: LockdConfig = toml::from_str(
             r#"
@@ -296,6 +328,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.lock_limits().max_ttl_ms, 1000);
+        assert_eq!(config.dapr.durability(), lockd_core::Durability::Persistent);
         assert_eq!(config.quotas().of("jobs"), Some(2));
         assert_eq!(config.quotas().of("other"), Some(5));
         assert_eq!(config.namespace_of("a"), "shared");

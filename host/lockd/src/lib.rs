@@ -13,6 +13,8 @@
 
 pub mod api;
 pub mod auth;
+/// Other systems' lock APIs: Dapr's (HTTP and gRPC) and Kahuna's.
+pub mod compat;
 pub mod config;
 pub mod epoch;
 /// The response body type of `lockd serve` and its helpers, shared by `api`

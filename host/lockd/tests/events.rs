@@ -580,6 +580,7 @@ fn a_client_that_does_not_read_lags_and_is_disconnected() {
             config: lockd::config::LockdConfig::default(),
             auth_token: None,
             events_heartbeat: lockd::api::HEARTBEAT,
+            dapr_grpc_listen: None,
         }))
         .unwrap();
     let (addr, service) = (server.addr(), server.service().clone());

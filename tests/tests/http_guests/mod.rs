@@ -52,6 +52,7 @@ pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
         config,
         auth_token: None,
         events_heartbeat: lockd::api::HEARTBEAT,
+        dapr_grpc_listen: None,
     })
     .await
     .unwrap();

@@ -73,4 +73,8 @@ pub struct ServeArgs {
     /// heartbeat comment, which keeps proxies from closing it.
     #[arg(long, default_value = "15s", value_parser = parse_duration_ms, value_name = "DURATION")]
     pub events_heartbeat: u64,
+    /// Also serve Dapr's gRPC lock API (dapr.proto.runtime.v1.Dapr
+    /// TryLockAlpha1/UnlockAlpha1, for Dapr's SDKs) on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub dapr_grpc_listen: Option<std::net::SocketAddr>,
 }

@@ -47,6 +47,7 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
                 config,
                 auth_token: args.auth_token.filter(|t| !t.is_empty()),
                 events_heartbeat: Duration::from_millis(args.events_heartbeat),
+                dapr_grpc_listen: args.dapr_grpc_listen,
             };
             lockd::serve::serve(options, shutdown_signal()).await
         }

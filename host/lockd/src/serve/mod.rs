@@ -25,6 +25,7 @@ pub use components::App;
 use manifest::Manifest;
 
 use crate::api::{Api, ApiOptions, PeerAddr};
+use crate::compat::{self, Compat};
 use crate::config::LockdConfig;
 use crate::http_body::{full, Body};
 use crate::store::StoreSpec;
@@ -52,6 +53,8 @@ pub struct ServeOptions {
     /// How long an idle event stream waits before a heartbeat comment
     /// (zero: [`HEARTBEAT`](crate::api::HEARTBEAT)).
     pub events_heartbeat: Duration,
+    /// Where to serve Dapr's gRPC lock API, if anywhere.
+    pub dapr_grpc_listen: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -66,6 +69,7 @@ impl std::fmt::Debug for ServeOptions {
                 &self.auth_token.as_ref().map(|_| "<redacted>"),
             )
             .field("events_heartbeat", &self.events_heartbeat)
+            .field("dapr_grpc_listen", &self.dapr_grpc_listen)
             .finish()
     }
 }
@@ -77,6 +81,7 @@ pub struct Server {
     addr: SocketAddr,
     service: LockService,
     router: Arc<Router>,
+    dapr_grpc: Option<tokio::net::TcpListener>,
 }
 
 impl std::fmt::Debug for Server {
@@ -116,11 +121,21 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         .await
         .with_context(|| format!("binding {}", options.listen))?;
     let addr = listener.local_addr()?;
+    let dapr_grpc = match options.dapr_grpc_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("binding {at} (--dapr-grpc-listen)"))?,
+        ),
+        None => None,
+    };
+    let compat = Compat::new(service.clone(), &options.config.dapr);
     Ok(Server {
         listener,
         addr,
         service,
-        router: Arc::new(Router { api, app }),
+        router: Arc::new(Router { api, app, compat }),
+        dapr_grpc,
     })
 }
 
@@ -128,6 +143,11 @@ impl Server {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where Dapr's gRPC lock API listens, if it does.
+    pub fn dapr_grpc_addr(&self) -> Option<SocketAddr> {
+        self.dapr_grpc.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The lock service behind it (tests inspect the store through it).
@@ -139,6 +159,20 @@ impl Server {
     /// `lockd listening on http://ADDR` (tests wait for that line).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let addr = self.addr;
+        let dapr_grpc = self
+            .dapr_grpc_addr()
+            .zip(self.dapr_grpc)
+            .map(|(at, listener)| {
+                println!("  grpc://{at} -> Dapr's lock API (dapr.proto.runtime.v1.Dapr)");
+                let locks = self.router.compat.dapr().clone();
+                let api = self.router.api.clone();
+                tokio::spawn(compat::dapr_grpc::serve(
+                    listener,
+                    locks,
+                    api,
+                    std::future::pending(),
+                ))
+            });
         if let Some(app) = &self.router.app {
             for (route, component, kind) in app.routes() {
                 println!("  http://{addr}{route} -> {component} ({kind})");
@@ -187,6 +221,9 @@ impl Server {
                     .await;
             });
         }
+        if let Some(task) = dapr_grpc {
+            task.abort();
+        }
         Ok(())
     }
 }
@@ -202,6 +239,7 @@ pub async fn serve(
 struct Router {
     api: Arc<Api>,
     app: Option<Arc<App>>,
+    compat: Compat,
 }
 
 impl Router {
@@ -234,6 +272,10 @@ impl Router {
 
     async fn dispatch(&self, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path();
+        // Before `Api::owns`: Kahuna's routes are under /v1/ too.
+        if Compat::owns(path) {
+            return self.compat.handle(req, &self.api).await;
+        }
         if Api::owns(path) {
             return self.api.handle(req).await;
         }

@@ -140,6 +140,9 @@ impl Grants {
             match snap.lock.as_ref().filter(|h| h.live(now)) {
                 // Held under the lease whose id `owner` is: its grant as it
                 // is (only the lease moves its expiry).
+                Some(h) if h.rec.owner == owner && options.refuse_relock && !h.rec.lease => {
+                    return Ok(Attempt::Busy(h.info()));
+                }
                 Some(h) if h.rec.owner == owner && h.rec.lease => {
                     return Ok(Attempt::Granted(h.grant(), false));
                 }

@@ -1,7 +1,7 @@
 //! Grants, unlocks, extends and their checks: tokens, expiry, invalid
 //! input, namespaces, listing locks and namespaces.
 
-use lockd_core::{Durability, Limits, LockError, ManualClock, NamespaceStats};
+use lockd_core::{Durability, Limits, LockError, LockOptions, ManualClock, NamespaceStats};
 
 use super::support::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
 
@@ -26,6 +26,50 @@ pub async fn grant_busy_and_idempotent_relock(factory: &dyn StoreFactory) {
     assert_eq!(g2.expires_at_ms, START_MS + 5 + 10_000);
     let info = s.get(NS, "a").await.unwrap().unwrap();
     assert_eq!(info.expires_at_ms, g2.expires_at_ms);
+}
+
+/// `refuse_relock` (Dapr's non-reentrant `TryLock`): the holder's own
+/// `lock` is `busy` and leaves its grant as it was; a free or expired lock
+/// is granted as usual.
+pub async fn relock_refused_when_asked(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let no_relock = LockOptions {
+        refuse_relock: true,
+        ..persistent()
+    };
+    let g1 = s.lock(NS, "a", "o1", 10_000, no_relock).await.unwrap();
+    clock.advance(5);
+    match s.lock(NS, "a", "o1", 20_000, no_relock).await {
+        Err(LockError::Busy(info)) => {
+            assert_eq!(info.owner, "o1");
+            assert_eq!(info.fencing_token, g1.fencing_token);
+            assert_eq!(info.expires_at_ms, g1.expires_at_ms);
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert!(matches!(
+        s.lock(NS, "a", "o2", 10_000, no_relock).await,
+        Err(LockError::Busy(_))
+    ));
+    let info = s.get(NS, "a").await.unwrap().unwrap();
+    assert_eq!(
+        info.expires_at_ms, g1.expires_at_ms,
+        "the grant is unchanged"
+    );
+    // Waiting and refusing a re-lock do not go together.
+    let waiting = LockOptions {
+        wait_ms: 10,
+        ..no_relock
+    };
+    assert!(matches!(
+        s.lock(NS, "a", "o2", 10_000, waiting).await,
+        Err(LockError::InvalidArgument(_))
+    ));
+    // Expired: the same owner gets a fresh grant.
+    clock.advance(10_000);
+    let g2 = s.lock(NS, "a", "o1", 10_000, no_relock).await.unwrap();
+    assert!(g2.fencing_token > g1.fencing_token);
 }
 
 /// Unlock needs the holder and, when given, the current token.

@@ -31,6 +31,7 @@ macro_rules! conformance_tests {
     ($factory:expr) => {
         $crate::conformance_tests!(@cases $factory;
             grant_busy_and_idempotent_relock,
+            relock_refused_when_asked,
             unlock_checks_owner_and_token,
             extend_checks_owner_and_keeps_token,
             tokens_rise_strictly,

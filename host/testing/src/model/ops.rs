@@ -353,6 +353,7 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
                 wait_ms: 0,
                 durability: *durability,
                 quota: None,
+                refuse_relock: false,
             };
             service
                 .lock(NAMESPACE, name, owner, *ttl_ms, options)

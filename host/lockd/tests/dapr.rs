@@ -1,0 +1,549 @@
+//! Dapr's lock API, proven with Dapr's real SDKs (installed pinned by
+//! scripts/install-dapr-sdks.sh): the JavaScript SDK over HTTP and gRPC, the
+//! Python SDK over gRPC, each running Dapr's lock-store conformance checks
+//! (tests/dapr/) against a real `lockd serve`; Dapr's errors for bad input,
+//! with the store left unchanged; Dapr and native owners excluding each
+//! other; the token check on both listeners.
+
+mod lockd_server;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use lockd_server::{closed_port, raw_request, request, Reply, Server};
+use serde_json::{json, Value};
+
+/// The SDKs: `(node_modules, python)`, installed once per test process.
+fn sdks() -> &'static (PathBuf, PathBuf) {
+    static SDKS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    SDKS.get_or_init(|| {
+        let script = repo().join("scripts/install-dapr-sdks.sh");
+        let out = Command::new("bash").arg(&script).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let mut lines = stdout.lines().rev();
+        let python = PathBuf::from(lines.next().unwrap());
+        let node_modules = PathBuf::from(lines.next().unwrap());
+        (node_modules, python)
+    })
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `lockd serve --store memory --dapr-grpc-listen 127.0.0.1:PORT EXTRA`,
+/// and the gRPC address.
+fn serve_with_grpc(extra: &[&str]) -> (Server, String) {
+    let grpc = format!("127.0.0.1:{}", closed_port());
+    let mut args = vec!["--store", "memory", "--dapr-grpc-listen", &grpc];
+    args.extend_from_slice(extra);
+    (Server::start_in(None, &args, &[]), grpc)
+}
+
+/// Runs a program of tests/dapr; its output if it exits 0.
+fn run(mut cmd: Command) -> String {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn js(server: &Server, protocol: &str, port: &str, prefix: &str) -> String {
+    let mut cmd = Command::new("node");
+    cmd.arg(repo().join("tests/dapr/conformance.cjs"))
+        .env("NODE_PATH", &sdks().0)
+        .env("DAPR_HOST", "127.0.0.1")
+        .env("DAPR_PORT", port)
+        .env("DAPR_PROTOCOL", protocol)
+        .env("STORE", "dapr-js")
+        .env("PREFIX", prefix)
+        .env_remove("DAPR_API_TOKEN");
+    let _ = server;
+    run(cmd)
+}
+
+fn python(server: &Server, grpc: &str, program: &str, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(&sdks().1);
+    cmd.arg(repo().join("tests/dapr").join(program))
+        .env("DAPR_HTTP_ENDPOINT", &server.url)
+        .env("DAPR_GRPC_ENDPOINT", grpc)
+        .env("DAPR_HEALTH_TIMEOUT", "10")
+        .env_remove("DAPR_API_TOKEN")
+        .envs(env.iter().copied());
+    run(cmd)
+}
+
+/// The contention check's winner holds the lock in lockd, as an ordinary
+/// lock: listed, with a fencing token, and a native owner is refused.
+fn assert_winner_holds(server: &Server, output: &str, store: &str, prefix: &str) {
+    let winner = output
+        .lines()
+        .find_map(|l| l.strip_prefix("winner "))
+        .unwrap_or_else(|| panic!("no winner in:\n{output}"));
+    let name = format!("{prefix}-contended");
+    let listed = server.get(&format!("/v1/locks?namespace={store}&prefix={name}"));
+    assert_eq!(listed.code, 200, "{}", listed.body);
+    let locks = listed.json["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{}", listed.body);
+    assert_eq!(locks[0]["owner"], winner);
+    assert!(locks[0]["fencing_token"].as_u64().unwrap() > 0);
+    let native = server.post_json(
+        "/v1/locks/lock",
+        &json!({"namespace": store, "name": name, "owner": "native", "ttl_ms": 1000}),
+    );
+    assert_eq!(
+        (native.code, native.status()),
+        (409, "busy"),
+        "{}",
+        native.body
+    );
+    assert_eq!(native.json["owner"], winner);
+}
+
+#[test]
+fn javascript_sdk_passes_the_lock_conformance_checks_over_http_and_grpc() {
+    let (server, grpc) = serve_with_grpc(&[]);
+    let http_port = server.addr.port().to_string();
+    let out = js(&server, "http", &http_port, "http");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    assert_winner_holds(&server, &out, "dapr-js", "http");
+    let grpc_port = grpc.rsplit(':').next().unwrap();
+    let out = js(&server, "grpc", grpc_port, "grpc");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    assert_winner_holds(&server, &out, "dapr-js", "grpc");
+}
+
+/// Negative control: the JavaScript checks fail when the store does not
+/// behave as Dapr's (here the first lock is held already, by a native owner).
+#[test]
+fn javascript_checks_fail_against_a_store_that_breaks_them() {
+    let server = Server::start(&[]);
+    let held = server.post_json(
+        "/v1/locks/lock",
+        &json!({"namespace": "dapr-js", "name": "neg-resource", "owner": "native", "ttl_ms": 60000}),
+    );
+    assert_eq!(held.code, 200, "{}", held.body);
+    let mut cmd = Command::new("node");
+    cmd.arg(repo().join("tests/dapr/conformance.cjs"))
+        .env("NODE_PATH", &sdks().0)
+        .env("DAPR_HOST", "127.0.0.1")
+        .env("DAPR_PORT", server.addr.port().to_string())
+        .env("STORE", "dapr-js")
+        .env("PREFIX", "neg");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL acquire: got false, want true"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn python_sdk_passes_the_lock_conformance_checks_over_grpc() {
+    let (server, grpc) = serve_with_grpc(&[]);
+    let env = [("STORE", "dapr-py"), ("PREFIX", "py")];
+    let out = python(&server, &grpc, "conformance.py", &env);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    assert_winner_holds(&server, &out, "dapr-py", "py");
+    // Dapr's errors and UNIMPLEMENTED for the rest of Dapr's API.
+    let out = python(&server, &grpc, "grpc_edges.py", &[]);
+    assert!(out.contains("ok lock without an owner"), "{out}");
+    assert_store_empty(&server, "edges");
+}
+
+#[test]
+fn grpc_listener_checks_the_token() {
+    let (server, grpc) = serve_with_grpc(&["--auth-token", "s3cret"]);
+    let out = python(&server, &grpc, "grpc_edges.py", &[("TOKEN", "s3cret")]);
+    assert!(out.contains("ok no token: unauthenticated"), "{out}");
+    assert!(out.contains("ok lock without an owner"), "{out}");
+}
+
+/// A Dapr HTTP call: `(status, body)`.
+fn dapr_post(server: &Server, path: &str, content_type: &str, body: &[u8]) -> Reply {
+    raw_request(
+        server.addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: lockd\r\nContent-Type: {content_type}\r\nContent-Length: {}",
+            body.len()
+        ),
+        body.to_vec(),
+    )
+}
+
+fn assert_dapr_error(reply: &Reply, code: u16, error_code: &str, message: &str) {
+    assert_eq!(reply.code, code, "{}", reply.body);
+    assert_eq!(reply.json["errorCode"], error_code, "{}", reply.body);
+    let got = reply.json["message"].as_str().unwrap_or("");
+    assert!(
+        got.starts_with(message),
+        "{got:?} does not start with {message:?}"
+    );
+}
+
+fn assert_store_empty(server: &Server, namespace: &str) {
+    let listed = server.get(&format!("/v1/locks?namespace={namespace}"));
+    assert_eq!(listed.code, 200, "{}", listed.body);
+    assert_eq!(listed.json["locks"], json!([]), "{}", listed.body);
+}
+
+#[test]
+fn bad_input_gets_daprs_errors_and_changes_nothing() {
+    let server = Server::start(&[]);
+    let lock = "/v1.0-alpha1/lock/bad";
+    let json_type = "application/json";
+    let cases: &[(&str, &[u8], u16, &str, &str)] = &[
+        (
+            json_type,
+            b"",
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "ExpiryInSeconds is not positive in lock store bad",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":"r","lockOwner":"o"}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "ExpiryInSeconds is not positive",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":-1}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "ExpiryInSeconds is not positive",
+        ),
+        (
+            json_type,
+            br#"{"lockOwner":"o","expiryInSeconds":5}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "ResourceId is empty in lock store bad",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":"r","expiryInSeconds":5}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "LockOwner is empty in lock store bad",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":2147483648}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body: expiryInSeconds: ",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":2147483647}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "ttl of 2147483647000 ms is over the maximum",
+        ),
+        (
+            json_type,
+            br#"{"resourceId":7,"lockOwner":"o","expiryInSeconds":5}"#,
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body: resourceId: ",
+        ),
+        (
+            json_type,
+            b"{not json",
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body: ",
+        ),
+        // Dapr reads the body whatever the content type says.
+        (
+            "application/x-www-form-urlencoded",
+            b"resourceId=r&lockOwner=o&expiryInSeconds=5",
+            400,
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body: ",
+        ),
+    ];
+    for (content_type, body, code, error_code, message) in cases {
+        let reply = dapr_post(&server, lock, content_type, body);
+        assert_dapr_error(&reply, *code, error_code, message);
+    }
+    // A store name that is not a lockd namespace.
+    let long = "s".repeat(200);
+    let body = br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#;
+    let reply = dapr_post(
+        &server,
+        &format!("/v1.0-alpha1/lock/{long}"),
+        json_type,
+        body,
+    );
+    assert_dapr_error(
+        &reply,
+        400,
+        "ERR_LOCK_STORE_NOT_FOUND",
+        &format!("lock store {long} not found"),
+    );
+    let reply = dapr_post(
+        &server,
+        &format!("/v1.0-alpha1/unlock/{long}"),
+        json_type,
+        body,
+    );
+    assert_dapr_error(
+        &reply,
+        400,
+        "ERR_LOCK_STORE_NOT_FOUND",
+        &format!("lock store {long} not found"),
+    );
+    // Over the body limit.
+    let big = vec![b' '; 2 << 20];
+    let reply = dapr_post(&server, lock, json_type, &big);
+    assert_dapr_error(
+        &reply,
+        400,
+        "ERR_BODY_READ",
+        "failed to read request body: the body is over",
+    );
+    // The wrong method.
+    let reply = request("GET", &server.url, lock, None, None);
+    assert_eq!((reply.code, reply.header("allow")), (405, Some("POST")));
+    assert_store_empty(&server, "bad");
+    // A JSON body under another content type works, as on Dapr.
+    let reply = dapr_post(&server, lock, "text/plain", body);
+    assert_eq!(
+        (reply.code, &reply.json),
+        (200, &json!({"success": true})),
+        "{}",
+        reply.body
+    );
+}
+
+#[test]
+fn dapr_and_native_owners_exclude_each_other() {
+    let server = Server::start(&[]);
+    let native = |path: &str, body: Value| server.post_json(path, &body);
+    let dapr = |op: &str, body: Value| {
+        dapr_post(
+            &server,
+            &format!("/v1.0-alpha1/{op}/jobs"),
+            "application/json",
+            body.to_string().as_bytes(),
+        )
+    };
+    let held = native(
+        "/v1/locks/lock",
+        json!({"namespace": "jobs", "name": "n", "owner": "native", "ttl_ms": 60000}),
+    );
+    assert_eq!(held.code, 200, "{}", held.body);
+    let tried = dapr(
+        "lock",
+        json!({"resourceId": "n", "lockOwner": "d", "expiryInSeconds": 10}),
+    );
+    assert_eq!((tried.code, &tried.json), (200, &json!({"success": false})));
+    let unlocked = dapr("unlock", json!({"resourceId": "n", "lockOwner": "d"}));
+    assert_eq!(unlocked.json, json!({"status": 2}));
+    native(
+        "/v1/locks/unlock",
+        json!({"namespace": "jobs", "name": "n", "owner": "native"}),
+    );
+    let tried = dapr(
+        "lock",
+        json!({"resourceId": "n", "lockOwner": "d", "expiryInSeconds": 10}),
+    );
+    assert_eq!(tried.json, json!({"success": true}));
+    let refused = native(
+        "/v1/locks/lock",
+        json!({"namespace": "jobs", "name": "n", "owner": "native", "ttl_ms": 1000}),
+    );
+    assert_eq!((refused.code, refused.status()), (409, "busy"));
+    assert_eq!(refused.json["owner"], "d");
+    assert_eq!(refused.json["durability"], "persistent");
+    // Whole seconds: the expiry is 10 s from the grant.
+    let got = native("/v1/locks/get", json!({"namespace": "jobs", "name": "n"}));
+    let token = got.json["fencing_token"].as_u64().unwrap();
+    assert!(token > held.json["fencing_token"].as_u64().unwrap());
+    let metrics = server.get("/metrics").body;
+    assert!(metrics.contains("namespace=\"jobs\""), "{metrics}");
+    // Not reentrant: the owner's second TryLock fails and keeps the grant.
+    let again = dapr(
+        "lock",
+        json!({"resourceId": "n", "lockOwner": "d", "expiryInSeconds": 60}),
+    );
+    assert_eq!(again.json, json!({"success": false}));
+    let after = native("/v1/locks/get", json!({"namespace": "jobs", "name": "n"}));
+    assert_eq!(after.json["expires_at_ms"], got.json["expires_at_ms"]);
+    assert_eq!(
+        dapr("unlock", json!({"resourceId": "n", "lockOwner": "d"})).json,
+        json!({"status": 0})
+    );
+    assert_eq!(
+        dapr("unlock", json!({"resourceId": "n", "lockOwner": "d"})).json,
+        json!({"status": 1})
+    );
+}
+
+#[test]
+fn sdk_start_up_calls_and_the_token() {
+    let server = Server::with_token("s3cret");
+    let open = request("GET", &server.url, "/v1.0/healthz", None, None);
+    assert_eq!(open.code, 204);
+    assert_eq!(
+        request("GET", &server.url, "/v1.0/healthz/outbound", None, None).code,
+        204
+    );
+    let refused = request("GET", &server.url, "/v1.0/metadata", None, None);
+    assert_eq!(refused.code, 401, "{}", refused.body);
+    let refused = request("POST", &server.url, "/v1.0-alpha1/lock/x", Some("{}"), None);
+    assert_eq!(refused.code, 401, "{}", refused.body);
+    let metadata = server.get("/v1.0/metadata");
+    assert_eq!(metadata.code, 200, "{}", metadata.body);
+    assert_eq!(metadata.json["id"], "lockd");
+    let locked = server.post(
+        "/v1.0-alpha1/lock/x",
+        r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#,
+    );
+    assert_eq!(locked.json, json!({"success": true}), "{}", locked.body);
+}
+
+/// docs/openapi.json describes exactly the compatibility routes, tagged as
+/// such, and each answer below has a documented status.
+#[test]
+fn openapi_describes_the_compatibility_routes() {
+    let doc: Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+    let mut tagged = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let tags = operation["tags"].to_string();
+            if tags.contains("compatibility") {
+                tagged.insert((method.as_str(), path.as_str(), tags.contains("Dapr")));
+            }
+        }
+    }
+    let expected = std::collections::BTreeSet::from([
+        ("post", "/v1.0-alpha1/lock/{storeName}", true),
+        ("post", "/v1.0-alpha1/unlock/{storeName}", true),
+        ("get", "/v1.0/metadata", true),
+        ("get", "/v1.0/healthz", true),
+        ("get", "/v1.0/healthz/outbound", true),
+        ("post", "/v1/locks/try-lock", false),
+        ("post", "/v1/locks/try-extend", false),
+        ("post", "/v1/locks/try-unlock", false),
+        ("post", "/v1/locks/get-info", false),
+    ]);
+    assert_eq!(tagged, expected);
+    let server = Server::start(&[]);
+    for (method, path, _) in expected {
+        let url_path = path.replace("{storeName}", "doc");
+        let bodies: &[Option<&str>] = if method == "get" {
+            &[None]
+        } else {
+            &[
+                Some(
+                    r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5,"resource":"r","owner":"b3duZXI=","expiresMs":5000}"#,
+                ),
+                Some(r#"{"expiryInSeconds":"x","expiresMs":"x"}"#),
+            ]
+        };
+        for body in bodies {
+            let reply = request(&method.to_uppercase(), &server.url, &url_path, *body, None);
+            let code = reply.code.to_string();
+            let documented = &doc["paths"][path][method]["responses"][&code];
+            assert!(
+                documented.is_object(),
+                "{method} {path} answered {code}, undocumented"
+            );
+        }
+    }
+}
+
+/// A Dapr lock is an event like any other, `[dapr] durability =
+/// "ephemeral"` in lockd.toml makes Dapr's locks ephemeral, and a quota's
+/// refusal is `ERR_TRY_LOCK`.
+#[test]
+fn dapr_locks_are_events_and_take_the_configured_durability() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        "[dapr]\ndurability = \"ephemeral\"\n[namespaces.quotas]\nev = 1\n",
+    )
+    .unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    let mut events = std::net::TcpStream::connect(server.addr).unwrap();
+    events
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        events,
+        "GET /v1/events?namespace=ev HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut lines = BufReader::new(events);
+    let mut line = String::new();
+    // The stream's opening comment: from then on it sees every event.
+    while !line.starts_with(':') {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+    }
+    let body = json!({"resourceId": "n", "lockOwner": "d", "expiryInSeconds": 10}).to_string();
+    let locked = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/ev",
+        "application/json",
+        body.as_bytes(),
+    );
+    assert_eq!(locked.json, json!({"success": true}), "{}", locked.body);
+    let data = loop {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+        if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            break serde_json::from_str::<Value>(data).unwrap();
+        }
+    };
+    assert_eq!(
+        (&data["name"], &data["owner"]),
+        (&json!("n"), &json!("d")),
+        "{data}"
+    );
+    let got = server.post_json("/v1/locks/get", &json!({"namespace": "ev", "name": "n"}));
+    assert_eq!(got.json["durability"], "ephemeral", "{}", got.body);
+    // A refusal by the store (here the namespace's quota) is Dapr's ERR_TRY_LOCK.
+    let body = json!({"resourceId": "m", "lockOwner": "d", "expiryInSeconds": 10}).to_string();
+    let refused = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/ev",
+        "application/json",
+        body.as_bytes(),
+    );
+    assert_dapr_error(
+        &refused,
+        500,
+        "ERR_TRY_LOCK",
+        "failed to try acquiring lock: ",
+    );
+}

@@ -1,0 +1,66 @@
+// Dapr's lock-store conformance checks (components-contrib
+// tests/conformance/lock), run by Dapr's own JavaScript SDK against a lockd
+// serving Dapr's lock API. host/lockd/tests/dapr.rs runs it with NODE_PATH
+// pointing at the SDK scripts/install-dapr-sdks.sh installed, and:
+//   DAPR_HOST, DAPR_PORT  where lockd listens (HTTP, or gRPC with DAPR_PROTOCOL=grpc)
+//   STORE                 the lock store name (a lockd namespace)
+//   PREFIX                prefix of every resource id, unique per run
+// Prints one line per check, then `winner <owner>` of the contention check;
+// exits 1 at the first failed check.
+"use strict";
+const { DaprClient, CommunicationProtocolEnum } = require("@dapr/dapr");
+const { LockStatus } = require("@dapr/dapr/types/lock/UnlockResponse");
+
+const protocol =
+  process.env.DAPR_PROTOCOL === "grpc" ? CommunicationProtocolEnum.GRPC : CommunicationProtocolEnum.HTTP;
+const store = process.env.STORE;
+const prefix = process.env.PREFIX;
+
+function client() {
+  return new DaprClient({
+    daprHost: process.env.DAPR_HOST,
+    daprPort: process.env.DAPR_PORT,
+    communicationProtocol: protocol,
+    logger: { level: 0 },
+  });
+}
+
+function check(what, got, want) {
+  if (got !== want) {
+    console.log(`FAIL ${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+    process.exit(1);
+  }
+  console.log(`ok ${what}`);
+}
+
+async function main() {
+  const dapr = client();
+  const r = `${prefix}-resource`;
+  check("acquire", (await dapr.lock.lock(store, r, "owner1", 10)).success, true);
+  check("acquire by another owner fails", (await dapr.lock.lock(store, r, "owner2", 10)).success, false);
+  check("acquire again by the owner fails", (await dapr.lock.lock(store, r, "owner1", 10)).success, false);
+  check("unlock of a missing lock", (await dapr.lock.unlock(store, `${r}-missing`, "owner1")).status, LockStatus.LockDoesNotExist);
+  check("unlock by another owner", (await dapr.lock.unlock(store, r, "owner2")).status, LockStatus.LockBelongsToOthers);
+  check("unlock by the owner", (await dapr.lock.unlock(store, r, "owner1")).status, LockStatus.Success);
+
+  const expiring = `${prefix}-expiring`;
+  check("acquire for 1 s", (await dapr.lock.lock(store, expiring, "owner1", 1)).success, true);
+  check("held before its expiry", (await dapr.lock.lock(store, expiring, "owner2", 1)).success, false);
+  await new Promise((done) => setTimeout(done, 1100));
+  check("after the expiry another owner acquires", (await dapr.lock.lock(store, expiring, "owner2", 10)).success, true);
+
+  // Ten clients, one TryLock each, all at once: exactly one wins.
+  const contended = `${prefix}-contended`;
+  const clients = Array.from({ length: 10 }, client);
+  const results = await Promise.all(
+    clients.map((c, i) => c.lock.lock(store, contended, `racer${i}`, 30).then((res) => res.success)),
+  );
+  check("ten concurrent TryLocks: winners", results.filter(Boolean).length, 1);
+  console.log(`winner racer${results.indexOf(true)}`);
+  await Promise.all([dapr, ...clients].map((c) => c.stop()));
+}
+
+main().catch((e) => {
+  console.log(`FAIL ${e && e.stack ? e.stack : e}`);
+  process.exit(1);
+});
