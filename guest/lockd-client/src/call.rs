@@ -154,6 +154,12 @@ impl Answer<'_> {
                  set LOCKD_AUTH_TOKEN to the server's token",
                 self.config.url, self.http, error.message
             )),
+            // The token is known but scoped elsewhere: the message says
+            // which token lacks what.
+            Status::Forbidden => Error::Denied(format!(
+                "the lockd server at {} refused the request (HTTP {}): {}",
+                self.config.url, self.http, error.message
+            )),
             // `not_found` with a message: the path is no route (a LOCKD_URL
             // with a wrong path), which must not read as "free".
             other => self.unexpected(&format!("the status word {:?}", other.as_str())),

@@ -57,7 +57,7 @@ pub use query::{EventQuery, ListQuery};
 pub use reply::{
     BusyReply, ErrorReply, Event, FoundReply, GrantReply, LaggedEvent, LeaseFoundReply,
     LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply, ListReply, ListedLock,
-    ReleasedReply, StatusReply,
+    NamespaceSummary, NamespacesReply, ReleasedReply, StatusReply,
 };
 pub use request::{
     ExtendRequest, ForceUnlockRequest, GetRequest, LeaseGrantRequest, LeaseRequest, LockHolder,

@@ -75,6 +75,37 @@ pub struct ListedLock {
     pub waiters: u64,
 }
 
+/// `found`: the namespaces the caller may see (`GET /v1/namespaces`),
+/// sorted by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespacesReply {
+    /// The namespaces.
+    pub namespaces: Vec<NamespaceSummary>,
+    /// `found`.
+    pub status: Status,
+}
+
+impl NamespacesReply {
+    /// The answer listing `namespaces`.
+    pub fn new(namespaces: Vec<NamespaceSummary>) -> Self {
+        NamespacesReply {
+            namespaces,
+            status: Status::Found,
+        }
+    }
+}
+
+/// One namespace of a [`NamespacesReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceSummary {
+    /// Live locks held in it.
+    pub held: u64,
+    /// The namespace.
+    pub name: String,
+    /// Callers waiting in its queues.
+    pub waiters: u64,
+}
+
 /// `released`: the holder a force-unlock released
 /// (`POST /v1/locks/force-unlock`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,9 @@ pub enum Route {
     ForceUnlock,
     /// `GET /v1/events`, Server-Sent Events: `EventQuery`.
     Events,
+    /// `GET /v1/namespaces`: the namespaces the caller may see, with
+    /// their held locks and waiters (`NamespacesReply`).
+    Namespaces,
     /// `POST /v1/leases/grant`: `LeaseGrantRequest`.
     LeaseGrant,
     /// `POST /v1/leases/refresh`: `LeaseRequest`.
@@ -64,7 +67,7 @@ impl fmt::Display for Method {
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 14] = [
+    pub const ALL: [Route; 15] = [
         Route::Lock,
         Route::Unlock,
         Route::Extend,
@@ -72,6 +75,7 @@ impl Route {
         Route::List,
         Route::ForceUnlock,
         Route::Events,
+        Route::Namespaces,
         Route::LeaseGrant,
         Route::LeaseRefresh,
         Route::LeaseRevoke,
@@ -91,6 +95,7 @@ impl Route {
             Route::List => "/v1/locks",
             Route::ForceUnlock => "/v1/locks/force-unlock",
             Route::Events => "/v1/events",
+            Route::Namespaces => "/v1/namespaces",
             Route::LeaseGrant => "/v1/leases/grant",
             Route::LeaseRefresh => "/v1/leases/refresh",
             Route::LeaseRevoke => "/v1/leases/revoke",
@@ -113,9 +118,12 @@ impl Route {
             | Route::LeaseRefresh
             | Route::LeaseRevoke
             | Route::LeaseGet => Method::Post,
-            Route::List | Route::Events | Route::Metrics | Route::Healthz | Route::OpenApi => {
-                Method::Get
-            }
+            Route::List
+            | Route::Events
+            | Route::Namespaces
+            | Route::Metrics
+            | Route::Healthz
+            | Route::OpenApi => Method::Get,
         }
     }
 

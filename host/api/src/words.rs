@@ -99,6 +99,9 @@ words! {
         InvalidArgument => "invalid_argument",
         /// `unauthorized`: the bearer token is missing or wrong.
         Unauthorized => "unauthorized",
+        /// `forbidden`: a known token outside its namespaces or role; the
+        /// message names the token and what it lacks.
+        Forbidden => "forbidden",
         /// `denied`: refused by policy, such as a namespace quota.
         Denied => "denied",
         /// `unavailable`: the store could not complete the operation; the
@@ -134,7 +137,7 @@ impl Status {
             | Status::Released => 200,
             Status::InvalidArgument => 400,
             Status::Unauthorized => 401,
-            Status::Denied => 403,
+            Status::Denied | Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::Busy | Status::NotOwner | Status::NotHeld => 409,
             Status::Unavailable => 503,
@@ -197,6 +200,7 @@ mod tests {
                 Status::NotHeld => ("not_held", 409),
                 Status::InvalidArgument => ("invalid_argument", 400),
                 Status::Unauthorized => ("unauthorized", 401),
+                Status::Forbidden => ("forbidden", 403),
                 Status::Denied => ("denied", 403),
                 Status::Unavailable => ("unavailable", 503),
                 Status::Ok => ("ok", 200),

@@ -153,6 +153,15 @@ pub trait LockBackend: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Every namespace that has a live held lock or a waiter, with its
+    /// counts, sorted by name (`GET /v1/namespaces`). Unlike
+    /// [`namespace_stats`](LockBackend::namespace_stats), an answer on
+    /// request that may ask the store, so a store that cannot tell refuses
+    /// (the default) rather than answering nothing.
+    fn namespaces(&self) -> BoxFuture<'_, Result<Vec<NamespaceStats>, LockError>> {
+        not_supported("listing namespaces")
+    }
+
     /// Gauges and counters for metrics. Called at scrape time, not on any
     /// hot path.
     fn stats(&self) -> BackendStats;
@@ -247,5 +256,6 @@ mod tests {
             store.force_unlock(&lease).await.unwrap_err(),
             "force-unlock",
         );
+        refused(store.namespaces().await.unwrap_err(), "listing namespaces");
     }
 }

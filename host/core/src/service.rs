@@ -10,7 +10,7 @@ use crate::background;
 use crate::error::LockError;
 use crate::ids::random_id;
 use crate::limits::Limits;
-use crate::metrics::{BackendStats, Metrics, Op};
+use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op};
 use crate::types::{
     Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
@@ -301,6 +301,12 @@ impl LockService {
         }
         .await;
         self.measured(Op::List, (namespace, prefix), started, result)
+    }
+
+    /// Every namespace with a live held lock or a waiter, with its counts,
+    /// sorted by name; see [`LockBackend::namespaces`].
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceStats>, LockError> {
+        self.backend.namespaces().await
     }
 
     /// Best-effort release for drop paths; see

@@ -41,7 +41,18 @@
 //!
 //! [components.edge-jobs]                 # per spin.toml component id
 //! namespace = "jobs"                     # default: the component id
+//!
+//! [[auth.tokens]]                        # one per token; none: no authentication
+//! name = "ci"                            # logs and refusals name the token by it; unique
+//! sha256 = "<64 hex digits>"             # SHA-256 of the token; the token is never in this file
+//! namespaces = ["ci", "deploy-*"]        # exact names, prefixes ending in *, or "*" for all
+//! role = "locker"                        # reader | locker | admin
 //! ```
+//!
+//! `lockd token new` prints a token and its `[[auth.tokens]]` block. The
+//! server's `--auth-token` (`LOCKD_AUTH_TOKEN`) is one more token, named
+//! `auth-token`: admin over `"*"`. What each role may do:
+//! docs/http.md#authentication.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +65,9 @@ use lockd_etcd::{ClientCert, EtcdUser};
 use serde::Deserialize;
 
 use crate::store::{StoreSpec, DEFAULT_STORE};
+
+mod tokens;
+pub use tokens::{AuthConfig, NewToken, TokenConfig};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -77,6 +91,9 @@ pub struct LockdConfig {
     /// Settings per spin.toml component id.
     #[serde(default)]
     pub components: HashMap<String, ComponentConfig>,
+    /// The REST API's tokens, with their namespaces and roles.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// Dapr's lock API.
     #[serde(default)]
     pub dapr: DaprConfig,
@@ -308,6 +325,12 @@ impl LockdConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let config: Self =
             toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        // A bad token entry stops every command that reads the file, not
+        // only the server.
+        config
+            .auth
+            .validate()
+            .with_context(|| format!("in {}", path.display()))?;
         Ok(LockdConfig {
             path: Some(path.to_path_buf()),
             ..config

@@ -1,4 +1,5 @@
 //! The lockd runtime as a library: the server (the REST API in [`api`],
+//! who may call it in [`auth`],
 //! component serving in [`serve`]), running command components ([`run`]),
 //! composing components for other hosts ([`plug`]), the epoch ticker every
 //! engine runs on ([`epoch`]), and how a store and lockd.toml are chosen
@@ -11,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod auth;
 /// Other systems' lock APIs: Dapr's (HTTP and gRPC) and Kahuna's.
 pub mod compat;
 pub mod config;

@@ -22,6 +22,7 @@ use commands::ls::LsCommand;
 use commands::plug::PlugCommand;
 use commands::run::RunCommand;
 use commands::serve::ServeCommand;
+use commands::token::TokenCommand;
 use commands::unlock::UnlockCommand;
 use commands::up::UpCommand;
 use commands::watch::WatchCommand;
@@ -69,6 +70,7 @@ enum Command {
     ForceUnlock(ForceUnlockCommand),
     Watch(WatchCommand),
     Lease(LeaseCommand),
+    Token(TokenCommand),
     #[cfg(unix)]
     Exec(ExecCommand),
 }
@@ -88,6 +90,7 @@ impl Command {
             Command::ForceUnlock(command) => command.execute(),
             Command::Watch(command) => command.execute(),
             Command::Lease(command) => command.execute(),
+            Command::Token(command) => command.execute(),
             #[cfg(unix)]
             Command::Exec(command) => command.execute(),
         }

@@ -777,7 +777,7 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 14] = [
+const SERVER_ROUTES: [(&str, &str); 15] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
@@ -785,6 +785,7 @@ const SERVER_ROUTES: [(&str, &str); 14] = [
     ("get", "/v1/locks"),
     ("post", "/v1/locks/force-unlock"),
     ("get", "/v1/events"),
+    ("get", "/v1/namespaces"),
     ("post", "/v1/leases/grant"),
     ("post", "/v1/leases/refresh"),
     ("post", "/v1/leases/revoke"),
@@ -1054,7 +1055,7 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
                 with_body_no_token,
             ]
         }
-        ("get", "/metrics") | ("get", "/openapi.json") => vec![
+        ("get", "/metrics") | ("get", "/openapi.json") | ("get", "/v1/namespaces") => vec![
             Probe {
                 what: "read",
                 query: "",

@@ -1,6 +1,8 @@
 //! The web page at `/ui/` in a real browser: Debian's chromium driven by
 //! chromedriver over WebDriver (both installed by scripts/setup.sh). The
-//! page signs in with the server's token, shows a lock taken over REST
+//! page signs in with the server's token, lists the namespaces by itself
+//! (and, signed in with a scoped token, only that token's), shows a lock
+//! taken over REST
 //! within a second with a falling countdown and its waiters, filters by
 //! prefix, and force-unlocks with its button once the confirmation is
 //! accepted. A screenshot lands in target/ui-screenshot.png.
@@ -18,6 +20,8 @@ use lockd_server::{closed_port, request, Server};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "ui-secret";
+/// A reader over `team-*` (lockd.toml's `[[auth.tokens]]`).
+const TEAM_TOKEN: &str = "ui-team-secret";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// The first of `candidates` that exists, or on `PATH`.
@@ -282,6 +286,11 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     };
 
     let dir = tempfile::tempdir().unwrap();
+    let team_entry = format!(
+        "[[auth.tokens]]\nname = \"team\"\nsha256 = \"{}\"\nnamespaces = [\"team-*\"]\nrole = \"reader\"\n",
+        lockd::auth::to_hex(&lockd::auth::digest(TEAM_TOKEN))
+    );
+    std::fs::write(dir.path().join("lockd.toml"), team_entry).unwrap();
     let server = Server::start_in(
         Some(dir.path()),
         &["--store", "redb:locks.redb", "--auth-token", TOKEN],
@@ -293,6 +302,14 @@ fn the_page_shows_locks_live_and_force_unlocks() {
         "/v1/locks/lock",
         json!({"name": "db-migrate", "owner": "job-7", "ttl_ms": 120_000}),
     );
+    // Locks in namespaces nobody types into the page.
+    for ns in ["team-a", "prod"] {
+        post(
+            &server,
+            "/v1/locks/lock",
+            json!({"namespace": ns, "name": "nightly", "owner": "cron", "ttl_ms": 120_000}),
+        );
+    }
     let url = server.url.clone();
     let waiter = std::thread::spawn(move || {
         request(
@@ -342,6 +359,17 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     );
     assert_eq!(migrate[0], "job-7");
     assert_eq!(migrate[4], "1", "waiters: {migrate}");
+    // Every namespace with locks is listed by itself.
+    let sections =
+        "return [...document.querySelectorAll('div.namespace')].map(n => n.dataset.ns).join(',')";
+    browser.wait_for(
+        Duration::from_secs(5),
+        "every namespace listed",
+        &format!(
+            "const s = (() => {{ {sections} }})(); return s === 'default,prod,team-a' ? s : null;"
+        ),
+    );
+    assert!(browser.js(&row_script("prod", "nightly")).is_array());
 
     // A lock taken over REST appears within a second, with its expiry.
     let grant = post(
@@ -458,4 +486,21 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     assert_eq!(row[0], "job-8");
     let granted = waiter.join().unwrap();
     assert_eq!(granted.code, 200, "{}", granted.body);
+
+    // Signed in with a token scoped to team-*, the page shows team-a only.
+    browser.js("sessionStorage.clear(); location.reload(); return null;");
+    browser.wait_for(
+        Duration::from_secs(10),
+        "the sign-in form again",
+        "return !document.getElementById('login').hidden",
+    );
+    browser.type_into("#token", TEAM_TOKEN);
+    browser.click("#login button");
+    let row = browser.wait_for(
+        Duration::from_secs(5),
+        "team-a listed",
+        &row_script("team-a", "nightly"),
+    );
+    assert_eq!(row[0], "cron");
+    assert_eq!(browser.js(sections), "team-a");
 }

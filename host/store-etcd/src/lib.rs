@@ -138,7 +138,7 @@ use std::sync::Arc;
 
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockBackend,
-    LockError, LockEvent, LockInfo, LockOptions,
+    LockError, LockEvent, LockInfo, LockOptions, NamespaceStats,
 };
 
 pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
@@ -331,6 +331,10 @@ impl LockBackend for EtcdBackend {
     /// on the same etcd and prefix.
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         Some(self.inner.subscribe())
+    }
+
+    fn namespaces(&self) -> BoxFuture<'_, Result<Vec<NamespaceStats>, LockError>> {
+        Box::pin(self.inner.namespaces())
     }
 
     /// Cluster-wide counts as of the previous call (the first call answers

@@ -181,6 +181,13 @@ impl LockBackend for Engine {
         rows
     }
 
+    fn namespaces(&self) -> BoxFuture<'_, Result<Vec<NamespaceStats>, LockError>> {
+        let mut rows = self.namespace_stats();
+        // A table entry outlives its last holder and waiter until the purge.
+        rows.retain(|row| row.persistent + row.ephemeral + row.waiters > 0);
+        Box::pin(std::future::ready(Ok(rows)))
+    }
+
     fn stats(&self) -> BackendStats {
         let (commits, committed_ops, failed_commits) = self.journal.commit_stats();
         BackendStats {

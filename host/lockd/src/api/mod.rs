@@ -3,14 +3,18 @@
 //! types of `lockd-api`; `docs/openapi.json` describes them and is served
 //! at `/openapi.json`, and `tests/rest.rs` keeps the two in agreement.
 //!
-//! [`Api::handle`] authenticates and routes a request, reads its body once
+//! [`Api::handle`] authenticates the caller and checks its role
+//! ([`access`], over the rules of [`crate::auth`]), routes the request,
+//! reads its body once
 //! into the route's request type and hands that to the route's handler,
 //! which returns the route's reply type or why it refused ([`Refused`]).
 //! Every status word and HTTP code of a lock outcome comes from one
 //! function, [`error_response`]; everything else (auth, routing, body
 //! limits) answers before the [`LockService`] is called, so bad input never
-//! reaches a store.
+//! reaches a store. Each handler checks the namespace it is asked about
+//! against the caller's before it calls the service.
 
+mod access;
 mod sse;
 
 use std::error::Error as StdError;
@@ -27,14 +31,17 @@ use lockd_api::{
     BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, GetRequest,
     GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
     LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, Method,
-    ReleasedReply, Route, Status, StatusReply, UnlockRequest,
+    NamespaceSummary, NamespacesReply, ReleasedReply, Route, Status, StatusReply, UnlockRequest,
 };
 use lockd_core::{Durability, LockError, LockOptions, LockService};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use subtle::ConstantTimeEq as _;
 
+use self::access::Asker;
+use crate::auth::{Caller, Credential, Credentials};
 use crate::http_body::{full, Body};
+
+pub use access::PeerAddr;
 
 pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
 pub use sse::HEARTBEAT;
@@ -45,13 +52,13 @@ pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
 /// The content type of `/metrics` (Prometheus text exposition format).
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// How the API behaves, beyond the service it fronts. Its `Debug` never
-/// shows the token.
+/// How the API behaves, beyond the service it fronts. Its `Debug` shows
+/// no token.
 #[derive(Clone)]
 pub struct ApiOptions {
-    /// The bearer token every route but `/healthz` requires; `None` or
-    /// empty: none.
-    pub auth_token: Option<String>,
+    /// The tokens it accepts, with their namespaces and roles (lockd.toml's
+    /// `[[auth.tokens]]` and the `--auth-token`); none: no authentication.
+    pub credentials: Credentials,
     /// How often an idle event stream sends a `: heartbeat` comment, so
     /// that proxies and clients see it alive; [`HEARTBEAT`] by default and
     /// if zero.
@@ -61,10 +68,7 @@ pub struct ApiOptions {
 impl std::fmt::Debug for ApiOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiOptions")
-            .field(
-                "auth_token",
-                &self.auth_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("credentials", &self.credentials)
             .field("events_heartbeat", &self.events_heartbeat)
             .finish()
     }
@@ -73,7 +77,7 @@ impl std::fmt::Debug for ApiOptions {
 impl Default for ApiOptions {
     fn default() -> Self {
         ApiOptions {
-            auth_token: None,
+            credentials: Credentials::default(),
             events_heartbeat: HEARTBEAT,
         }
     }
@@ -83,7 +87,7 @@ impl Default for ApiOptions {
 #[derive(Debug)]
 pub struct Api {
     service: LockService,
-    auth_token: Option<String>,
+    credentials: Credentials,
     /// How often an idle event stream sends a heartbeat comment.
     heartbeat: Duration,
     /// Event streams open now (`lockd_event_streams`).
@@ -91,30 +95,39 @@ pub struct Api {
 }
 
 impl Api {
-    /// The API over `service`, guarded by `auth_token` when given, with
-    /// the other options' defaults.
+    /// The API over `service`, guarded by `auth_token` (an admin token over
+    /// every namespace) when given, with the other options' defaults. An
+    /// empty token guards nothing, so it counts as none.
     pub fn new(service: LockService, auth_token: Option<String>) -> Self {
+        let tokens = auth_token
+            .filter(|t| !t.is_empty())
+            .map(|t| Credential::from_flag(&t));
         Api::with_options(
             service,
             ApiOptions {
-                auth_token,
+                credentials: Credentials::new(tokens.into_iter().collect()),
                 ..ApiOptions::default()
             },
         )
     }
 
-    /// The API over `service`. An empty token guards nothing, so it counts
-    /// as none.
+    /// The API over `service`.
     pub fn with_options(service: LockService, options: ApiOptions) -> Self {
         Api {
             service,
-            auth_token: options.auth_token.filter(|t| !t.is_empty()),
+            credentials: options.credentials,
             // A zero period would make tokio's interval panic.
             heartbeat: Some(options.events_heartbeat)
                 .filter(|every| !every.is_zero())
                 .unwrap_or(HEARTBEAT),
             event_streams: Arc::default(),
         }
+    }
+
+    /// The tokens it accepts (for other surfaces on the same listener,
+    /// which authenticate the same way: [`Credentials::authenticate`]).
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     /// Whether `path` is one of lockd's own routes, or under `/v1/`.
@@ -131,13 +144,17 @@ impl Api {
     {
         let path = req.uri().path().to_string();
         let route = Route::from_path(&path);
-        // Everything but /healthz needs the token, unknown paths included, so
+        let peer = access::peer_of(&req);
+        // Everything but /healthz needs a token, unknown paths included, so
         // an unauthenticated caller learns nothing about the routes.
-        if route != Some(Route::Healthz) {
-            if let Some(refusal) = self.check_auth(&req, route == Some(Route::Events)) {
-                return refusal;
+        let caller = if route == Some(Route::Healthz) {
+            Caller::Anyone
+        } else {
+            match access::authenticate(&self.credentials, &req, route, peer) {
+                Ok(caller) => caller,
+                Err(refusal) => return access::unauthorized(refusal),
             }
-        }
+        };
         let Some(route) = route else {
             return failure(
                 StatusCode::NOT_FOUND,
@@ -162,18 +179,27 @@ impl Api {
             );
             return response;
         }
+        let a = Asker {
+            caller,
+            peer,
+            route,
+        };
+        if let Err(refused) = a.check_route() {
+            return refused.into_response();
+        }
         match route {
-            Route::Lock => call(req, |r| self.lock(r)).await,
-            Route::Unlock => call(req, |r| self.unlock(r)).await,
-            Route::Extend => call(req, |r| self.extend(r)).await,
-            Route::Get => call(req, |r| self.get(r)).await,
-            Route::ForceUnlock => call(req, |r| self.force_unlock(r)).await,
-            Route::LeaseGrant => call(req, |r| self.grant_lease(r)).await,
-            Route::LeaseRefresh => call(req, |r| self.refresh_lease(r)).await,
-            Route::LeaseRevoke => call(req, |r| self.revoke_lease(r)).await,
-            Route::LeaseGet => call(req, |r| self.get_lease(r)).await,
-            Route::List => answer(self.list(req.uri().query().unwrap_or("")).await),
-            Route::Events => answer(self.events(req.uri().query().unwrap_or(""))),
+            Route::Lock => call(req, |r| self.lock(a, r)).await,
+            Route::Unlock => call(req, |r| self.unlock(a, r)).await,
+            Route::Extend => call(req, |r| self.extend(a, r)).await,
+            Route::Get => call(req, |r| self.get(a, r)).await,
+            Route::ForceUnlock => call(req, |r| self.force_unlock(a, r)).await,
+            Route::LeaseGrant => call(req, |r| self.grant_lease(a, r)).await,
+            Route::LeaseRefresh => call(req, |r| self.refresh_lease(a, r)).await,
+            Route::LeaseRevoke => call(req, |r| self.revoke_lease(a, r)).await,
+            Route::LeaseGet => call(req, |r| self.get_lease(a, r)).await,
+            Route::List => answer(self.list(a, req.uri().query().unwrap_or("")).await),
+            Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""))),
+            Route::Namespaces => answer(self.namespaces(a).await),
             Route::Metrics => answer(Ok(text(
                 StatusCode::OK,
                 METRICS_CONTENT_TYPE,
@@ -190,62 +216,10 @@ impl Api {
         }
     }
 
-    /// `None` when the request may pass, else the 401 to answer. With
-    /// `query_token` (`/v1/events` only: a browser's `EventSource` cannot
-    /// send headers), a request without an `Authorization` header may give
-    /// the token as the query parameter `access_token`.
-    pub(crate) fn check_auth<B>(
-        &self,
-        req: &Request<B>,
-        query_token: bool,
-    ) -> Option<Response<Body>> {
-        let expected = self.auth_token.as_deref()?;
-        let from_query;
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.trim().split_once(' ')?;
-                scheme
-                    .eq_ignore_ascii_case("bearer")
-                    .then_some(token.trim_start())
-            });
-        let given = match given {
-            Some(token) => Some(token),
-            None if query_token => {
-                from_query = EventQuery::parse(req.uri().query().unwrap_or(""))
-                    .ok()
-                    .and_then(|q| q.access_token);
-                from_query.as_deref()
-            }
-            None => None,
-        };
-        let message = match given {
-            None => {
-                "this server requires a bearer token: send 'Authorization: Bearer <token>' \
-                     (the lockd CLI takes --auth-token or LOCKD_AUTH_TOKEN)"
-            }
-            // Constant time, so the time taken does not tell how much of a
-            // guessed token was right (only whether its length was).
-            Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => return None,
-            Some(_) => "the bearer token is wrong; use the token the server was started with",
-        };
-        let mut response = failure(
-            StatusCode::UNAUTHORIZED,
-            Status::Unauthorized,
-            message.to_string(),
-        );
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        Some(response)
-    }
-
-    async fn lock(&self, r: LockRequest) -> Result<GrantReply, Refused> {
+    async fn lock(&self, a: Asker<'_>, r: LockRequest) -> Result<GrantReply, Refused> {
         let holder = r.holder().map_err(Refused::InvalidArgument)?;
         let wait_ms = r.wait_ms.unwrap_or(0);
-        let namespace = namespace(r.namespace.as_deref());
+        let namespace = namespace(a, r.namespace.as_deref())?;
         // A waiting lock parks here, in the engine's FIFO queue. If the client
         // hangs up, hyper drops this future and the waiter leaves the queue.
         let grant = match holder {
@@ -268,8 +242,8 @@ impl Api {
         Ok(GrantReply::acquired(grant))
     }
 
-    async fn unlock(&self, r: UnlockRequest) -> Result<StatusReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn unlock(&self, a: Asker<'_>, r: UnlockRequest) -> Result<StatusReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         self.service
             .unlock(namespace, &r.name, &r.owner, r.fencing_token)
             .await?;
@@ -278,8 +252,8 @@ impl Api {
         })
     }
 
-    async fn extend(&self, r: ExtendRequest) -> Result<GrantReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn extend(&self, a: Asker<'_>, r: ExtendRequest) -> Result<GrantReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let grant = self
             .service
             .extend(namespace, &r.name, &r.owner, r.ttl_ms)
@@ -288,23 +262,35 @@ impl Api {
     }
 
     /// The holder, or `None` for a free lock (404 `not_found`).
-    async fn get(&self, r: GetRequest) -> Result<Option<FoundReply>, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn get(&self, a: Asker<'_>, r: GetRequest) -> Result<Option<FoundReply>, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let info = self.service.get(namespace, &r.name).await?;
         Ok(info.map(FoundReply::from))
     }
 
-    async fn force_unlock(&self, r: ForceUnlockRequest) -> Result<ReleasedReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
-        // The core logs it (a warning naming the lock, owner and token),
-        // inside this request's span.
+    async fn force_unlock(
+        &self,
+        a: Asker<'_>,
+        r: ForceUnlockRequest,
+    ) -> Result<ReleasedReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
+        // The core logs what it released (a warning naming the lock, owner
+        // and fencing token) inside this request's span; this says who asked.
+        tracing::warn!(
+            token = a.caller.name(),
+            peer = %a.peer,
+            route = a.route.path(),
+            namespace,
+            name = %r.name,
+            "force-unlock requested"
+        );
         let released = self.service.force_unlock(namespace, &r.name).await?;
         Ok(ReleasedReply::from(released))
     }
 
-    async fn list(&self, query: &str) -> Result<ListReply, Refused> {
+    async fn list(&self, a: Asker<'_>, query: &str) -> Result<ListReply, Refused> {
         let query = ListQuery::parse(query).map_err(Refused::InvalidArgument)?;
-        let namespace = namespace(query.namespace.as_deref());
+        let namespace = namespace(a, query.namespace.as_deref())?;
         let locks = self
             .service
             .list(namespace, query.prefix.as_deref().unwrap_or(""))
@@ -312,8 +298,12 @@ impl Api {
         Ok(ListReply::new(locks))
     }
 
-    async fn grant_lease(&self, r: LeaseGrantRequest) -> Result<LeaseGrantedReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn grant_lease(
+        &self,
+        a: Asker<'_>,
+        r: LeaseGrantRequest,
+    ) -> Result<LeaseGrantedReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let durability = r.durability.map_or(Durability::Persistent, Into::into);
         let grant = self
             .service
@@ -322,8 +312,12 @@ impl Api {
         Ok(LeaseGrantedReply::from(grant))
     }
 
-    async fn refresh_lease(&self, r: LeaseRequest) -> Result<LeaseRefreshedReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn refresh_lease(
+        &self,
+        a: Asker<'_>,
+        r: LeaseRequest,
+    ) -> Result<LeaseRefreshedReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let expires_at_ms = self
             .service
             .refresh_lease(namespace, &r.lease_id)
@@ -332,8 +326,12 @@ impl Api {
         Ok(LeaseRefreshedReply::new(expires_at_ms))
     }
 
-    async fn revoke_lease(&self, r: LeaseRequest) -> Result<LeaseRevokedReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn revoke_lease(
+        &self,
+        a: Asker<'_>,
+        r: LeaseRequest,
+    ) -> Result<LeaseRevokedReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let released = self
             .service
             .revoke_lease(namespace, &r.lease_id)
@@ -342,8 +340,8 @@ impl Api {
         Ok(LeaseRevokedReply::new(released))
     }
 
-    async fn get_lease(&self, r: LeaseRequest) -> Result<LeaseFoundReply, Refused> {
-        let namespace = namespace(r.namespace.as_deref());
+    async fn get_lease(&self, a: Asker<'_>, r: LeaseRequest) -> Result<LeaseFoundReply, Refused> {
+        let namespace = namespace(a, r.namespace.as_deref())?;
         let info = self
             .service
             .get_lease(namespace, &r.lease_id)
@@ -357,10 +355,11 @@ impl Api {
 
     /// `GET /v1/events`: a stream that runs until the client hangs up, the
     /// client falls behind (`lagged`) or the store goes away.
-    fn events(&self, query: &str) -> Result<Response<Body>, Refused> {
+    fn events(&self, a: Asker<'_>, query: &str) -> Result<Response<Body>, Refused> {
         let query = EventQuery::parse(query).map_err(Refused::InvalidArgument)?;
         if let Some(namespace) = &query.namespace {
             record_namespace(namespace);
+            a.check_namespace(namespace)?;
         }
         let Some(events) = self.service.events() else {
             return Err(Refused::Said(
@@ -368,7 +367,15 @@ impl Api {
                 "this store publishes no events".to_string(),
             ));
         };
-        let body = sse::stream(events, query, self.heartbeat, self.event_streams.clone());
+        // A scoped token's stream carries its namespaces only, filter or not.
+        let scope = a.caller.scope().cloned();
+        let body = sse::stream(
+            events,
+            query,
+            scope,
+            self.heartbeat,
+            self.event_streams.clone(),
+        );
         let mut response = Response::new(body);
         let headers = response.headers_mut();
         headers.insert(
@@ -379,6 +386,37 @@ impl Api {
         // Proxies such as nginx would otherwise hold events back.
         headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
         Ok(response)
+    }
+
+    /// `GET /v1/namespaces`: the namespaces the caller may see with their
+    /// held locks and waiters; a scoped token also sees the namespaces it
+    /// names exactly while they are empty.
+    async fn namespaces(&self, a: Asker<'_>) -> Result<NamespacesReply, Refused> {
+        let mut rows: Vec<NamespaceSummary> = self
+            .service
+            .namespaces()
+            .await?
+            .into_iter()
+            .filter(|row| a.caller.check_namespace(&row.namespace).is_ok())
+            .map(|row| NamespaceSummary {
+                held: row.persistent + row.ephemeral,
+                name: row.namespace,
+                waiters: row.waiters,
+            })
+            .collect();
+        if let Some(scope) = a.caller.scope() {
+            for name in scope.exact_names() {
+                if !rows.iter().any(|row| row.name == name) {
+                    rows.push(NamespaceSummary {
+                        held: 0,
+                        name: name.to_string(),
+                        waiters: 0,
+                    });
+                }
+            }
+        }
+        rows.sort_by(|x, y| x.name.cmp(&y.name));
+        Ok(NamespacesReply::new(rows))
     }
 
     /// `/metrics`: the service's metrics and the open event streams.
@@ -461,6 +499,7 @@ answer_with_its_status!(
     LeaseRefreshedReply,
     LeaseRevokedReply,
     LeaseFoundReply,
+    NamespacesReply,
 );
 
 /// `get`: the holder, or 404 `not_found` for a free lock.
@@ -578,11 +617,12 @@ where
 }
 
 /// The request's namespace (`default` if it names none), recorded in the
-/// request span (see `serve::Router::route`).
-fn namespace(given: Option<&str>) -> &str {
+/// request span (see `serve::Router::route`), if the caller may use it.
+fn namespace<'r>(a: Asker<'_>, given: Option<&'r str>) -> Result<&'r str, Refused> {
     let namespace = given.unwrap_or(DEFAULT_NAMESPACE);
     record_namespace(namespace);
-    namespace
+    a.check_namespace(namespace)?;
+    Ok(namespace)
 }
 
 fn record_namespace(namespace: &str) {
@@ -643,6 +683,7 @@ mod tests {
             "/v1/locks",
             "/v1/locks/force-unlock",
             "/v1/events",
+            "/v1/namespaces",
             "/v1/leases/grant",
             "/v1/leases/refresh",
             "/v1/leases/revoke",

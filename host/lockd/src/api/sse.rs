@@ -21,6 +21,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use lockd_api::{Event, EventQuery, LaggedEvent};
 
+use crate::auth::Scope;
 use crate::http_body::Body;
 
 /// How often an idle stream sends a `: heartbeat` comment, unless
@@ -36,11 +37,13 @@ const FRAMES_IN_FLIGHT: usize = 64;
 /// ends without it.
 const LAGGED_GRACE: Duration = Duration::from_secs(10);
 
-/// The body of one event stream over `events`, filtered by `query`.
-/// `open` counts the live streams (`lockd_event_streams`).
+/// The body of one event stream over `events`, filtered by `query` and, for
+/// a scoped token, by its namespaces. `open` counts the live streams
+/// (`lockd_event_streams`).
 pub fn stream(
     events: broadcast::Receiver<LockEvent>,
     query: EventQuery,
+    scope: Option<Scope>,
     heartbeat: Duration,
     open: Arc<AtomicU64>,
 ) -> Body {
@@ -49,7 +52,7 @@ pub fn stream(
     let guard = OpenStream(open);
     tokio::spawn(async move {
         let _guard = guard;
-        forward(events, query, heartbeat, tx).await;
+        forward(events, query, scope, heartbeat, tx).await;
     });
     ChannelBody(rx).boxed_unsync()
 }
@@ -66,6 +69,7 @@ impl Drop for OpenStream {
 async fn forward(
     mut events: broadcast::Receiver<LockEvent>,
     query: EventQuery,
+    scope: Option<Scope>,
     heartbeat: Duration,
     tx: mpsc::Sender<Bytes>,
 ) {
@@ -84,7 +88,7 @@ async fn forward(
             // The client went away (hyper dropped the body).
             () = tx.closed() => return,
             received = events.recv() => match received {
-                Ok(event) if passes(&query, &event) => data_frame(&event),
+                Ok(event) if passes(&query, scope.as_ref(), &event) => data_frame(&event),
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::info!(missed, "an event stream fell behind; closing it");
@@ -107,12 +111,13 @@ async fn forward(
     }
 }
 
-/// Whether `event` passes the stream's filters.
-fn passes(query: &EventQuery, event: &LockEvent) -> bool {
-    query
-        .namespace
-        .as_deref()
-        .is_none_or(|ns| *event.namespace == *ns)
+/// Whether `event` passes the stream's filters and is in the scope.
+fn passes(query: &EventQuery, scope: Option<&Scope>, event: &LockEvent) -> bool {
+    scope.is_none_or(|scope| scope.allows(&event.namespace))
+        && query
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| *event.namespace == *ns)
         && query
             .prefix
             .as_deref()

@@ -8,8 +8,9 @@
 //! the field, never a default.
 //!
 //! Exit codes: 0 success; 1 `busy`, `not_owner`, `not_held`, `not_found`;
-//! 2 usage errors, `invalid_argument`, 401 and 403; 3 the server cannot be
-//! reached, is `unavailable`, or answered something that is not lockd.
+//! 2 usage errors, `invalid_argument`, 401 and `denied`; 3 the server cannot
+//! be reached, is `unavailable`, or answered something that is not lockd;
+//! 4 `forbidden` (the token lacks the role or the namespace).
 
 use std::time::Duration;
 
@@ -249,7 +250,8 @@ impl Client {
             | Status::Denied
             | Status::Unavailable
             | Status::NotFound
-            | Status::Unauthorized => match self.reply::<ErrorReply>(answer) {
+            | Status::Unauthorized
+            | Status::Forbidden => match self.reply::<ErrorReply>(answer) {
                 Ok(error) => error.message,
                 Err(malformed) => return malformed,
             },
@@ -287,6 +289,14 @@ impl Client {
                 2,
                 format!(
                     "the server at {} refused the request (401 unauthorized): {message}",
+                    self.server
+                ),
+            ),
+            // The message names the token and what it lacks.
+            None if answer.status == Status::Forbidden => fail(
+                4,
+                format!(
+                    "the server at {} refused the request (403 forbidden): {message}",
                     self.server
                 ),
             ),
@@ -477,6 +487,7 @@ mod tests {
             ("not_found", 1),
             ("invalid_argument", 2),
             ("unauthorized", 2),
+            ("forbidden", 4),
             ("denied", 2),
             ("unavailable", 3),
             // A success word where a refusal was expected: not lockd's answer.

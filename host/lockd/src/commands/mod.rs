@@ -15,6 +15,7 @@ pub mod ls;
 pub mod plug;
 pub mod run;
 pub mod serve;
+pub mod token;
 pub mod unlock;
 pub mod up;
 pub mod watch;

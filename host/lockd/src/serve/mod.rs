@@ -24,7 +24,7 @@ mod ui;
 pub use components::App;
 use manifest::Manifest;
 
-use crate::api::{Api, ApiOptions};
+use crate::api::{Api, ApiOptions, PeerAddr};
 use crate::compat::{self, Compat};
 use crate::config::LockdConfig;
 use crate::http_body::{full, Body};
@@ -47,7 +47,8 @@ pub struct ServeOptions {
     pub manifest: Option<PathBuf>,
     /// lockd's own configuration.
     pub config: LockdConfig,
-    /// Bearer token required on lockd's own routes (except `/healthz`).
+    /// A bearer token accepted on lockd's own routes as an admin over every
+    /// namespace, beside lockd.toml's `[[auth.tokens]]`.
     pub auth_token: Option<String>,
     /// How long an idle event stream waits before a heartbeat comment
     /// (zero: [`HEARTBEAT`](crate::api::HEARTBEAT)).
@@ -93,11 +94,15 @@ impl std::fmt::Debug for Server {
 
 /// Opens the store, loads the manifest's components and binds the socket.
 pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
+    let credentials = options
+        .config
+        .auth
+        .credentials(options.auth_token.as_deref())?;
     let service = options.config.open_service(&options.store).await?;
     let api = Arc::new(Api::with_options(
         service.clone(),
         ApiOptions {
-            auth_token: options.auth_token.clone(),
+            credentials,
             events_heartbeat: options.events_heartbeat,
         },
     ));
@@ -178,7 +183,7 @@ impl Server {
         tracing::info!(%addr, "serving");
         tokio::pin!(shutdown);
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(a) => a,
                     // Out of file descriptors and the like: keep serving the rest.
@@ -197,7 +202,9 @@ impl Server {
             }
             let router = self.router.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
+                let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    // Refusals log who asked (crate::api::PeerAddr).
+                    req.extensions_mut().insert(PeerAddr(peer));
                     let router = router.clone();
                     async move { Ok::<_, Infallible>(router.route(req).await) }
                 });

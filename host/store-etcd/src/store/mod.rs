@@ -28,6 +28,7 @@ mod grant;
 mod keyspace;
 mod lock;
 mod lockd_lease;
+mod namespaces;
 mod observe;
 mod queue;
 mod txn;
@@ -38,7 +39,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
-    LockEvent, LockInfo, LockOptions,
+    LockEvent, LockInfo, LockOptions, NamespaceStats,
 };
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
@@ -360,6 +361,21 @@ impl Inner {
                 op = "list",
                 namespace = ?namespace,
                 prefix = ?prefix,
+                cause = %cause,
+                "etcd store failed: the caller gets unavailable"
+            );
+        }
+        result
+    }
+
+    /// Every namespace with a live holder or a waiter, cluster-wide.
+    pub(crate) async fn namespaces(&self) -> Result<Vec<NamespaceStats>, LockError> {
+        // Releases this backend started are in, as in `list`.
+        self.settle_pending(|_| true).await;
+        let result = namespaces::namespaces(&self.ks).await;
+        if let Err(LockError::Unavailable(cause)) = &result {
+            tracing::warn!(
+                op = "namespaces",
                 cause = %cause,
                 "etcd store failed: the caller gets unavailable"
             );

@@ -1,7 +1,7 @@
 //! Grants, unlocks, extends and their checks: tokens, expiry, invalid
-//! input, namespaces, listing.
+//! input, namespaces, listing locks and namespaces.
 
-use lockd_core::{Durability, Limits, LockError, LockOptions, ManualClock};
+use lockd_core::{Durability, Limits, LockError, LockOptions, ManualClock, NamespaceStats};
 
 use super::support::{open, opts, persistent, settle_tasks, StoreFactory, NS, START_MS};
 
@@ -380,4 +380,70 @@ pub async fn listing_shows_grant_time_and_queue_length(factory: &dyn StoreFactor
     for w in waiters {
         w.abort();
     }
+}
+
+/// `namespaces` lists every namespace with a live holder or a waiter, with
+/// its counts, sorted; expired locks, free locks and leases without locks
+/// do not make a namespace appear. Namespaces whose names sort around
+/// lockd's own keys (`-`, `.`, `%`, capitals, `/`) are listed too.
+pub async fn namespaces_list_holders_and_waiters(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    assert_eq!(s.namespaces().await.unwrap(), vec![]);
+    for (namespace, name) in [
+        ("-dash", "a"),
+        (".dot", "a"),
+        ("team/a b", "x"),
+        ("Zed", "a"),
+        ("zed", "a"),
+        ("zed", "b"),
+    ] {
+        s.lock(namespace, name, "o", 60_000, persistent())
+            .await
+            .unwrap();
+    }
+    s.lock("zed", "c", "o", 60_000, opts(0, Durability::Ephemeral))
+        .await
+        .unwrap();
+    s.lock("short", "a", "o", 10, persistent()).await.unwrap();
+    s.lock("freed", "a", "o", 60_000, persistent())
+        .await
+        .unwrap();
+    s.unlock("freed", "a", "o", None).await.unwrap();
+    s.grant_lease("leased", 60_000, Durability::Persistent)
+        .await
+        .unwrap();
+    clock.advance(100);
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.lock("zed", "a", "w", 1_000, opts(60_000, Durability::Persistent))
+                .await
+        })
+    };
+    let row = |namespace: &str, persistent: u64, ephemeral: u64, waiters: u64| NamespaceStats {
+        namespace: namespace.to_string(),
+        persistent,
+        ephemeral,
+        waiters,
+    };
+    let expected = vec![
+        row("-dash", 1, 0, 0),
+        row(".dot", 1, 0, 0),
+        row("Zed", 1, 0, 0),
+        row("team/a b", 1, 0, 0),
+        row("zed", 2, 1, 1),
+    ];
+    // Real stores queue over the network: wait (bounded) for the waiter.
+    let mut listed = Vec::new();
+    for _ in 0..500 {
+        settle_tasks().await;
+        listed = s.namespaces().await.unwrap();
+        if listed == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(listed, expected);
+    waiter.abort();
 }

@@ -58,6 +58,7 @@ macro_rules! conformance_tests {
             force_unlock_hands_to_the_queue_head,
             events_report_every_change,
             listing_shows_grant_time_and_queue_length,
+            namespaces_list_holders_and_waiters,
         );
     };
     (@cases $factory:expr; $($case:ident,)*) => {

@@ -1,5 +1,6 @@
 // lockd's web page: held locks and the last events, live from
-// GET /v1/events (Server-Sent Events). Each namespace is listed once with
+// GET /v1/events (Server-Sent Events). The namespaces come from
+// GET /v1/namespaces (those the token may see), each listed once with
 // GET /v1/locks; after that, events keep the page current. An event that
 // grants or extends a lock re-lists its namespace (once per burst), since
 // events carry no expiry. Nothing is loaded from another host.
@@ -74,6 +75,12 @@ function releasedKey(ns, name, token) {
 async function loadNamespace(ns) {
   try {
     const r = await api("GET", "/v1/locks?namespace=" + encodeURIComponent(ns));
+    if (r.status === 403) {
+      // Outside the token's namespaces (one typed in, or saved earlier).
+      state.namespaces.delete(ns);
+      render();
+      return;
+    }
     if (r.status !== 200) return;
     const locks = new Map();
     for (const lock of r.json.locks) {
@@ -82,6 +89,23 @@ async function loadNamespace(ns) {
       }
     }
     state.namespaces.set(ns, locks);
+    render();
+  } catch (e) {
+    if (!(e instanceof Unauthorized)) console.error(e);
+  }
+}
+
+// Every namespace with held locks or waiters that the token may see.
+async function loadNamespaces() {
+  try {
+    const r = await api("GET", "/v1/namespaces");
+    if (r.status !== 200) return;
+    for (const n of r.json.namespaces) {
+      if (!state.namespaces.has(n.name)) {
+        state.namespaces.set(n.name, new Map());
+        loadNamespace(n.name);
+      }
+    }
     render();
   } catch (e) {
     if (!(e instanceof Unauthorized)) console.error(e);
@@ -152,6 +176,7 @@ function connect() {
     setConnected(true);
     // Whatever happened while disconnected: list every namespace again.
     for (const ns of state.namespaces.keys()) loadNamespace(ns);
+    loadNamespaces();
   };
   source.onmessage = (m) => onEvent(JSON.parse(m.data));
   source.addEventListener("lagged", () => {
@@ -163,7 +188,7 @@ function connect() {
     if (source.readyState === EventSource.CLOSED) {
       // Refused (a 401, say): find out why, then retry.
       setConnected(false);
-      api("GET", "/v1/locks?prefix=%00").then(() => setTimeout(connect, 2000), () => {});
+      api("GET", "/v1/namespaces").then(() => setTimeout(connect, 2000), () => {});
     } else {
       setConnected(false);
     }
@@ -250,7 +275,7 @@ $("login").addEventListener("submit", async (ev) => {
   state.token = $("token").value;
   sessionStorage.setItem(TOKEN_KEY, state.token);
   try {
-    await api("GET", "/v1/locks?prefix=%00");
+    await api("GET", "/v1/namespaces");
     $("login").hidden = true;
     $("token").value = "";
     connect();
@@ -262,13 +287,13 @@ $("login").addEventListener("submit", async (ev) => {
 async function start() {
   const params = new URLSearchParams(location.search);
   const saved = JSON.parse(sessionStorage.getItem(NAMESPACES_KEY) || "[]");
-  for (const ns of ["default", ...params.getAll("namespace"), ...saved]) {
+  for (const ns of [...params.getAll("namespace"), ...saved]) {
     if (ns) state.namespaces.set(ns, new Map());
   }
   render();
   try {
     // One cheap call to learn whether a token is needed.
-    await api("GET", "/v1/locks?prefix=%00");
+    await api("GET", "/v1/namespaces");
   } catch (e) {
     return; // the sign-in form is up; it connects once signed in
   }
