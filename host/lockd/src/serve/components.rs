@@ -348,10 +348,12 @@ impl Served {
 
         let mut store = self.store(pre.engine(), limits);
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let request = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, req)?;
+        let scheme = if req.extensions().get::<super::OverTls>().is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let request = store.data_mut().http().new_incoming_request(scheme, req)?;
         let out = store.data_mut().http().new_response_outparam(sender)?;
         let pre = pre.clone();
         // The guest runs in its own task: it may keep streaming the body
