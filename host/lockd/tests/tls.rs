@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http_body_util::BodyExt as _;
 use lockd_server::{lockd, Run, LOCKD_ENV};
 use lockd_testing::certs::{CertFiles, TestPki};
 use rustls::pki_types::ServerName;
@@ -322,29 +323,15 @@ fn rest_answers_over_http1_and_http2_chosen_by_alpn() {
         assert!(metrics.contains("lockd_operations_total"), "{metrics}");
     }
 
-    // HTTP/2, chosen by ALPN.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use http_body_util::{BodyExt as _, Full};
-        let config = client_config(pki.ca.ca(), None, &[b"h2", b"http/1.1"]);
-        let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-        let name = ServerName::IpAddress(server.addr.ip().into());
-        let tls = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
+    // HTTP/2, chosen by ALPN: the event stream and two calls share one
+    // connection.
+    h2(server.addr, pki.ca.ca(), |mut sender| async move {
+        let events = sender
+            .send_request(h2_request(server.addr, "GET", "/v1/events", ""))
             .await
             .unwrap();
-        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tls),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
-        let base = format!("https://{}", server.addr);
+        assert_eq!(events.version(), hyper::Version::HTTP_2);
+        assert_eq!(events.status(), 200);
         for (path, body) in [
             (
                 "/v1/locks/lock",
@@ -352,18 +339,90 @@ fn rest_answers_over_http1_and_http2_chosen_by_alpn() {
             ),
             ("/v1/locks/get", r#"{"name":"h2"}"#),
         ] {
-            let request = hyper::Request::post(format!("{base}{path}"))
-                .header("content-type", "application/json")
-                .body(Full::new(bytes::Bytes::from(body)))
-                .unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            assert_eq!(response.version(), hyper::Version::HTTP_2);
-            assert_eq!(response.status(), 200);
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            let json: Value = serde_json::from_slice(&body).unwrap();
+            let (code, json) = h2_call(&mut sender, server.addr, "POST", path, body).await;
+            assert_eq!(code, 200, "{json}");
             assert!(json["fencing_token"].as_u64().is_some(), "{json}");
         }
+        // The stream opens with a comment; the lock's event follows.
+        let mut events = events.into_body();
+        let mut seen = String::new();
+        while !seen.contains(r#""type":"acquired""#) {
+            let frame = tokio::time::timeout(Duration::from_secs(10), events.frame())
+                .await
+                .unwrap_or_else(|_| panic!("no acquired event within 10 s: {seen:?}"))
+                .unwrap()
+                .unwrap();
+            seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+        }
+        assert!(seen.contains("\"name\":\"h2\""), "{seen}");
     });
+}
+
+type H2 = hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// Runs `session` with an HTTP/2 connection to `addr` (trusting `ca`), after
+/// checking that ALPN chose `h2` over the `http/1.1` also offered.
+fn h2<F: std::future::Future<Output = ()>>(
+    addr: SocketAddr,
+    ca: &Path,
+    session: impl FnOnce(H2) -> F,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = client_config(ca, None, &[b"h2", b"http/1.1"]);
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::IpAddress(addr.ip().into());
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));
+        let (sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        session(sender).await;
+    });
+}
+
+fn h2_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> hyper::Request<http_body_util::Full<bytes::Bytes>> {
+    hyper::Request::builder()
+        .method(method)
+        .uri(format!("https://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap()
+}
+
+/// One request over HTTP/2: (status, JSON body).
+async fn h2_call(
+    sender: &mut H2,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, Value) {
+    let response = sender
+        .send_request(h2_request(addr, method, path, body))
+        .await
+        .unwrap();
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    let code = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
 #[test]

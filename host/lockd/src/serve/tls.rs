@@ -282,12 +282,18 @@ mod tests {
         let tls = Tls::load(&config).unwrap().unwrap();
         let before = tls.current();
         tls.try_reload().unwrap();
-        assert!(!Arc::ptr_eq(&before, &tls.current()), "a reload installs a new config");
+        assert!(
+            !Arc::ptr_eq(&before, &tls.current()),
+            "a reload installs a new config"
+        );
 
         let in_use = tls.current();
         std::fs::write(pki.ca(), "not a CA").unwrap();
         let refused = format!("{:#}", tls.try_reload().unwrap_err());
-        assert!(refused.contains("ca.pem") && refused.contains("no certificate"), "{refused}");
+        assert!(
+            refused.contains("ca.pem") && refused.contains("no certificate"),
+            "{refused}"
+        );
         assert!(Arc::ptr_eq(&in_use, &tls.current()));
         std::fs::write(&server.key, "").unwrap();
         let refused = format!("{:#}", tls.try_reload().unwrap_err());
