@@ -799,8 +799,11 @@ fn up_serves_a_spin_component_and_the_web_page_over_https() {
             "spin_manifest_version = 2\n\
              [application]\nname = \"tls\"\n\
              [[trigger.http]]\nroute = \"/jobs/...\"\ncomponent = \"edge-jobs\"\n\
-             [component.edge-jobs]\nsource = '{}'\n",
-            lockd_tests::EDGE_JOBS
+             [[trigger.http]]\nroute = \"/guarded/...\"\ncomponent = \"edge-guard-p3\"\n\
+             [component.edge-jobs]\nsource = '{}'\n\
+             [component.edge-guard-p3]\nsource = '{}'\n",
+            lockd_tests::EDGE_JOBS,
+            lockd_tests::EDGE_GUARD_P3,
         ),
     )
     .unwrap();
@@ -815,10 +818,13 @@ fn up_serves_a_spin_component_and_the_web_page_over_https() {
     .unwrap();
     let server = TlsServer::launch("up", Some(app.path()), &[]);
     let mut tls = connect(server.addr, client_config(pki.ca.ca(), None, &[])).unwrap();
-    let (code, body) = request(&mut tls, "POST", "/jobs/7", "").unwrap();
-    assert_eq!(code, 200, "{body}");
-    let json: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(json["status"], "done", "{body}");
+    // A WASIp2 and a WASIp3 component.
+    for path in ["/jobs/7", "/guarded/7"] {
+        let (code, body) = request(&mut tls, "POST", path, "").unwrap();
+        assert_eq!(code, 200, "{path}: {body}");
+        let json: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["status"], "done", "{path}: {body}");
+    }
     let (code, page) = request(&mut tls, "GET", "/ui/", "").unwrap();
     assert_eq!(code, 200);
     assert!(

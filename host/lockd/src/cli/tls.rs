@@ -105,7 +105,10 @@ pub fn failure(server: &str, error: &rustls::Error, client_cert: bool) -> Failur
             C::NotValidYet | C::NotValidYetContext { .. } => format!(
                 "the server's certificate is not valid yet ({cert}); check this host's clock"
             ),
-            other => format!("the server's certificate was refused ({other})"),
+            other => format!(
+                "the server's certificate cannot be used ({other}); it must be a server \
+                 certificate a CA issued, not a CA's own"
+            ),
         },
         rustls::Error::AlertReceived(alert) if !client_cert && refuses_client(*alert) => format!(
             "the server requires a client certificate (TLS alert {alert:?}); pass --cert FILE \

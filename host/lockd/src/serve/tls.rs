@@ -133,7 +133,11 @@ impl Tls {
             Ok(()) => tracing::info!(
                 cert = %self.files.cert.display(),
                 key = %self.files.key.display(),
-                client_ca = ?self.files.client_ca.as_ref().map(|p| p.display().to_string()),
+                client_ca = %self
+                    .files
+                    .client_ca
+                    .as_deref()
+                    .map_or("none".to_string(), |p| p.display().to_string()),
                 "TLS files reloaded; new connections use them"
             ),
             Err(e) => tracing::error!(
