@@ -106,8 +106,8 @@ pub fn failure(server: &str, error: &rustls::Error, client_cert: bool) -> Failur
                 "the server's certificate is not valid yet ({cert}); check this host's clock"
             ),
             other => format!(
-                "the server's certificate cannot be used ({other}); it must be a server \
-                 certificate a CA issued, not a CA's own"
+                "the server's certificate cannot be used ({other}); the server needs a \
+                 certificate a CA issued to it for serving TLS"
             ),
         },
         rustls::Error::AlertReceived(alert) if !client_cert && refuses_client(*alert) => format!(
