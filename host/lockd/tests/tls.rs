@@ -467,6 +467,11 @@ fn cli_refuses_untrusted_and_mismatched_certificates_with_exit_3() {
     assert_fails(&run, 3, &["not trusted", "--cacert", &server.url]);
     let run = cli(&server.url, &get, &[]);
     assert_fails(&run, 3, &["not trusted", "--cacert"]);
+    // An expired certificate, from a CA the client trusts.
+    let (expired_ca, expired) = expired_server(&pki.path("expired"));
+    let stale = TlsServer::serve(&expired, &[]);
+    let run = cli(&stale.url, &get, &["--cacert", s(&expired_ca)]);
+    assert_fails(&run, 3, &["has expired"]);
     // A certificate for another name.
     let other = pki.ca.server_for("other", &["other.example"]);
     let mismatched = TlsServer::serve(&other, &[]);
@@ -481,6 +486,37 @@ fn cli_refuses_untrusted_and_mismatched_certificates_with_exit_3() {
     std::fs::write(&garbage, "nothing here").unwrap();
     let run = cli(&server.url, &get, &["--cacert", s(&garbage)]);
     assert_fails(&run, 2, &["garbage.pem", "holds no certificate"]);
+}
+
+/// A CA (its PEM file) and a certificate for 127.0.0.1 it signed that
+/// expired in 2020, in `dir`.
+fn expired_server(dir: &Path) -> (PathBuf, CertFiles) {
+    use rcgen::{
+        date_time_ymd, BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+        Issuer, KeyPair,
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "lockd expired-test CA");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = date_time_ymd(2020, 1, 1);
+    leaf.not_after = date_time_ymd(2020, 1, 2);
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let files = CertFiles {
+        cert: dir.join("expired.pem"),
+        key: dir.join("expired.key"),
+    };
+    std::fs::write(dir.join("ca.pem"), ca_pem).unwrap();
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    (dir.join("ca.pem"), files)
 }
 
 #[test]
