@@ -42,12 +42,21 @@
 //! [components.edge-jobs]                 # per spin.toml component id
 //! namespace = "jobs"                     # default: the component id
 //!
+//! [tls]                                  # `serve` and `up`: HTTPS only, HTTP/1.1 and HTTP/2
+//! cert = "/etc/lockd/server.pem"         # PEM chain, the server's own certificate first
+//! key = "/etc/lockd/server.key"          # its PEM private key (PKCS#8, PKCS#1 or SEC1)
+//! client_ca = "/etc/lockd/clients.pem"   # optional: mutual TLS, clients need a certificate it signed
+//!
 //! [[auth.tokens]]                        # one per token; none: no authentication
 //! name = "ci"                            # logs and refusals name the token by it; unique
 //! sha256 = "<64 hex digits>"             # SHA-256 of the token; the token is never in this file
 //! namespaces = ["ci", "deploy-*"]        # exact names, prefixes ending in *, or "*" for all
 //! role = "locker"                        # reader | locker | admin
 //! ```
+//!
+//! Relative paths (`store`'s redb file, the `[tls]` files) are relative to
+//! the working directory. `--tls-cert`, `--tls-key` and `--tls-client-ca`
+//! replace the `[tls]` entry they name; SIGHUP reads the files again.
 //!
 //! `lockd token new` prints a token and its `[[auth.tokens]]` block. The
 //! server's `--auth-token` (`LOCKD_AUTH_TOKEN`) is one more token, named
@@ -97,6 +106,9 @@ pub struct LockdConfig {
     /// Dapr's lock API.
     #[serde(default)]
     pub dapr: DaprConfig,
+    /// The listener's TLS files (`lockd serve`, `lockd up`).
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 /// `[dapr]`: how locks taken through Dapr's lock API behave.
@@ -113,6 +125,32 @@ impl DaprConfig {
     pub fn durability(&self) -> lockd_core::Durability {
         self.durability
             .map_or(lockd_core::Durability::Persistent, Into::into)
+    }
+}
+
+/// `[tls]`: the files of the server's TLS listener. With `cert` and `key`,
+/// every route is served over TLS only; with `client_ca` too, every client
+/// must present a certificate that CA signed. Read at start and again on
+/// SIGHUP ([`crate::serve`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain (PEM), its own certificate first.
+    pub cert: Option<PathBuf>,
+    /// The private key of `cert` (PEM).
+    pub key: Option<PathBuf>,
+    /// The CA certificates (PEM) client certificates must chain to.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// These settings with each entry `flags` gives replacing this file's.
+    pub fn overridden_by(self, flags: TlsConfig) -> TlsConfig {
+        TlsConfig {
+            cert: flags.cert.or(self.cert),
+            key: flags.key.or(self.key),
+            client_ca: flags.client_ca.or(self.client_ca),
+        }
     }
 }
 
@@ -440,6 +478,35 @@ mod tests {
         assert_eq!(config.namespace_of("b"), "shared");
         assert_eq!(config.namespace_of("c"), "c");
         assert!(toml::from_str::<LockdConfig>("[limits]\nmax_ttl = 5").is_err());
+    }
+
+    #[test]
+    fn tls_table_is_read_and_flags_replace_its_entries() {
+        let config: LockdConfig = toml::from_str(
+            r#"
+            [tls]
+            cert = "server.pem"
+            key = "server.key"
+            client_ca = "clients.pem"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.tls.cert.as_deref(), Some(Path::new("server.pem")));
+        let flags = TlsConfig {
+            key: Some(PathBuf::from("other.key")),
+            ..TlsConfig::default()
+        };
+        let merged = config.tls.clone().overridden_by(flags);
+        assert_eq!(
+            merged,
+            TlsConfig {
+                cert: Some(PathBuf::from("server.pem")),
+                key: Some(PathBuf::from("other.key")),
+                client_ca: Some(PathBuf::from("clients.pem")),
+            }
+        );
+        let typo = toml::from_str::<LockdConfig>("[tls]\ncertificate = \"a\"").unwrap_err();
+        assert!(typo.to_string().contains("certificate"), "{typo}");
     }
 
     fn etcd_spec() -> StoreSpec {

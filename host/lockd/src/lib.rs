@@ -3,7 +3,7 @@
 //! component serving in [`serve`]), running command components ([`run`]),
 //! composing components for other hosts ([`plug`]), the epoch ticker every
 //! engine runs on ([`epoch`]), and how a store and lockd.toml are chosen
-//! ([`store`], [`config`]).
+//! ([`store`], [`config`]), and the PEM files of TLS ([`pem`]).
 //!
 //! The `lockd` binary (`src/main.rs`, with its `commands/` and `cli/`
 //! modules) is a command line over it: it parses flags, calls these
@@ -20,6 +20,7 @@ pub mod epoch;
 /// The response body type of `lockd serve` and its helpers, shared by `api`
 /// and `serve` (a leaf module: it imports neither).
 pub mod http_body;
+pub mod pem;
 /// `lockd plug`: composes a component that imports `lockd:lock` with the
 /// lockd-client component, for hosts lockd does not run.
 pub mod plug;

@@ -343,8 +343,8 @@ fn usage_and_invalid_arguments_exit_2() {
     assert_eq!(json(&run)["status"], "invalid_argument");
 
     // A server URL the client cannot use.
-    let run = lockd(&["get", "x", "--server", "https://127.0.0.1:1"], &[]);
-    assert_fails(&run, 2, &["http://"]);
+    let run = lockd(&["get", "x", "--server", "ftp://127.0.0.1:1"], &[]);
+    assert_fails(&run, 2, &["not an http or https URL", "http://"]);
 }
 
 #[test]

@@ -7,10 +7,16 @@
 //! fields are missing or mistyped is a failure (exit 3) naming the route and
 //! the field, never a default.
 //!
+//! `https://` servers are checked and shown a client certificate as
+//! [`super::tls`] says.
+//!
 //! Exit codes: 0 success; 1 `busy`, `not_owner`, `not_held`, `not_found`;
-//! 2 usage errors, `invalid_argument`, 401 and `denied`; 3 the server cannot
-//! be reached, is `unavailable`, or answered something that is not lockd;
-//! 4 `forbidden` (the token lacks the role or the namespace).
+//! 2 usage errors (a TLS file that cannot be used included),
+//! `invalid_argument`, 401 and `denied`; 3 the server cannot be reached,
+//! fails TLS (its certificate not trusted, not for its name, expired; our
+//! client certificate missing or refused), is `unavailable`, or answered
+//! something that is not lockd; 4 `forbidden` (the token lacks the role or
+//! the namespace).
 
 use std::time::Duration;
 
@@ -23,6 +29,7 @@ use super::failure::{fail, Failure};
 use super::flags::{Conn, DEFAULT_SERVER};
 use super::output::Format;
 use super::time::remaining;
+use super::tls;
 
 /// The longest any request waits for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,6 +50,8 @@ pub struct Client {
     agent: ureq::Agent,
     auth_token: Option<String>,
     format: Format,
+    /// Whether it presents a client certificate (for what a refusal means).
+    client_cert: bool,
 }
 
 impl Client {
@@ -70,12 +79,14 @@ impl Client {
             .http_status_as_error(false)
             .timeout_connect(Some(connect))
             .timeout_global(total)
+            .tls_config(tls::config(&conn.tls)?)
             .build();
         Ok(Client {
             server,
             agent: ureq::Agent::new_with_config(config),
             auth_token: conn.auth_token.filter(|t| !t.is_empty()),
             format: conn.format,
+            client_cert: conn.tls.cert.is_some(),
         })
     }
 
@@ -186,6 +197,9 @@ impl Client {
     }
 
     fn unreachable(&self, error: ureq::Error) -> Failure {
+        if let Some(tls_error) = tls::rustls_error(&error) {
+            return tls::failure(&self.server, tls_error, self.client_cert);
+        }
         let reason = match &error {
             ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 "connection refused".to_string()
@@ -338,18 +352,12 @@ fn normalize_server(server: &str) -> Result<String, Failure> {
             format!("--server is empty; use for example {DEFAULT_SERVER}"),
         ));
     }
-    if server.starts_with("https://") {
-        return Err(fail(
-            2,
-            format!("{server}: this client speaks plain http only; use an http:// URL"),
-        ));
-    }
-    if server.starts_with("http://") {
+    if server.starts_with("http://") || server.starts_with("https://") {
         Ok(server.to_string())
     } else if server.contains("://") {
         Err(fail(
             2,
-            format!("{server}: not an http URL; use for example {DEFAULT_SERVER}"),
+            format!("{server}: not an http or https URL; use for example {DEFAULT_SERVER}"),
         ))
     } else {
         Ok(format!("http://{server}"))
@@ -369,7 +377,7 @@ mod tests {
             "http://127.0.0.1:7450"
         );
         assert_eq!(normalize_server("http://h:1/").unwrap(), "http://h:1");
-        assert_eq!(normalize_server("https://h").unwrap_err().code, 2);
+        assert_eq!(normalize_server("https://h:1/").unwrap(), "https://h:1");
         assert_eq!(normalize_server("ftp://h").unwrap_err().code, 2);
         assert_eq!(normalize_server(" ").unwrap_err().code, 2);
     }
@@ -380,6 +388,7 @@ mod tests {
                 server: "127.0.0.1:7450".to_string(),
                 format: Format::Text,
                 auth_token: None,
+                tls: Default::default(),
             },
             0,
         )

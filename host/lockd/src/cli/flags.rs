@@ -1,11 +1,12 @@
 //! Flags several commands share, each group flattened into the commands
-//! that take it: [`Conn`] (the client commands), [`StoreArgs`] (`run`,
-//! `serve`, `up`) and [`ServeArgs`] (`serve`, `up`).
+//! that take it: [`Conn`] (the client commands) with its [`ClientTls`]
+//! (also `exec`'s), [`StoreArgs`] (`run`, `serve`, `up`) and [`ServeArgs`]
+//! (`serve`, `up`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use lockd::config::LockdConfig;
+use lockd::config::{LockdConfig, TlsConfig};
 use lockd::store::StoreSpec;
 use lockd_api::DurabilityWord;
 
@@ -37,6 +38,24 @@ pub struct Conn {
     /// Bearer token, if the server requires one.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    #[command(flatten)]
+    pub tls: ClientTls,
+}
+
+/// How a client checks an `https://` server and proves who it is.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ClientTls {
+    /// Trust only the CA certificates in this PEM file for an https://
+    /// server [default: the system's trusted roots].
+    #[arg(long, env = "LOCKD_CACERT", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// Present this client certificate (PEM) to an https:// server that
+    /// asks for one (mutual TLS); needs --key.
+    #[arg(long, env = "LOCKD_CLIENT_CERT", value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, env = "LOCKD_CLIENT_KEY", value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
 }
 
 /// Where locks live and lockd.toml: every subcommand that holds locks
@@ -77,4 +96,27 @@ pub struct ServeArgs {
     /// TryLockAlpha1/UnlockAlpha1, for Dapr's SDKs) on this address.
     #[arg(long, value_name = "ADDR")]
     pub dapr_grpc_listen: Option<std::net::SocketAddr>,
+    /// Serve HTTPS only, with this certificate chain (PEM, the server's own
+    /// certificate first) [default: `[tls] cert` in lockd.toml]. SIGHUP
+    /// reads it again.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert [default: `[tls] key`].
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by a CA in this PEM file (mutual
+    /// TLS) [default: `[tls] client_ca`].
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The `--tls-*` flags, as the `[tls]` entries they replace.
+    pub fn tls_flags(&self) -> TlsConfig {
+        TlsConfig {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        }
+    }
 }

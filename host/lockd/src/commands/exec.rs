@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::{durability, Conn, DEFAULT_SERVER};
+use crate::cli::flags::{durability, ClientTls, Conn, DEFAULT_SERVER};
 use crate::cli::output::Format;
 use crate::cli::time::parse_duration_ms;
 
@@ -83,6 +83,8 @@ pub struct ExecCommand {
     /// Bearer token, if the server requires one.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    #[command(flatten)]
+    tls: ClientTls,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -167,12 +169,14 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
         kill_after,
         server,
         auth_token,
+        tls,
         command,
     } = args;
     let conn = Conn {
         server,
         format: Format::Text,
         auth_token,
+        tls,
     };
     let not_taken = |f: Failure| fail(EXIT_NOT_TAKEN, format!("cannot take {name}: {}", f.message));
     let owner = random_id("exec").map_err(|e| not_taken(fail(3, e.to_string())))?;

@@ -5,16 +5,18 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use lockd::serve::tls::Tls;
 use lockd::serve::ServeOptions;
 
 use crate::cli::flags::ServeArgs;
 use crate::cli::runtime;
 
 /// Serve the REST API, /metrics and /healthz (and a Spin manifest's HTTP
-/// components with --manifest).
+/// components with --manifest), over HTTPS with --tls-cert and --tls-key.
 #[derive(Args, Debug)]
 pub struct ServeCommand {
     /// Address to listen on (port 0 picks a free port).
@@ -35,11 +37,18 @@ impl ServeCommand {
 }
 
 /// `lockd serve` and `lockd up`: serves on a runtime of its own until Ctrl-C
-/// or SIGTERM (exit 0); exit 2 when the server cannot start.
+/// or SIGTERM (exit 0); exit 2 when the server cannot start (a TLS file that
+/// cannot be used included). With TLS, SIGHUP reloads the TLS files.
 pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
     runtime::block_on(async {
         let started = async {
-            let (config, store) = args.store.resolve()?;
+            let tls_flags = args.tls_flags();
+            let (mut config, store) = args.store.resolve()?;
+            config.tls = config.tls.overridden_by(tls_flags);
+            // Both watched before the address is announced (see
+            // `shutdown_signal`).
+            let shutdown = shutdown_signal();
+            let reload_on_hangup = hangup_reloads(config.tls.cert.is_some());
             let options = ServeOptions {
                 listen,
                 store,
@@ -49,7 +58,9 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
                 events_heartbeat: Duration::from_millis(args.events_heartbeat),
                 dapr_grpc_listen: args.dapr_grpc_listen,
             };
-            lockd::serve::serve(options, shutdown_signal()).await
+            let server = lockd::serve::bind(options).await?;
+            reload_on_hangup(server.tls());
+            server.run(shutdown).await
         }
         .await;
         match started {
@@ -60,6 +71,39 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
             }
         }
     })
+}
+
+/// Watches SIGHUP from now on if `tls` (the server has TLS files; without
+/// them SIGHUP keeps its default meaning, stop), and returns the function
+/// that, given the bound server's TLS, reads its files again on every
+/// SIGHUP. Watching starts before the address is announced, for the reason
+/// `shutdown_signal` gives.
+fn hangup_reloads(tls: bool) -> impl FnOnce(Option<Arc<Tls>>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let hangup = tls.then(|| signal(SignalKind::hangup())).and_then(|watched| {
+            watched
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "cannot watch SIGHUP; TLS files are read only at start");
+                })
+                .ok()
+        });
+        move |server_tls: Option<Arc<Tls>>| {
+            if let (Some(server_tls), Some(mut hangup)) = (server_tls, hangup) {
+                tokio::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        server_tls.reload();
+                    }
+                });
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tls;
+        |_: Option<Arc<Tls>>| {}
+    }
 }
 
 /// Watches Ctrl-C and, on Unix, SIGTERM from the moment it is called, and

@@ -368,10 +368,12 @@ impl Served {
 
         let mut store = self.store(pre.engine(), limits);
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let request = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, req)?;
+        let scheme = if req.extensions().get::<super::OverTls>().is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let request = store.data_mut().http().new_incoming_request(scheme, req)?;
         let out = store.data_mut().http().new_response_outparam(sender)?;
         let pre = pre.clone();
         // The guest runs in its own task: it may keep streaming the body
@@ -421,6 +423,7 @@ impl Served {
         req: Request<Incoming>,
         limits: InstanceLimits,
     ) -> anyhow::Result<Response<Body>> {
+        let req = with_https_scheme(req);
         let mut store = self.store(pre.engine(), limits);
         let run = async move {
             let service = pre.instantiate_async(&mut store).await?;
@@ -509,6 +512,36 @@ impl WasiHttpHooks for OutboundHooks {
     }
 }
 
+/// `req` with the `https` scheme and its `Host` as the authority, if it came
+/// over TLS as HTTP/1.1: a WASIp3 guest reads the scheme from the URI, which
+/// HTTP/1.1 requests carry as a bare path (HTTP/2 ones are complete).
+fn with_https_scheme<B>(mut req: Request<B>) -> Request<B> {
+    if req.extensions().get::<super::OverTls>().is_none() || req.uri().scheme().is_some() {
+        return req;
+    }
+    let Some(host) = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return req;
+    };
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    if let Ok(uri) = hyper::Uri::builder()
+        .scheme("https")
+        .authority(host)
+        .path_and_query(path)
+        .build()
+    {
+        *req.uri_mut() = uri;
+    }
+    req
+}
+
 /// One `allowed_outbound_hosts` entry: `scheme://host[:port]`, where each
 /// part may be `*` and the host may be `*.suffix`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -557,7 +590,36 @@ impl OutboundRule {
 
 #[cfg(test)]
 mod tests {
-    use super::OutboundRule;
+    use hyper::Request;
+
+    use super::{with_https_scheme, OutboundRule};
+
+    #[test]
+    fn requests_over_tls_get_the_https_scheme() {
+        let over_tls = |uri: &str, host: Option<&str>| {
+            let mut req = Request::builder().uri(uri);
+            if let Some(host) = host {
+                req = req.header("host", host);
+            }
+            let mut req = req.body(()).unwrap();
+            req.extensions_mut().insert(super::super::OverTls);
+            with_https_scheme(req).uri().to_string()
+        };
+        assert_eq!(
+            over_tls("/jobs/1?x=2", Some("h:8443")),
+            "https://h:8443/jobs/1?x=2"
+        );
+        // HTTP/2's complete URIs, and a request without Host, stay as they are.
+        assert_eq!(over_tls("https://a:1/p", Some("b:2")), "https://a:1/p");
+        assert_eq!(over_tls("/p", None), "/p");
+        // Plain HTTP is left alone.
+        let plain = Request::builder()
+            .uri("/p")
+            .header("host", "h")
+            .body(())
+            .unwrap();
+        assert_eq!(with_https_scheme(plain).uri().to_string(), "/p");
+    }
 
     #[test]
     fn outbound_rules() {

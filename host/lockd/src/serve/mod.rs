@@ -1,6 +1,8 @@
 //! `lockd serve` and `lockd up`: one HTTP listener for lockd's own routes
 //! (the REST API, `/metrics`, `/healthz`, `/openapi.json`) and the HTTP
-//! components of a Spin manifest (every other path).
+//! components of a Spin manifest (every other path). With `[tls]` files
+//! ([`tls`]) the listener speaks HTTPS only, HTTP/2 or HTTP/1.1 by ALPN;
+//! without, plain HTTP/1.1.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::body::Incoming;
+use hyper::rt::{Read, Write};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lockd_core::LockService;
@@ -19,10 +22,12 @@ use tracing::Instrument as _;
 mod build;
 mod components;
 pub mod manifest;
+pub mod tls;
 mod ui;
 
 pub use components::App;
 use manifest::Manifest;
+use tls::Tls;
 
 use crate::api::{Api, ApiOptions, PeerAddr};
 use crate::compat::{self, Compat};
@@ -37,7 +42,13 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
 
-/// What `lockd serve` / `lockd up` run. Its `Debug` never shows the token.
+/// Whether a request came over TLS: set in every request's extensions on a
+/// TLS listener (components see the `https` scheme).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverTls;
+
+/// What `lockd serve` / `lockd up` run (TLS from `config.tls`). Its `Debug`
+/// never shows the token.
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
@@ -82,6 +93,7 @@ pub struct Server {
     service: LockService,
     router: Arc<Router>,
     dapr_grpc: Option<tokio::net::TcpListener>,
+    tls: Option<Arc<Tls>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -98,6 +110,9 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         .config
         .auth
         .credentials(options.auth_token.as_deref())?;
+    // The certificate is checked before the store opens: a bad file is the
+    // error to report, not a side effect after locks were recovered.
+    let tls = Tls::load(&options.config.tls)?;
     let service = options.config.open_service(&options.store).await?;
     let api = Arc::new(Api::with_options(
         service.clone(),
@@ -136,6 +151,7 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         service,
         router: Arc::new(Router { api, app, compat }),
         dapr_grpc,
+        tls,
     })
 }
 
@@ -155,8 +171,15 @@ impl Server {
         &self.service
     }
 
+    /// Its TLS, if it serves HTTPS: [`Tls::reload`] reads the files again
+    /// (the binary calls it on SIGHUP).
+    pub fn tls(&self) -> Option<Arc<Tls>> {
+        self.tls.clone()
+    }
+
     /// Serves until `shutdown` completes. Prints the routes and then
-    /// `lockd listening on http://ADDR` (tests wait for that line).
+    /// `lockd listening on http://ADDR` (`https://` with TLS; tests wait
+    /// for that line).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let addr = self.addr;
         let dapr_grpc = self
@@ -173,14 +196,15 @@ impl Server {
                     std::future::pending(),
                 ))
             });
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         if let Some(app) = &self.router.app {
             for (route, component, kind) in app.routes() {
-                println!("  http://{addr}{route} -> {component} ({kind})");
+                println!("  {scheme}://{addr}{route} -> {component} ({kind})");
             }
         }
-        println!("  http://{addr}/ui/ -> the web page (locks and events, live)");
-        println!("lockd listening on http://{addr}");
-        tracing::info!(%addr, "serving");
+        println!("  {scheme}://{addr}/ui/ -> the web page (locks and events, live)");
+        println!("lockd listening on {scheme}://{addr}");
+        tracing::info!(%addr, tls = self.tls.is_some(), "serving");
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -201,30 +225,68 @@ impl Server {
                 tracing::debug!(error = %e, "setting TCP_NODELAY failed");
             }
             let router = self.router.clone();
+            let tls = self.tls.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                    // Refusals log who asked (crate::api::PeerAddr).
-                    req.extensions_mut().insert(PeerAddr(peer));
-                    let router = router.clone();
-                    async move { Ok::<_, Infallible>(router.route(req).await) }
-                });
-                let mut builder =
-                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                builder
-                    .http1()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .max_buf_size(MAX_HEAD_BYTES);
-                // Connection errors (a client hanging up) concern that client only.
-                let _ = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let Some(tls) = tls else {
+                    return serve_connection(TokioIo::new(stream), false, false, router, peer)
+                        .await;
+                };
+                match tls.handshake(stream).await {
+                    Ok(done) => {
+                        let io = TokioIo::new(done.stream);
+                        serve_connection(io, true, done.http2, router, peer).await;
+                    }
+                    // Scanners and stray plain-HTTP clients are routine:
+                    // debug, not warn.
+                    Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                }
             });
         }
         if let Some(task) = dapr_grpc {
             task.abort();
         }
         Ok(())
+    }
+}
+
+/// Serves the requests of one connection (HTTP/2 if `http2`, else
+/// HTTP/1.1) until it closes. Its errors (a client hanging up) concern
+/// that client only.
+async fn serve_connection<I>(
+    io: I,
+    over_tls: bool,
+    http2: bool,
+    router: Arc<Router>,
+    peer: SocketAddr,
+) where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let router = router.clone();
+        // Refusals log who asked (crate::api::PeerAddr).
+        req.extensions_mut().insert(PeerAddr(peer));
+        if over_tls {
+            req.extensions_mut().insert(OverTls);
+        }
+        async move { Ok::<_, Infallible>(router.route(req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = if http2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    if let Err(e) = builder.serve_connection(io, service).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 

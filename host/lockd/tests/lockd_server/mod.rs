@@ -13,7 +13,14 @@ use serde_json::Value;
 
 /// The variables lockd reads; cleared for every child so the developer's
 /// shell cannot change a test.
-pub const LOCKD_ENV: [&str; 3] = ["LOCKD_SERVER", "LOCKD_AUTH_TOKEN", "LOCKD_STORE"];
+pub const LOCKD_ENV: [&str; 6] = [
+    "LOCKD_SERVER",
+    "LOCKD_AUTH_TOKEN",
+    "LOCKD_STORE",
+    "LOCKD_CACERT",
+    "LOCKD_CLIENT_CERT",
+    "LOCKD_CLIENT_KEY",
+];
 
 /// How long a server may take to start, or a CLI command to finish.
 const DEADLINE: Duration = Duration::from_secs(180);
