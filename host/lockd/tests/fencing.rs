@@ -21,14 +21,14 @@
 
 mod lockd_server;
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::TcpStream;
+use std::io::{Read as _, Write as _};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockd_server::{closed_port, lockd, Server, LOCKD_ENV};
+use lockd_testing::redis::RedisServer;
 
 /// Where Debian's postgresql-15 puts its server binaries.
 const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -258,86 +258,24 @@ impl Target for Postgres {
     }
 }
 
-struct Redis {
-    _daemon: Daemon,
-    port: u16,
-    _tmp: tempfile::TempDir,
-}
+/// Redis with contrib/fencing/redis.lua loaded.
+struct Redis(RedisServer);
 
 impl Redis {
     fn start() -> Option<Redis> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            missing("redis-server (Redis 7)");
-            return None;
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        let port = closed_port();
-        let daemon = Daemon(
-            Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(tmp.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let redis = Redis {
-            _daemon: daemon,
-            port,
-            _tmp: tmp,
-        };
-        wait_until(Duration::from_secs(10), "redis accepting", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let library = std::fs::read_to_string(contrib("redis.lua")).unwrap();
-        assert_eq!(
-            redis.call(&["FUNCTION", "LOAD", "REPLACE", &library]),
-            "lockd_fencing"
-        );
-        Some(redis)
+        let server = RedisServer::start()?;
+        server.load_function(&contrib("redis.lua"));
+        Some(Redis(server))
     }
 
-    /// One command from a program: RESP over a socket, the reply as text
-    /// (an error reply prefixed `-`).
     fn call(&self, args: &[&str]) -> String {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        let mut request = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            request.extend(format!("${}\r\n", a.len()).bytes());
-            request.extend(a.bytes());
-            request.extend(b"\r\n");
-        }
-        stream.write_all(&request).unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let line = line.trim_end().to_string();
-        match line.split_at(1) {
-            ("+", rest) => rest.to_string(),
-            ("-", _) => line,
-            ("$", len) => {
-                let len: i64 = len.parse().unwrap();
-                if len < 0 {
-                    return String::new();
-                }
-                let mut body = vec![0; len as usize + 2];
-                reader.read_exact(&mut body).unwrap();
-                String::from_utf8_lossy(&body[..len as usize]).into_owned()
-            }
-            _ => line,
-        }
+        self.0.call(args)
     }
 }
 
 impl Target for Redis {
     fn env(&self) -> Vec<(String, String)> {
-        vec![("REDIS_PORT".to_string(), self.port.to_string())]
+        vec![("REDIS_PORT".to_string(), self.0.port().to_string())]
     }
 
     fn read(&self) -> String {
