@@ -55,7 +55,6 @@ mod tokens;
 use leases::{LeaseCell, LeaseTable};
 use purge::{PurgeSignal, Sweep};
 use table::{key_hash, FxBuild, Holder, Lock, Namespaces, NewHolder, Queued, Shard};
-pub(crate) use tokens::wall_clock_micros;
 use tokens::TokenAllocator;
 
 /// Tuning knobs of the engine.

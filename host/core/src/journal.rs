@@ -89,7 +89,7 @@ impl Recovered {
     /// so a restarted process starts above every token the previous one
     /// issued, unless the wall clock went back.
     pub fn in_memory() -> Self {
-        let micros = crate::engine::wall_clock_micros();
+        let micros = crate::clock::wall_clock_micros();
         Recovered {
             locks: Vec::new(),
             leases: Vec::new(),

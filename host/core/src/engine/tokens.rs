@@ -3,21 +3,11 @@
 //! across a restart, and the clock ceiling that keeps it below 2^53.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
+use crate::clock::wall_clock_micros;
 use crate::error::LockError;
 use crate::journal::{Journal, JournalOp};
-
-/// Microseconds since the Unix epoch on the wall clock (0 before 1970).
-/// The unit of the token ceiling and of the `memory` store's first token:
-/// 2^53 µs after 1970 is the year 2255, so a token that follows this clock
-/// stays exact in a double until then (docs/contract.md#c9-tokens).
-pub(crate) fn wall_clock_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// Issues fencing tokens from one global counter, and makes sure a token is
 /// covered by a durable reservation before any grant carrying it is
