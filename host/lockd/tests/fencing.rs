@@ -40,14 +40,14 @@ fn contrib(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// Skips (or fails under CI) when a server binary is missing.
-fn missing(what: &str) -> bool {
+/// Says that `what` is missing and the test is skipped; a failure under CI
+/// (`CI=true`), where scripts/setup.sh has installed it.
+fn skip_without(what: &str) {
     let message = format!("{what} is needed (scripts/setup.sh installs it)");
     if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
         panic!("{message}; CI=true, so this is a failure");
     }
     eprintln!("SKIPPED: {message}");
-    true
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -129,12 +129,12 @@ impl Postgres {
     fn start() -> Option<Postgres> {
         let bin = Path::new(POSTGRES_BIN);
         if !bin.join("postgres").exists() {
-            missing(&format!("PostgreSQL 15 ({POSTGRES_BIN}/postgres)"));
+            skip_without(&format!("PostgreSQL 15 ({POSTGRES_BIN}/postgres)"));
             return None;
         }
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("pg");
-        let as_postgres = rustix_is_root();
+        let as_postgres = running_as_root();
         let command = |program: &str| {
             let path = bin.join(program);
             if as_postgres {
@@ -217,7 +217,7 @@ impl Postgres {
     }
 }
 
-fn rustix_is_root() -> bool {
+fn running_as_root() -> bool {
     run(Command::new("id").arg("-u")).trim() == "0"
 }
 
