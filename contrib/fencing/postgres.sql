@@ -29,10 +29,11 @@
 --     ON CONFLICT (month) DO UPDATE SET body = EXCLUDED.body;
 --   COMMIT;
 --
--- From a program: the same two statements in one transaction, the token
--- passed as a parameter (text or numeric; never through a double):
+-- From a program: the same statements in one transaction, the token bound
+-- as a parameter, as text (a u64 has no PostgreSQL integer type; never pass
+-- it through a double):
 --
---   BEGIN; SELECT lockd_fence($1, $2::numeric); UPDATE ...; COMMIT;
+--   BEGIN; SELECT lockd_fence($1, $2::text::numeric); UPDATE ...; COMMIT;
 --
 -- Tokens are u64 (lockd's are below 2^53, older stores' may be larger):
 -- numeric(20, 0) holds every one exactly, where bigint stops at 2^63 - 1.

@@ -460,10 +460,71 @@ fn fence_holds_and_plain_writes_lose_updates(target: &dyn Target, refusal: &str)
     );
 }
 
+/// The fence and an UPDATE in one transaction, the token bound as text (a
+/// u64 has no PostgreSQL integer type; `numeric` holds it exactly).
+fn fenced_update(
+    tx: &mut postgres::Transaction<'_>,
+    token: u64,
+    balance: i64,
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        "SELECT lockd_fence($1, $2::text::numeric)",
+        &[&"acct", &token.to_string()],
+    )?;
+    tx.execute(
+        "UPDATE accounts SET balance = $1 WHERE id = 'acct'",
+        &[&balance],
+    )?;
+    Ok(())
+}
+
+/// The PostgreSQL recipe from a program: two holders of `acct` over REST,
+/// the first expired before the second took it. The second's transaction
+/// holds the fence row, so the first's write waits for it to commit, then
+/// fails with SQLSTATE LK001; the second's balance stays.
+fn postgres_from_a_program(pg: &Postgres) {
+    pg.reset();
+    let server = Server::start(&[]);
+    let lock = |owner: &str, ttl_ms: u64| -> u64 {
+        let reply = server.post(
+            "/v1/locks/lock",
+            &format!(r#"{{"name":"acct","owner":"{owner}","ttl_ms":{ttl_ms}}}"#),
+        );
+        assert_eq!(reply.status(), "acquired", "{}", reply.body);
+        reply.json["fencing_token"].as_u64().unwrap()
+    };
+    let first = lock("program-1", 200);
+    wait_until(Duration::from_secs(5), "the first grant expired", || {
+        server.post("/v1/locks/get", r#"{"name":"acct"}"#).status() == "not_found"
+    });
+    let second = lock("program-2", 10_000);
+    assert!(second > first);
+
+    let mut client = postgres::Client::connect(&pg.url, postgres::NoTls).unwrap();
+    let mut tx = client.transaction().unwrap();
+    fenced_update(&mut tx, second, 500).unwrap();
+    let url = pg.url.clone();
+    let late = std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tx = client.transaction().unwrap();
+        fenced_update(&mut tx, first, 1).and_then(|()| tx.commit())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !late.is_finished(),
+        "the stale writer did not wait for the fence row"
+    );
+    tx.commit().unwrap();
+    let refused = late.join().unwrap().unwrap_err();
+    assert_eq!(refused.code().map(|c| c.code()), Some("LK001"), "{refused}");
+    assert_eq!(pg.balance(), 500);
+}
+
 #[test]
 fn postgres_fence_refuses_the_paused_holder() {
     let Some(pg) = Postgres::start() else { return };
     fence_holds_and_plain_writes_lose_updates(&pg, "stale fencing token");
+    postgres_from_a_program(&pg);
 
     // The INSERT pattern, and tokens compared exactly above 2^53 (where
     // doubles cannot tell 2^53 from 2^53 + 1).
