@@ -8,6 +8,9 @@
 #     loopback ports)
 #   - redis-server (a peer of the benchmark suite, lockd-bench, whose smoke
 #     run is part of the tests; it starts its own redis-server)
+#   - postgresql (PostgreSQL 15: host/lockd/tests/fencing.rs starts its own
+#     server from /usr/lib/postgresql/15/bin on a free loopback port and
+#     checks contrib/fencing/ against it, and against redis-server)
 #   - wrk (the independent load generator docs/benchmarks.md cross-checks
 #     B3 and B4 with; bench/wrk/ holds its scripts)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
@@ -33,7 +36,7 @@ fi
 # iproute2 (ip netns, ip link, tc) and python3 (the relay into a namespace):
 # host/lockd/tests/partitions.rs. wrk: the benchmarks' cross-checks.
 apt_packages=(clang lld wasi-libc libclang-rt-dev-wasm32 python3-venv
-    etcd-server redis-server iproute2 python3 wrk)
+    etcd-server redis-server iproute2 python3 wrk postgresql)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -64,6 +67,14 @@ if dpkg -s redis-server >/dev/null 2>&1 && [ -d /run/systemd/system ] \
     && systemctl is-enabled --quiet redis-server 2>/dev/null; then
     log "systemctl disable --now redis-server (the benchmark starts its own)"
     systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
+
+# Debian's postgresql starts a system cluster on port 5432; the fencing test
+# starts its own and never uses it. Stop it where systemd runs.
+if dpkg -s postgresql >/dev/null 2>&1 && [ -d /run/systemd/system ] \
+    && systemctl is-enabled --quiet postgresql 2>/dev/null; then
+    log "systemctl disable --now postgresql (the fencing test starts its own)"
+    systemctl disable --now postgresql >/dev/null 2>&1 || true
 fi
 
 # Debian's etcd-server enables a system etcd on port 2379. lockd's tests never

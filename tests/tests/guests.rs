@@ -2,6 +2,9 @@
 //! with the store checked afterwards.
 
 mod common;
+mod fencing;
+#[allow(unused_imports)]
+use fencing::rust_fenced;
 mod http_guests;
 #[allow(unused_imports)]
 use http_guests::{edge_bench, edge_guard_p3, edge_jobs, http_hostile, js_edge};

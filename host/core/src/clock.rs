@@ -57,6 +57,17 @@ fn shift(ms: u64, offset: i64) -> u64 {
     }
 }
 
+/// Microseconds since the Unix epoch on the wall clock (0 before 1970).
+/// The unit of the token ceiling and of the `memory` store's first token:
+/// 2^53 µs after 1970 is the year 2255, so a token that follows this clock
+/// stays exact in a double until then (docs/contract.md#c9-tokens).
+pub(crate) fn wall_clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 fn wall_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

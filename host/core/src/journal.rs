@@ -1,8 +1,6 @@
 //! What the [`Engine`](crate::Engine) must keep across restarts, and the
 //! trait through which a persistent store keeps it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use tokio::sync::oneshot;
 
 use crate::error::LockError;
@@ -85,18 +83,17 @@ pub struct Recovered {
 
 impl Recovered {
     /// The starting point of a store that keeps nothing: no locks, and tokens
-    /// seeded from the wall clock in nanoseconds. Fewer than 10⁹ tokens a
-    /// second are ever issued, so the seed of a restarted process is above
-    /// every token the previous one issued, unless the wall clock went back.
+    /// starting at the wall clock in microseconds. An engine never issues a
+    /// token above the wall clock in microseconds at its start plus the
+    /// microseconds elapsed since (its ceiling, docs/design.md#fencing-tokens),
+    /// so a restarted process starts above every token the previous one
+    /// issued, unless the wall clock went back.
     pub fn in_memory() -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+        let micros = crate::clock::wall_clock_micros();
         Recovered {
             locks: Vec::new(),
             leases: Vec::new(),
-            next_token: nanos.max(1),
+            next_token: micros.max(1),
             reserved_up_to: u64::MAX,
         }
     }

@@ -139,7 +139,7 @@ fn javascript_checks_fail_against_a_store_that_breaks_them() {
     let server = Server::start(&[]);
     let held = server.post_json(
         "/v1/locks/lock",
-        &json!({"namespace": "dapr-js", "name": "neg-resource", "owner": "native", "ttl_ms": 60000}),
+        &json!({"namespace": "dapr-js", "name": "neg-resource", "owner": "native", "ttl_ms": 600_000}),
     );
     assert_eq!(held.code, 200, "{}", held.body);
     let mut cmd = Command::new("node");
@@ -357,7 +357,7 @@ fn dapr_and_native_owners_exclude_each_other() {
     };
     let held = native(
         "/v1/locks/lock",
-        json!({"namespace": "jobs", "name": "n", "owner": "native", "ttl_ms": 60000}),
+        json!({"namespace": "jobs", "name": "n", "owner": "native", "ttl_ms": 600_000}),
     );
     assert_eq!(held.code, 200, "{}", held.body);
     let tried = dapr(

@@ -269,6 +269,27 @@ fn row_script(ns: &str, name: &str) -> String {
     )
 }
 
+/// Makes the store at `path` issue tokens from 2^53 + 2 on, as a store
+/// written by hand or before tokens followed the clock would: a page that
+/// read them as doubles would show an odd one rounded to its even neighbour
+/// (db-migrate gets 2^53 + 2, deploy 2^53 + 3).
+fn reserve_tokens_above_doubles(path: &Path) {
+    use lockd_core::{Journal as _, JournalOp};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (journal, _) = lockd_redb::RedbJournal::open(path).unwrap();
+    runtime
+        .block_on(
+            journal
+                .submit(JournalOp::ReserveTokens {
+                    up_to: (1 << 53) + 1,
+                })
+                .wait(),
+        )
+        .unwrap();
+}
+
 #[test]
 fn the_page_shows_locks_live_and_force_unlocks() {
     let tools = (
@@ -291,6 +312,7 @@ fn the_page_shows_locks_live_and_force_unlocks() {
         lockd::auth::to_hex(&lockd::auth::digest(TEAM_TOKEN))
     );
     std::fs::write(dir.path().join("lockd.toml"), team_entry).unwrap();
+    reserve_tokens_above_doubles(&dir.path().join("locks.redb"));
     let server = Server::start_in(
         Some(dir.path()),
         &["--store", "redb:locks.redb", "--auth-token", TOKEN],
@@ -388,7 +410,10 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     );
     eprintln!("deploy shown {:?} after the lock", taken.elapsed());
     let token = grant["fencing_token"].as_u64().unwrap();
+    // Odd, above 2^53: no double holds it.
+    assert!(token > 1 << 53 && token % 2 == 1, "{grant}");
     assert_eq!(row[0], "ci-runner-7");
+    // The page shows the exact token, digit for digit as the REST answer.
     assert_eq!(row[1], token.to_string());
     assert_eq!(row[2], "ephemeral");
     assert_eq!(row[4], "0");
@@ -415,7 +440,7 @@ fn the_page_shows_locks_live_and_force_unlocks() {
         events
             .as_str()
             .unwrap()
-            .contains("default/deploy · ci-runner-7"),
+            .contains(&format!("default/deploy · ci-runner-7 · token {token}")),
         "{events}"
     );
 

@@ -7,6 +7,12 @@ use std::sync::Arc;
 use lockd_core::{Engine, EngineOptions, Limits, LockOptions, LockService, SystemClock};
 use lockd_redb::{OpenError, RedbJournal};
 
+const EPHEMERAL: LockOptions = LockOptions {
+    wait_ms: 0,
+    durability: lockd_core::Durability::Ephemeral,
+    quota: None,
+};
+
 /// Concurrent persistent operations share fsyncs: 200 callers, far fewer
 /// commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,4 +116,121 @@ async fn store_in_use_is_refused() {
     let err = lockd_redb::open(&path).unwrap_err();
     assert!(matches!(err, OpenError::InUse { .. }), "{err:?}");
     assert!(err.to_string().contains("in use"), "{err}");
+}
+
+/// A store written before tokens followed the clock, whose names carry
+/// tokens near 1.8e18 (written here through the journal, as that version
+/// wrote them): opened now, its held lock keeps its exact token, and every
+/// later grant, of those names and of new ones, is larger, at once (the
+/// clock ceiling does not stall a counter resumed above it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_tokens_above_the_clock_keeps_rising() {
+    use lockd_core::{Journal as _, JournalOp, Key, Record};
+
+    const OLD: u64 = 1_795_627_369_420_013_901;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    let expires_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 60_000;
+    {
+        let (journal, _) = RedbJournal::open(&path).unwrap();
+        let put = |name: &str, token: u64| {
+            JournalOp::Put(
+                Key::new("ns", name),
+                Record {
+                    owner: "old-holder".to_string(),
+                    token,
+                    expires_at_ms,
+                },
+            )
+        };
+        journal
+            .submit(JournalOp::Batch(vec![
+                JournalOp::ReserveTokens { up_to: OLD + 16 },
+                put("acct", OLD),
+                // A record above the reservation: its batch reached the disk
+                // before the reservation covering it.
+                put("ledger", OLD + 40),
+            ]))
+            .wait()
+            .await
+            .unwrap();
+    }
+    let service = LockService::new(lockd_redb::open(&path).unwrap(), Limits::default());
+    let held = service.get("ns", "acct").await.unwrap().unwrap();
+    assert_eq!(
+        (held.owner.as_str(), held.fencing_token),
+        ("old-holder", OLD)
+    );
+    service
+        .unlock("ns", "acct", "old-holder", Some(OLD))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let again = service
+        .lock("ns", "acct", "new-holder", 10_000, LockOptions::default())
+        .await
+        .unwrap();
+    assert!(again.fencing_token > OLD + 40, "{}", again.fencing_token);
+    let mut last = again.fencing_token;
+    for i in 0..100 {
+        let g = service
+            .lock("ns", &format!("n{i}"), "o", 10_000, EPHEMERAL)
+            .await
+            .unwrap();
+        assert!(g.fencing_token > last);
+        last = g.fencing_token;
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "grants stalled: {:?}",
+        started.elapsed()
+    );
+    // And across a restart.
+    drop(service);
+    let service = reopen_when_closed(&path).await;
+    let after = service
+        .lock("ns", "ledger-2", "o", 10_000, EPHEMERAL)
+        .await
+        .unwrap();
+    assert!(after.fencing_token > last);
+}
+
+/// A fresh store issues small tokens, exact as doubles, and they stay small
+/// across restarts (each one skips at most a reservation block, 2^20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_store_issues_tokens_exact_as_doubles() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    let mut last = 0;
+    for _ in 0..3 {
+        let service = reopen_when_closed(&path).await;
+        for durability in [EPHEMERAL, LockOptions::default()] {
+            let g = service
+                .lock("ns", "t", "o", 10_000, durability)
+                .await
+                .unwrap();
+            assert!(g.fencing_token > last);
+            last = g.fencing_token;
+            service.unlock("ns", "t", "o", None).await.unwrap();
+        }
+    }
+    assert!(last < 4 << 20, "{last}");
+}
+
+/// Opens the store once the previous handle has let go of the file.
+async fn reopen_when_closed(path: &std::path::Path) -> LockService {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match lockd_redb::open(path) {
+            Ok(engine) => return LockService::new(engine, Limits::default()),
+            Err(OpenError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("reopening {}: {e}", path.display()),
+        }
+    }
 }

@@ -14,6 +14,8 @@
 //!   tests.
 //! - [`etcd`]: a real etcd cluster on loopback, started and stopped by the
 //!   tests.
+//! - [`redis`]: a throwaway `redis-server` and a RESP client, for the
+//!   fencing recipes.
 //! - [`report`]: figures of a test run, on record for CI.
 //!
 //! ```text
@@ -27,6 +29,7 @@ pub mod conformance;
 pub mod etcd;
 pub mod history;
 pub mod model;
+pub mod redis;
 mod report;
 mod stores;
 

@@ -444,6 +444,48 @@ pub(crate) async fn js_edge() {
     let (status, body) = request(app.addr, "POST", &path).await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)["fencing_token"].as_u64().unwrap() > t1);
+
+    // The token the JavaScript guest reads (a BigInt) is the REST API's,
+    // digit for digit.
+    let taken = post_json(
+        app.addr,
+        "/v1/locks/lock",
+        r#"{"namespace":"js-edge","name":"js-job/held","owner":"rest","ttl_ms":30000}"#,
+    )
+    .await;
+    let (status, body) = request(app.addr, "GET", "/js/jobs/held").await;
+    assert_eq!(status, 200, "{body}");
+    let shown = json(&body);
+    assert_eq!(shown["owner"], "rest", "{body}");
+    assert_eq!(
+        shown["fencing_token"].as_u64(),
+        json(&taken)["fencing_token"].as_u64(),
+        "JS guest {body}, REST {taken}"
+    );
+    assert!(shown["fencing_token"].as_u64().is_some(), "{body}");
+}
+
+/// `POST path` with a JSON body on a fresh connection; the reply body of a
+/// 200.
+async fn post_json(addr: SocketAddr, path: &str, body: &'static str) -> String {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    let status = response.status().as_u16();
+    let reply = response.into_body().collect().await.unwrap().to_bytes();
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    assert_eq!(status, 200, "{path}: {reply}");
+    reply
 }
 
 /// A runaway loop and unbounded memory growth each get a 500 within the

@@ -39,6 +39,15 @@ function authHeaders() {
 
 class Unauthorized extends Error {}
 
+// Parses lockd's JSON keeping every fencing token as its exact digits (a
+// string): JSON.parse reads numbers as doubles, which round above 2^53.
+// lockd's own tokens stay below that, but a store built with larger ones
+// answers them, and the page shows what the server sent. Within JSON text a
+// quote inside a string is escaped, so the pattern matches only the field.
+function parseExact(text) {
+  return JSON.parse(text.replace(/"fencing_token":(\d+)/g, '"fencing_token":"$1"'));
+}
+
 async function api(method, path, body) {
   const init = { method, headers: authHeaders() };
   if (body !== undefined) {
@@ -50,7 +59,7 @@ async function api(method, path, body) {
     askForToken(state.token ? "That token was refused." : "");
     throw new Unauthorized();
   }
-  return { status: response.status, json: await response.json() };
+  return { status: response.status, json: parseExact(await response.text()) };
 }
 
 function askForToken(message) {
@@ -178,7 +187,7 @@ function connect() {
     for (const ns of state.namespaces.keys()) loadNamespace(ns);
     loadNamespaces();
   };
-  source.onmessage = (m) => onEvent(JSON.parse(m.data));
+  source.onmessage = (m) => onEvent(parseExact(m.data));
   source.addEventListener("lagged", () => {
     // The server dropped this stream because the page fell behind.
     setConnected(false);
