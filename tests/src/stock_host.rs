@@ -20,8 +20,13 @@
 //!   limits, as `wasmtime serve`); accepted connections have `TCP_NODELAY`.
 //!   A component that fails before answering gets a 500, and its error goes
 //!   to stderr.
+//! - Outgoing `https://` requests are checked against webpki's roots, as in
+//!   wasmtime's CLI, unless the state was made with [`StockState::trusting`]:
+//!   then against the CA certificates of one PEM file only, which is how the
+//!   tests trust their own CA (wasmtime's CLI has no such option).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,13 +43,17 @@ use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::{I32Exit, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
 
 /// What a component's store holds: WASI 0.2 and wasi:http, nothing else.
 pub struct StockState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
+    hooks: TrustingHooks,
 }
 
 impl std::fmt::Debug for StockState {
@@ -60,8 +69,119 @@ impl StockState {
             wasi,
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
+            hooks: TrustingHooks { tls: None },
         }
     }
+
+    /// [`StockState::new`], with outgoing `https://` requests checked
+    /// against `tls`'s roots (see [`trusting_only`]) instead of webpki's.
+    pub fn trusting(wasi: WasiCtx, tls: Arc<rustls::ClientConfig>) -> StockState {
+        StockState {
+            hooks: TrustingHooks { tls: Some(tls) },
+            ..StockState::new(wasi)
+        }
+    }
+}
+
+/// A TLS client configuration that trusts exactly the CA certificates in the
+/// PEM file `ca` (ring provider, HTTP/1.1 as wasi:http's default sender).
+pub fn trusting_only(ca: &Path) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::CertificateDer;
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| anyhow!("{}: {e}", ca.display()))? {
+        let cert = cert.map_err(|e| anyhow!("{}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| anyhow!("{}: not a CA certificate: {e}", ca.display()))?;
+    }
+    if roots.is_empty() {
+        bail!("{} holds no certificate", ca.display());
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| anyhow!("{e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// wasi:http's hooks, with `https://` requests sent over `tls` if set.
+struct TrustingHooks {
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+type SendResult = wasmtime_wasi_http::Result<(
+    Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+)>;
+
+impl WasiHttpHooks for TrustingHooks {
+    fn send_request(
+        &mut self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let tls = match &self.tls {
+            Some(tls) if request.uri().scheme_str() == Some("https") => tls.clone(),
+            _ => return wasmtime_wasi_http::default_hooks().send_request(request, options, fut),
+        };
+        Box::new(send_over_tls(tls, request))
+    }
+}
+
+/// Sends `request` over a fresh TLS connection made with `tls`: what
+/// wasi:http's default sender does for `https://`, but with `tls`'s roots.
+async fn send_over_tls(
+    tls: Arc<rustls::ClientConfig>,
+    mut request: Request<WasiBody>,
+) -> SendResult {
+    use rustls::pki_types::ServerName;
+
+    let authority = request
+        .uri()
+        .authority()
+        .ok_or(HttpError::HttpRequestUriInvalid)?
+        .clone();
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ServerName::IpAddress(ip.into()),
+        Err(_) => ServerName::try_from(host.to_string())?,
+    };
+    let tcp = tokio::net::TcpStream::connect((host, authority.port_u16().unwrap_or(443)))
+        .await
+        .map_err(HttpError::Connect)?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(HttpError::Tls)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let driver = tokio::spawn(conn);
+    // The request line carries only the path, as to an origin server.
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    *request.uri_mut() = path.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let response = sender.send_request(request).await?;
+    let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> = Box::new(async move {
+        match driver.await {
+            Ok(result) => result.map_err(HttpError::from),
+            Err(_) => Err(HttpError::HttpProtocolError),
+        }
+    });
+    Ok((
+        response.map(|body| body.map_err(HttpError::from).boxed_unsync()),
+        io,
+    ))
 }
 
 impl WasiView for StockState {
@@ -78,7 +198,7 @@ impl WasiHttpView for StockState {
         WasiHttpCtxView {
             ctx: &mut self.http,
             table: &mut self.table,
-            hooks: wasmtime_wasi_http::default_hooks(),
+            hooks: &mut self.hooks,
         }
     }
 }

@@ -152,39 +152,89 @@ struct Server {
     _child: Killed,
     url: String,
     addr: SocketAddr,
+    /// The CA that signed its certificate, if it serves HTTPS.
+    cacert: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
     fn start() -> Server {
+        Server::launch(false)
+    }
+
+    /// [`Server::start`] over HTTPS, its certificate from a throwaway CA.
+    fn start_tls() -> Server {
+        Server::launch(true)
+    }
+
+    fn launch(tls: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let store = format!("redb:{}", dir.path().join("locks.redb").display());
-        let mut child = command(lockd_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", &store])
+        let mut cmd = command(lockd_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--store", &store]);
+        let mut cacert = None;
+        if tls {
+            let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+            let server = pki.server("server");
+            cmd.arg("--tls-cert").arg(&server.cert);
+            cmd.arg("--tls-key").arg(&server.key);
+            cacert = Some(pki.ca().to_path_buf());
+        }
+        let mut child = cmd
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let addr = wait_for_line(&mut child, "lockd listening on http://", "lockd serve");
+        let scheme = if tls { "https" } else { "http" };
+        let prefix = if tls {
+            "lockd listening on https://"
+        } else {
+            "lockd listening on http://"
+        };
+        let addr = wait_for_line(&mut child, prefix, "lockd serve");
         let addr: SocketAddr = addr.parse().unwrap();
         Server {
             _child: Killed(child),
-            url: format!("http://{addr}"),
+            url: format!("{scheme}://{addr}"),
             addr,
+            cacert,
             _dir: dir,
         }
     }
 
-    /// `GET /v1/locks?namespace=NS&prefix=PREFIX`: the live locks.
+    /// `GET /v1/locks?namespace=NS&prefix=PREFIX`: the live locks (through
+    /// `lockd ls --format json`, which prints that body, over HTTPS).
     fn list(&self, namespace: &str, prefix: &str) -> Vec<Value> {
-        let (code, body) = http(
-            self.addr,
-            "GET",
-            &format!("/v1/locks?namespace={namespace}&prefix={prefix}"),
-        );
-        assert_eq!(code, 200, "{body}");
+        let body = match &self.cacert {
+            None => {
+                let (code, body) = http(
+                    self.addr,
+                    "GET",
+                    &format!("/v1/locks?namespace={namespace}&prefix={prefix}"),
+                );
+                assert_eq!(code, 200, "{body}");
+                body
+            }
+            Some(ca) => {
+                let out = lockd(&[
+                    "ls",
+                    "--namespace",
+                    namespace,
+                    "--prefix",
+                    prefix,
+                    "--format",
+                    "json",
+                    "--server",
+                    &self.url,
+                    "--cacert",
+                    ca.to_str().unwrap(),
+                ]);
+                assert!(out.status.success(), "lockd ls: {}", text(&out.stderr));
+                text(&out.stdout)
+            }
+        };
         let reply = json(&body);
         assert_eq!(reply["status"], "found", "{body}");
         reply["locks"].as_array().unwrap().clone()
@@ -295,9 +345,11 @@ fn stock_run(component: &Path, server: &Server, namespace: &str, args: &[&str]) 
     cmd.arg("run")
         .arg(component)
         .args(["--env", &format!("LOCKD_URL={}", server.url)])
-        .args(["--env", &format!("LOCKD_NAMESPACE={namespace}")])
-        .arg("--")
-        .args(args);
+        .args(["--env", &format!("LOCKD_NAMESPACE={namespace}")]);
+    if let Some(ca) = &server.cacert {
+        cmd.arg("--cacert").arg(ca);
+    }
+    cmd.arg("--").args(args);
     run_bounded(cmd, "stock-host run")
 }
 
@@ -388,6 +440,33 @@ fn stock_host_has_no_lock_capability() {
 #[test]
 fn rust_conformance_plugged_on_stock_host() {
     conformance_on_stock_host(lockd_tests::RUST_CONFORMANCE, "rust");
+}
+
+/// The composed client speaks TLS where the host's outgoing HTTP does:
+/// `LOCKD_URL=https://...`, the stock host trusting the test CA.
+#[test]
+fn rust_conformance_plugged_on_stock_host_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = plug(dir.path(), lockd_tests::RUST_CONFORMANCE, "rust-plugged");
+    let server = Server::start_tls();
+    assert!(server.url.starts_with("https://"), "{}", server.url);
+    let namespace = "portable-https";
+    let out = stock_run(&component, &server, namespace, &["P"]);
+    check_conformance(&out, &server, namespace, "rust");
+
+    // Without trusting the CA, the host's TLS refuses the server: the guest
+    // fails, and nothing is locked.
+    let untrusted = Server {
+        cacert: None,
+        ..Server::start_tls()
+    };
+    let mut cmd = command(STOCK_HOST);
+    cmd.arg("run")
+        .arg(&component)
+        .args(["--env", &format!("LOCKD_URL={}", untrusted.url)])
+        .args(["--env", "LOCKD_NAMESPACE=untrusted", "--", "P"]);
+    let out = run_bounded(cmd, "stock-host run");
+    assert!(!out.status.success(), "{}", text(&out.stdout));
 }
 
 #[test]

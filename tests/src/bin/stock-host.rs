@@ -13,14 +13,16 @@
 //!
 //! It mirrors two wasmtime CLI commands:
 //!
-//! - `stock-host run COMPONENT [--env K=V]... [-- ARGS...]` is
+//! - `stock-host run COMPONENT [--env K=V]... [--cacert FILE] [-- ARGS...]` is
 //!   `wasmtime run -S http`: a `wasi:cli` command with all of WASI 0.2
 //!   (`wasmtime_wasi::p2::add_to_linker_async`) and `wasi:http`
 //!   (`wasmtime_wasi_http::p2::add_only_http_to_linker_async`). argv\[0\] is
 //!   the component's file name, the environment is only the `--env` pairs,
 //!   stdio is inherited, and the exit status is the command's: 0 when `run`
 //!   returns `ok`, 1 when it returns `err`, the code of `exit-with-code`, and
-//!   134 on a trap (printed on stderr).
+//!   134 on a trap (printed on stderr). `--cacert FILE` makes the component's
+//!   outgoing `https://` requests trust only the CA certificates in FILE
+//!   (the tests' own CA), where wasmtime trusts webpki's roots.
 //! - `stock-host serve COMPONENT [--listen ADDR] [--env K=V]...` is
 //!   `wasmtime serve -Scli`: a `wasi:http/proxy` server (HTTP/1.1, hyper) with
 //!   all of WASI 0.2 linked too (Rust's std imports `wasi:cli/environment`,
@@ -44,7 +46,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 /// The exit status of a trapped command (a process killed by SIGABRT).
 const TRAP_EXIT_CODE: u8 = 134;
 
-const USAGE: &str = "usage: stock-host run COMPONENT [--env K=V]... [-- ARGS...]\n       \
+const USAGE: &str =
+    "usage: stock-host run COMPONENT [--env K=V]... [--cacert FILE] [-- ARGS...]\n       \
                      stock-host serve COMPONENT [--listen ADDR] [--env K=V]...";
 
 /// The parsed command line.
@@ -54,6 +57,7 @@ struct Cli {
     component: PathBuf,
     env: Vec<(String, String)>,
     listen: SocketAddr,
+    cacert: Option<PathBuf>,
     args: Vec<String>,
 }
 
@@ -69,6 +73,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Cli> {
         component: PathBuf::new(),
         env: Vec::new(),
         listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        cacert: None,
         args: Vec::new(),
     };
     let mut component = None;
@@ -86,6 +91,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Cli> {
                 cli.listen = addr
                     .parse()
                     .with_context(|| format!("--listen {addr:?} is not HOST:PORT"))?;
+            }
+            "--cacert" if !serve => {
+                cli.cacert = Some(PathBuf::from(argv.next().context("--cacert needs FILE")?));
             }
             "--" if !serve => {
                 cli.args.extend(argv.by_ref());
@@ -161,7 +169,12 @@ async fn run(cli: &Cli) -> Result<ExitCode> {
     let args: Vec<String> = std::iter::once(cli.argv0())
         .chain(cli.args.iter().cloned())
         .collect();
-    let end = stock_host::run_command(&engine, &component, StockState::new(wasi(&args, &cli.env)))
+    let wasi = wasi(&args, &cli.env);
+    let state = match &cli.cacert {
+        Some(ca) => StockState::trusting(wasi, stock_host::trusting_only(ca)?),
+        None => StockState::new(wasi),
+    };
+    let end = stock_host::run_command(&engine, &component, state)
         .await
         .with_context(|| cli.component.display().to_string())?;
     Ok(match end {
