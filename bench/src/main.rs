@@ -10,7 +10,8 @@
 //! Prints the machine, the fsync regime and one markdown table per workload
 //! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale, B6 etcd
 //! mode, B7 portable: the capability composed with `lockd plug`, B8 the cost of
-//! keep-alive). `--smoke`
+//! keep-alive, B9 TLS: REST over HTTPS against plain HTTP and Redis over
+//! TLS). `--smoke`
 //! runs everything with tiny counts in seconds, to keep the suite from
 //! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
@@ -23,6 +24,7 @@ mod b5_scale;
 mod b6_etcd;
 mod b7_portable;
 mod b8_keepalive;
+mod b9_tls;
 mod drive;
 mod fsync;
 mod peers;
@@ -153,15 +155,15 @@ impl Ctx {
         Ok(etcd.as_ref().unwrap().endpoints())
     }
 
-    fn redis_url(&self, mode: RedisMode) -> anyhow::Result<String> {
+    fn redis_client(&self, mode: RedisMode) -> anyhow::Result<redis::Client> {
         let mut servers = self.redis.borrow_mut();
         if let Some(r) = servers.get(mode.label()) {
-            return Ok(r.url.clone());
+            return Ok(r.client.clone());
         }
         let r = Redis::start(mode)?;
-        let url = r.url.clone();
+        let client = r.client.clone();
         servers.insert(mode.label(), r);
-        Ok(url)
+        Ok(client)
     }
 
     /// A peer's pairs at `clients` concurrent callers (measured once).
@@ -172,11 +174,11 @@ impl Ctx {
         }
         let measured = match peer {
             Peer::Redis(mode) => {
-                let url = self.redis_url(mode)?;
+                let client = self.redis_client(mode)?;
                 let callers = self.rt.block_on(async {
                     let mut callers = Vec::new();
                     for c in 0..clients {
-                        callers.push(RedisPair::connect(&url, c).await?);
+                        callers.push(RedisPair::connect(&client, c).await?);
                     }
                     anyhow::Ok(callers)
                 })?;
@@ -319,6 +321,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("b8") {
         emit(b8_keepalive::run(&ctx)?);
+    }
+    if wanted("b9") {
+        emit(b9_tls::run(&ctx)?);
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;

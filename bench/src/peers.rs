@@ -4,6 +4,7 @@
 //! disk as lockd's store. And their clients' acquire + release pairs.
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,47 +36,97 @@ impl RedisMode {
 pub struct Redis {
     child: Child,
     pub url: String,
+    /// A client of this server (over TLS if it was started with TLS).
+    pub client: redis::Client,
     _dir: tempfile::TempDir,
+}
+
+/// The files of a Redis TLS port: the server's certificate and key, and the
+/// CA its clients trust (client certificates are not asked for).
+#[derive(Clone, Debug)]
+pub struct RedisTls {
+    pub server: lockd_testing::certs::CertFiles,
+    pub ca: PathBuf,
 }
 
 impl Redis {
     pub fn start(mode: RedisMode) -> anyhow::Result<Redis> {
+        Redis::launch(mode, None)
+    }
+
+    /// A redis-server speaking TLS only (`--port 0 --tls-port`), on
+    /// `tls`'s certificate.
+    pub fn start_tls(mode: RedisMode, tls: &RedisTls) -> anyhow::Result<Redis> {
+        Redis::launch(mode, Some(tls))
+    }
+
+    fn launch(mode: RedisMode, tls: Option<&RedisTls>) -> anyhow::Result<Redis> {
         let dir = tempfile::Builder::new()
             .prefix("lockd-bench-redis-")
             .tempdir()?;
-        let port = free_port()?;
+        let port = free_port()?.to_string();
         let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        cmd.args(["--bind", "127.0.0.1", "--save", ""]);
+        match tls {
+            None => cmd.args(["--port", &port]),
+            Some(tls) => cmd
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port,
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .arg("--tls-cert-file")
+                .arg(&tls.server.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.server.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca),
+        };
+        cmd.arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         match mode {
             RedisMode::Always => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
             RedisMode::NoPersistence => cmd.args(["--appendonly", "no"]),
+        };
+        let (url, client) = match tls {
+            None => {
+                let url = format!("redis://127.0.0.1:{port}/");
+                let client = redis::Client::open(url.as_str())?;
+                (url, client)
+            }
+            Some(tls) => {
+                let url = format!("rediss://127.0.0.1:{port}/");
+                let ca = std::fs::read(&tls.ca)
+                    .with_context(|| format!("reading {}", tls.ca.display()))?;
+                let client = redis::Client::build_with_tls(
+                    url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(ca),
+                    },
+                )?;
+                (url, client)
+            }
         };
         let child = cmd
             .spawn()
             .context("starting redis-server (scripts/setup.sh installs it)")?;
         let redis = Redis {
             child,
-            url: format!("redis://127.0.0.1:{port}/"),
+            url,
+            client,
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(client) = redis::Client::open(redis.url.as_str()) {
-                if let Ok(mut conn) = client.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                        return Ok(redis);
-                    }
+            if let Ok(mut conn) = redis.client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return Ok(redis);
                 }
             }
             if Instant::now() > deadline {
@@ -111,8 +162,7 @@ end"#;
 
 impl RedisPair {
     /// One connection per caller, as one client process each would have.
-    pub async fn connect(url: &str, caller: usize) -> anyhow::Result<RedisPair> {
-        let client = redis::Client::open(url)?;
+    pub async fn connect(client: &redis::Client, caller: usize) -> anyhow::Result<RedisPair> {
         let conn = client.get_multiplexed_async_connection().await?;
         Ok(RedisPair {
             conn,

@@ -1,9 +1,10 @@
 //! lockd's server in this process, on a runtime of its own (so its worker
 //! threads are not the load generator's), and a lean keep-alive HTTP/1.1
-//! client.
+//! client, over plain TCP or TLS.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -12,6 +13,10 @@ use lockd::config::LockdConfig;
 use lockd::serve::ServeOptions;
 use lockd::store::StoreSpec;
 use lockd_api::{DurabilityWord, GrantReply, LockRequest, Route, StatusReply, UnlockRequest};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 use crate::drive::Pair;
 
@@ -27,6 +32,16 @@ impl Server {
     /// Serves the REST API (and `manifest`'s components) on the redb store
     /// at `store`, with two worker threads.
     pub fn start(store: PathBuf, manifest: Option<PathBuf>) -> anyhow::Result<Server> {
+        Server::start_with(store, manifest, LockdConfig::default())
+    }
+
+    /// [`Server::start`] with lockd's configuration `config` (its `[tls]`
+    /// files make the listener HTTPS only).
+    pub fn start_with(
+        store: PathBuf,
+        manifest: Option<PathBuf>,
+        config: LockdConfig,
+    ) -> anyhow::Result<Server> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("lockd-server")
@@ -36,7 +51,7 @@ impl Server {
             listen: "127.0.0.1:0".parse()?,
             store: StoreSpec::Redb(store),
             manifest,
-            config: LockdConfig::default(),
+            config,
             auth_token: None,
             events_heartbeat: lockd::api::HEARTBEAT,
             dapr_grpc_listen: None,
@@ -91,9 +106,10 @@ impl Drop for Server {
 /// status and the `content-length` body. On a 2-core machine the load
 /// generator shares the CPU with the server; a full client library spent
 /// twice the server's CPU per request (perf, B4) and so measured itself.
-/// Redis is driven the same way by its own lean protocol.
-pub struct Connection {
-    stream: tokio::net::TcpStream,
+/// Redis is driven the same way by its own lean protocol. `S` is the
+/// stream: TCP, or TLS over TCP ([`Connection::open_tls`]).
+pub struct Connection<S = TcpStream> {
+    stream: S,
     host: String,
     out: Vec<u8>,
     buf: Vec<u8>,
@@ -101,14 +117,53 @@ pub struct Connection {
 
 impl Connection {
     pub async fn open(addr: SocketAddr) -> anyhow::Result<Connection> {
-        let stream = tokio::net::TcpStream::connect(addr).await?;
+        let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Connection {
+        Ok(Connection::over(stream, addr))
+    }
+}
+
+impl Connection<TlsStream<TcpStream>> {
+    /// A connection to an HTTPS listener at `addr`, its certificate checked
+    /// by `tls` (see [`tls_client`]) for the address's IP.
+    pub async fn open_tls(
+        addr: SocketAddr,
+        tls: &TlsConnector,
+    ) -> anyhow::Result<Connection<TlsStream<TcpStream>>> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let stream = tls
+            .connect(name, tcp)
+            .await
+            .with_context(|| format!("TLS handshake with {addr}"))?;
+        Ok(Connection::over(stream, addr))
+    }
+}
+
+/// A TLS client (ring, TLS 1.3 or 1.2, HTTP/1.1 by ALPN) trusting only the
+/// CA certificates in the PEM file `ca`.
+pub fn tls_client(ca: &Path) -> anyhow::Result<TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in lockd::pem::certificates(ca)? {
+        roots.add(cert)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(lockd::pem::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    fn over(stream: S, addr: SocketAddr) -> Connection<S> {
+        Connection {
             stream,
             host: addr.to_string(),
             out: Vec::with_capacity(512),
             buf: Vec::with_capacity(1024),
-        })
+        }
     }
 
     /// Posts `request` to `route` and reads the reply as `T`: an error
@@ -158,6 +213,8 @@ impl Connection {
         self.out.extend_from_slice(b"\r\n");
         self.out.extend_from_slice(body.as_bytes());
         self.stream.write_all(&self.out).await?;
+        // TLS may hold the records back until flushed; TCP's is a no-op.
+        self.stream.flush().await?;
 
         self.buf.clear();
         let (head_end, status, framing) = loop {
@@ -278,9 +335,9 @@ impl PairRequests {
 }
 
 /// A REST caller: `POST /v1/locks/lock` then `POST /v1/locks/unlock` with the
-/// token, on its own keep-alive connection.
-pub struct RestPair {
-    conn: Connection,
+/// token, on its own keep-alive connection (TCP, or TLS: `S`).
+pub struct RestPair<S = TcpStream> {
+    conn: Connection<S>,
     requests: PairRequests,
     prefix: String,
 }
@@ -291,19 +348,45 @@ impl RestPair {
         caller: usize,
         durability: DurabilityWord,
     ) -> anyhow::Result<RestPair> {
-        Ok(RestPair {
-            conn: Connection::open(addr).await?,
+        Ok(RestPair::over(
+            Connection::open(addr).await?,
+            caller,
+            durability,
+        ))
+    }
+}
+
+impl RestPair<TlsStream<TcpStream>> {
+    /// [`RestPair::connect`] to an HTTPS listener, trusting what `tls` does.
+    pub async fn connect_tls(
+        addr: SocketAddr,
+        tls: &TlsConnector,
+        caller: usize,
+        durability: DurabilityWord,
+    ) -> anyhow::Result<RestPair<TlsStream<TcpStream>>> {
+        Ok(RestPair::over(
+            Connection::open_tls(addr, tls).await?,
+            caller,
+            durability,
+        ))
+    }
+}
+
+impl<S> RestPair<S> {
+    fn over(conn: Connection<S>, caller: usize, durability: DurabilityWord) -> RestPair<S> {
+        RestPair {
+            conn,
             requests: PairRequests {
                 namespace: None,
                 owner: format!("owner-{caller}"),
                 durability,
             },
             prefix: format!("c{caller}/"),
-        })
+        }
     }
 }
 
-impl Pair for RestPair {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Pair for RestPair<S> {
     async fn pair(&mut self, i: u64) -> anyhow::Result<()> {
         let name = format!("{}{i}", self.prefix);
         let grant: GrantReply = self
@@ -313,5 +396,19 @@ impl Pair for RestPair {
         let unlock = self.requests.unlock(name, &grant);
         let _: StatusReply = self.conn.post(Route::Unlock, &unlock).await?;
         Ok(())
+    }
+}
+
+impl RestPair<TlsStream<TcpStream>> {
+    /// The TLS version and cipher suite this connection agreed on.
+    pub fn negotiated(&self) -> String {
+        let (_, session) = self.conn.stream.get_ref();
+        match (
+            session.protocol_version(),
+            session.negotiated_cipher_suite(),
+        ) {
+            (Some(version), Some(suite)) => format!("{version:?}, {:?}", suite.suite()),
+            _ => "unknown".into(),
+        }
     }
 }

@@ -27,6 +27,7 @@ fn smoke_run_prints_every_table() {
         "## B6 etcd mode",
         "## B7 portable",
         "## B8 keep-alive cost",
+        "## B9 TLS",
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
@@ -43,6 +44,8 @@ fn smoke_run_prints_every_table() {
         "Redis appendfsync always",
         "Redis no persistence",
         "etcd single node",
+        "Redis appendfsync always, TLS",
+        "Redis no persistence, TLS",
     ] {
         assert!(report.contains(peer), "no {peer:?} in:\n{report}");
     }
