@@ -547,3 +547,82 @@ fn dapr_locks_are_events_and_take_the_configured_durability() {
         "failed to try acquiring lock: ",
     );
 }
+
+/// Scoped tokens on the compatibility routes: Dapr's store is the
+/// namespace checked, Kahuna's routes are `default`'s, metadata needs any
+/// known token, and a refusal is lockd's 403 `forbidden`.
+#[test]
+fn scoped_tokens_reach_only_their_stores() {
+    use lockd::auth::{digest, to_hex};
+    let entry = |name: &str, token: &str, namespaces: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = {namespaces}\nrole = \"locker\"\n\n",
+            to_hex(&digest(token))
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        entry("jobs", "jobs-token-1", r#"["jobs"]"#)
+            + &entry("dflt", "dflt-token-1", r#"["default"]"#),
+    )
+    .unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    let body = r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#;
+    let dapr_with = |store: &str, token: &str| {
+        raw_request(
+            server.addr,
+            &format!(
+                "POST /v1.0-alpha1/lock/{store} HTTP/1.1\r\nHost: lockd\r\ndapr-api-token: {token}\r\nContent-Length: {}",
+                body.len()
+            ),
+            body.as_bytes().to_vec(),
+        )
+    };
+    let ok = dapr_with("jobs", "jobs-token-1");
+    assert_eq!(
+        (ok.code, &ok.json),
+        (200, &json!({"success": true})),
+        "{}",
+        ok.body
+    );
+    let refused = dapr_with("jobs", "dflt-token-1");
+    assert_eq!(
+        (refused.code, refused.status()),
+        (403, "forbidden"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(dapr_with("jobs", "nope").code, 401);
+    let metadata = request(
+        "GET",
+        &server.url,
+        "/v1.0/metadata",
+        None,
+        Some("dflt-token-1"),
+    );
+    assert_eq!(metadata.code, 200, "{}", metadata.body);
+    let kahuna = |token: &str| {
+        request(
+            "POST",
+            &server.url,
+            "/v1/locks/try-lock",
+            Some(r#"{"resource":"k","owner":"b3duZXI=","expiresMs":5000}"#),
+            Some(token),
+        )
+    };
+    let locked = kahuna("dflt-token-1");
+    assert_eq!(
+        (locked.code, &locked.json["type"]),
+        (200, &json!(0)),
+        "{}",
+        locked.body
+    );
+    let refused = kahuna("jobs-token-1");
+    assert_eq!(
+        (refused.code, refused.status()),
+        (403, "forbidden"),
+        "{}",
+        refused.body
+    );
+}
