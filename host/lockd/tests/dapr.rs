@@ -626,3 +626,108 @@ fn scoped_tokens_reach_only_their_stores() {
         refused.body
     );
 }
+
+/// `lockd serve` over TLS (certificates from `TestPki`) with Dapr's gRPC
+/// listener and scoped tokens in lockd.toml; killed on drop.
+struct TlsServer {
+    child: std::process::Child,
+    https: String,
+    grpc: String,
+    ca: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const STORE_TOKEN: &str = "store-token-3f1c9a";
+const OTHER_TOKEN: &str = "other-token-8d2e47";
+
+fn serve_tls_with_scoped_tokens(store: &str) -> TlsServer {
+    use lockd::auth::{digest, to_hex};
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+    let cert = pki.server("lockd");
+    let entry = |name: &str, token: &str, namespace: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = [{namespace:?}]\nrole = \"locker\"\n\n",
+            to_hex(&digest(token))
+        )
+    };
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        entry("store", STORE_TOKEN, store) + &entry("other", OTHER_TOKEN, "elsewhere"),
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", closed_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+        .args(["--dapr-grpc-listen", &grpc])
+        .arg("--tls-cert")
+        .arg(&cert.cert)
+        .arg("--tls-key")
+        .arg(&cert.key)
+        .current_dir(dir.path())
+        .env_remove("LOCKD_AUTH_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = line.strip_prefix("lockd listening on https://") {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("lockd serve over TLS did not start");
+    TlsServer {
+        child,
+        https: format!("https://{addr}"),
+        grpc: format!("https://{grpc}"),
+        ca: pki.ca().to_path_buf(),
+        _dir: dir,
+    }
+}
+
+/// Dapr's Python SDK over TLS (gRPC, and its health probe over HTTPS) with
+/// a token scoped to the store passes the checks; a token for another
+/// namespace gets `PERMISSION_DENIED`.
+#[test]
+fn python_sdk_over_tls_with_a_scoped_token() {
+    let server = serve_tls_with_scoped_tokens("dapr-tls");
+    let py = |token: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&sdks().1);
+        cmd.arg(repo().join("tests/dapr/conformance.py"))
+            .env("DAPR_HTTP_ENDPOINT", &server.https)
+            .env("DAPR_GRPC_ENDPOINT", &server.grpc)
+            .env("DAPR_HEALTH_TIMEOUT", "10")
+            .env("DAPR_API_TOKEN", token)
+            .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &server.ca)
+            .env("SSL_CERT_FILE", &server.ca)
+            .env("STORE", "dapr-tls")
+            .envs(env.iter().copied());
+        run(cmd)
+    };
+    let out = py(STORE_TOKEN, &[("PREFIX", "pytls")]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    let out = py(
+        OTHER_TOKEN,
+        &[("PREFIX", "pyno"), ("EXPECT_REFUSAL", "PERMISSION_DENIED")],
+    );
+    assert!(out.contains("ok refused: PERMISSION_DENIED"), "{out}");
+}
