@@ -731,3 +731,35 @@ fn python_sdk_over_tls_with_a_scoped_token() {
     );
     assert!(out.contains("ok refused: PERMISSION_DENIED"), "{out}");
 }
+
+/// Dapr's JavaScript SDK over HTTPS with a token scoped to the store
+/// passes the checks; a token for another namespace gets 403.
+#[test]
+fn javascript_sdk_over_https_with_a_scoped_token() {
+    let server = serve_tls_with_scoped_tokens("dapr-tls");
+    let port = server.https.rsplit(':').next().unwrap().to_string();
+    let js = |token: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new("node");
+        cmd.arg(repo().join("tests/dapr/conformance.cjs"))
+            .env("NODE_PATH", &sdks().0)
+            .env("NODE_EXTRA_CA_CERTS", &server.ca)
+            .env("DAPR_HOST", "https://127.0.0.1")
+            .env("DAPR_PORT", &port)
+            .env("DAPR_PROTOCOL", "http")
+            .env("DAPR_API_TOKEN", token)
+            .env("STORE", "dapr-tls")
+            .envs(env.iter().copied());
+        run(cmd)
+    };
+    let out = js(STORE_TOKEN, &[("PREFIX", "jstls")]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    let out = js(
+        OTHER_TOKEN,
+        &[("PREFIX", "jsno"), ("EXPECT_REFUSAL", "403")],
+    );
+    assert!(out.contains("ok refused: 403"), "{out}");
+}
