@@ -5,6 +5,10 @@
 //   DAPR_HOST, DAPR_PORT  where lockd listens (HTTP, or gRPC with DAPR_PROTOCOL=grpc)
 //   STORE                 the lock store name (a lockd namespace)
 //   PREFIX                prefix of every resource id, unique per run
+//   EXPECT_REFUSAL        if set, the HTTP status the first lock must fail with
+//                         (a token outside the store); checks only that
+// DAPR_HOST may be https://HOST (the SDK then speaks HTTPS); the SDK sends
+// DAPR_API_TOKEN as dapr-api-token.
 // Prints one line per check, then `winner <owner>` of the contention check;
 // exits 1 at the first failed check.
 "use strict";
@@ -33,7 +37,22 @@ function check(what, got, want) {
   console.log(`ok ${what}`);
 }
 
+async function refused(want) {
+  const dapr = client();
+  let status = "none";
+  try {
+    await dapr.lock.lock(store, `${prefix}-refused`, "owner1", 10);
+  } catch (e) {
+    status = String(JSON.parse(e.message).status);
+  }
+  check(`refused: ${want}`, status, want);
+  await dapr.stop();
+}
+
 async function main() {
+  if (process.env.EXPECT_REFUSAL) {
+    return refused(process.env.EXPECT_REFUSAL);
+  }
   const dapr = client();
   const r = `${prefix}-resource`;
   check("acquire", (await dapr.lock.lock(store, r, "owner1", 10)).success, true);

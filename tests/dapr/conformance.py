@@ -6,6 +6,8 @@ scripts/install-dapr-sdks.sh made, and:
   DAPR_GRPC_ENDPOINT  lockd's --dapr-grpc-listen address
   STORE               the lock store name (a lockd namespace)
   PREFIX              prefix of every resource id, unique per run
+  EXPECT_REFUSAL      if set, the gRPC code the first TryLock must fail with
+                      (a token outside the store); checks only that
 Prints one line per check, then `winner <owner>` of the contention check;
 exits 1 at the first failed check."""
 
@@ -29,6 +31,18 @@ def check(what, got, want):
         sys.exit(1)
     print(f"ok {what}", flush=True)
 
+
+refusal = os.environ.get("EXPECT_REFUSAL")
+if refusal:
+    import grpc
+    with DaprClient() as dapr:
+        try:
+            dapr.try_lock(store, f"{prefix}-refused", "owner1", 10)
+            code = "OK"
+        except grpc.RpcError as e:
+            code = e.code().name
+        check(f"refused: {refusal}", code, refusal)
+    sys.exit(0)
 
 with DaprClient() as dapr:
     r = f"{prefix}-resource"

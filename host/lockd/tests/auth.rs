@@ -316,26 +316,24 @@ fn namespace_patterns_and_unknown_tokens() {
         dapr.body
     );
 
-    // Dapr's own lock API takes the same header; not yet checked per
-    // namespace, it needs a locker over "*".
-    let try_lock = |token: &str| {
+    // Dapr's own lock API takes the same header, its store name checked as
+    // the namespace.
+    let try_lock = |store: &str, token: &str| {
         let body = r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":10}"#;
         let head = format!(
-            "POST /v1.0-alpha1/lock/ci HTTP/1.1\r\nHost: x\r\ndapr-api-token: {token}\r\nContent-Length: {}",
+            "POST /v1.0-alpha1/lock/{store} HTTP/1.1\r\nHost: x\r\ndapr-api-token: {token}\r\nContent-Length: {}",
             body.len()
         );
         lockd_server::raw_request(server.addr, &head, body.as_bytes().to_vec())
     };
-    assert_eq!(try_lock(ROOT).code, 200);
-    let scoped = try_lock(LOCKER);
+    assert_eq!(try_lock("ci", ROOT).code, 200);
+    assert_eq!(try_lock("deploy-x", LOCKER).code, 200);
+    let scoped = try_lock("prod", LOCKER);
     assert_eq!(scoped.code, 403, "{}", scoped.body);
-    assert!(
-        scoped.message().contains("it needs namespaces [\"*\"]"),
-        "{}",
-        scoped.body
-    );
-    assert_eq!(try_lock(WATCHER).code, 403);
-    assert_eq!(try_lock("nope").code, 401);
+    assert_eq!(scoped.status(), "forbidden", "{}", scoped.body);
+    // A reader may not lock, even in its namespaces.
+    assert_eq!(try_lock("ci", WATCHER).code, 403);
+    assert_eq!(try_lock("ci", "nope").code, 401);
 }
 
 #[test]

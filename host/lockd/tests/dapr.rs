@@ -547,3 +547,219 @@ fn dapr_locks_are_events_and_take_the_configured_durability() {
         "failed to try acquiring lock: ",
     );
 }
+
+/// Scoped tokens on the compatibility routes: Dapr's store is the
+/// namespace checked, Kahuna's routes are `default`'s, metadata needs any
+/// known token, and a refusal is lockd's 403 `forbidden`.
+#[test]
+fn scoped_tokens_reach_only_their_stores() {
+    use lockd::auth::{digest, to_hex};
+    let entry = |name: &str, token: &str, namespaces: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = {namespaces}\nrole = \"locker\"\n\n",
+            to_hex(&digest(token))
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        entry("jobs", "jobs-token-1", r#"["jobs"]"#)
+            + &entry("dflt", "dflt-token-1", r#"["default"]"#),
+    )
+    .unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    let body = r#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#;
+    let dapr_with = |store: &str, token: &str| {
+        raw_request(
+            server.addr,
+            &format!(
+                "POST /v1.0-alpha1/lock/{store} HTTP/1.1\r\nHost: lockd\r\ndapr-api-token: {token}\r\nContent-Length: {}",
+                body.len()
+            ),
+            body.as_bytes().to_vec(),
+        )
+    };
+    let ok = dapr_with("jobs", "jobs-token-1");
+    assert_eq!(
+        (ok.code, &ok.json),
+        (200, &json!({"success": true})),
+        "{}",
+        ok.body
+    );
+    let refused = dapr_with("jobs", "dflt-token-1");
+    assert_eq!(
+        (refused.code, refused.status()),
+        (403, "forbidden"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(dapr_with("jobs", "nope").code, 401);
+    let metadata = request(
+        "GET",
+        &server.url,
+        "/v1.0/metadata",
+        None,
+        Some("dflt-token-1"),
+    );
+    assert_eq!(metadata.code, 200, "{}", metadata.body);
+    let kahuna = |token: &str| {
+        request(
+            "POST",
+            &server.url,
+            "/v1/locks/try-lock",
+            Some(r#"{"resource":"k","owner":"b3duZXI=","expiresMs":5000}"#),
+            Some(token),
+        )
+    };
+    let locked = kahuna("dflt-token-1");
+    assert_eq!(
+        (locked.code, &locked.json["type"]),
+        (200, &json!(0)),
+        "{}",
+        locked.body
+    );
+    let refused = kahuna("jobs-token-1");
+    assert_eq!(
+        (refused.code, refused.status()),
+        (403, "forbidden"),
+        "{}",
+        refused.body
+    );
+}
+
+/// `lockd serve` over TLS (certificates from `TestPki`) with Dapr's gRPC
+/// listener and scoped tokens in lockd.toml; killed on drop.
+struct TlsServer {
+    child: std::process::Child,
+    https: String,
+    grpc: String,
+    ca: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const STORE_TOKEN: &str = "store-token-3f1c9a";
+const OTHER_TOKEN: &str = "other-token-8d2e47";
+
+fn serve_tls_with_scoped_tokens(store: &str) -> TlsServer {
+    use lockd::auth::{digest, to_hex};
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+    let cert = pki.server("lockd");
+    let entry = |name: &str, token: &str, namespace: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = [{namespace:?}]\nrole = \"locker\"\n\n",
+            to_hex(&digest(token))
+        )
+    };
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        entry("store", STORE_TOKEN, store) + &entry("other", OTHER_TOKEN, "elsewhere"),
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", closed_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+        .args(["--dapr-grpc-listen", &grpc])
+        .arg("--tls-cert")
+        .arg(&cert.cert)
+        .arg("--tls-key")
+        .arg(&cert.key)
+        .current_dir(dir.path())
+        .env_remove("LOCKD_AUTH_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = line.strip_prefix("lockd listening on https://") {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("lockd serve over TLS did not start");
+    TlsServer {
+        child,
+        https: format!("https://{addr}"),
+        grpc: format!("https://{grpc}"),
+        ca: pki.ca().to_path_buf(),
+        _dir: dir,
+    }
+}
+
+/// Dapr's Python SDK over TLS (gRPC, and its health probe over HTTPS) with
+/// a token scoped to the store passes the checks; a token for another
+/// namespace gets `PERMISSION_DENIED`.
+#[test]
+fn python_sdk_over_tls_with_a_scoped_token() {
+    let server = serve_tls_with_scoped_tokens("dapr-tls");
+    let py = |token: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&sdks().1);
+        cmd.arg(repo().join("tests/dapr/conformance.py"))
+            .env("DAPR_HTTP_ENDPOINT", &server.https)
+            .env("DAPR_GRPC_ENDPOINT", &server.grpc)
+            .env("DAPR_HEALTH_TIMEOUT", "10")
+            .env("DAPR_API_TOKEN", token)
+            .env("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", &server.ca)
+            .env("SSL_CERT_FILE", &server.ca)
+            .env("STORE", "dapr-tls")
+            .envs(env.iter().copied());
+        run(cmd)
+    };
+    let out = py(STORE_TOKEN, &[("PREFIX", "pytls")]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    let out = py(
+        OTHER_TOKEN,
+        &[("PREFIX", "pyno"), ("EXPECT_REFUSAL", "PERMISSION_DENIED")],
+    );
+    assert!(out.contains("ok refused: PERMISSION_DENIED"), "{out}");
+}
+
+/// Dapr's JavaScript SDK over HTTPS with a token scoped to the store
+/// passes the checks; a token for another namespace gets 403.
+#[test]
+fn javascript_sdk_over_https_with_a_scoped_token() {
+    let server = serve_tls_with_scoped_tokens("dapr-tls");
+    let port = server.https.rsplit(':').next().unwrap().to_string();
+    let js = |token: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new("node");
+        cmd.arg(repo().join("tests/dapr/conformance.cjs"))
+            .env("NODE_PATH", &sdks().0)
+            .env("NODE_EXTRA_CA_CERTS", &server.ca)
+            .env("DAPR_HOST", "https://127.0.0.1")
+            .env("DAPR_PORT", &port)
+            .env("DAPR_PROTOCOL", "http")
+            .env("DAPR_API_TOKEN", token)
+            .env("STORE", "dapr-tls")
+            .envs(env.iter().copied());
+        run(cmd)
+    };
+    let out = js(STORE_TOKEN, &[("PREFIX", "jstls")]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        10,
+        "{out}"
+    );
+    let out = js(
+        OTHER_TOKEN,
+        &[("PREFIX", "jsno"), ("EXPECT_REFUSAL", "403")],
+    );
+    assert!(out.contains("ok refused: 403"), "{out}");
+}

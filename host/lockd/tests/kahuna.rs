@@ -30,13 +30,18 @@ const OWNER: &str = "e5943062358144b4b0bbff8868f7063d";
 /// Runs a documented command against `server` (its scheme and host
 /// replaced by the server's URL); the JSON it prints.
 fn curl(server: &Server, command: &str) -> Value {
+    curl_at(&server.url, command, "")
+}
+
+/// [`curl`] against `url` with `extra` curl arguments.
+fn curl_at(url: &str, command: &str, extra: &str) -> Value {
     let command = command
-        .replace("https://kahuna-dev.company.internal", &server.url)
-        .replace("http://kahuna-dev.company.internal", &server.url);
+        .replace("https://kahuna-dev.company.internal", url)
+        .replace("http://kahuna-dev.company.internal", url);
     let out = Command::new("sh")
         .args([
             "-c",
-            &format!("{command} --silent --show-error --max-time 10"),
+            &format!("{command} {extra} --silent --show-error --max-time 10"),
         ])
         .output()
         .unwrap();
@@ -193,4 +198,61 @@ fn kahuna_routes_need_the_token() {
     assert_eq!(refused.code, 401, "{}", refused.body);
     let locked = server.post("/v1/locks/try-lock", &body);
     assert_eq!(locked.json["type"], 0, "{}", locked.body);
+}
+
+/// The documented commands over HTTPS with a token (curl's `--cacert` and
+/// `Authorization` added): a token over `default` works, a token for
+/// another namespace gets 403 `forbidden`.
+#[test]
+fn documented_commands_over_https_with_a_token() {
+    use lockd::auth::{digest, to_hex};
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+    let cert = pki.server("lockd");
+    let entry = |name: &str, token: &str, namespace: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = [{namespace:?}]\nrole = \"locker\"\n\n",
+            to_hex(&digest(token))
+        )
+    };
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        entry("k", "kahuna-token-1", "default") + &entry("o", "other-token-1", "jobs"),
+    )
+    .unwrap();
+    /// Kills the server even when an assertion fails first.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+        .arg("--tls-cert")
+        .arg(&cert.cert)
+        .arg("--tls-key")
+        .arg(&cert.key)
+        .current_dir(dir.path())
+        .env_remove("LOCKD_AUTH_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map(Killed)
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("lockd exited").unwrap();
+        if let Some(addr) = line.strip_prefix("lockd listening on ") {
+            break addr.trim().to_string();
+        }
+    };
+    let ca = pki.ca().display().to_string();
+    let with = |token: &str| format!("--cacert '{ca}' -H 'Authorization: Bearer {token}'");
+    let locked = curl_at(&url, TRY_LOCK, &with("kahuna-token-1"));
+    assert_lock_reply(&locked, 0);
+    let refused = curl_at(&url, TRY_LOCK, &with("other-token-1"));
+    assert_eq!(refused["status"], "forbidden", "{refused}");
 }

@@ -5,23 +5,28 @@
 //! answers `UNIMPLEMENTED` saying lockd serves only the lock API.
 //!
 //! The messages are compiled from proto/dapr_lock.proto, which keeps Dapr's
-//! package, names and field numbers. A call passes the same token check as
-//! the REST API ([`Api::check_auth`], on the call's metadata as headers)
-//! before it is dispatched.
+//! package, names and field numbers. Every call needs a known token (on its
+//! metadata, as HTTP headers) before it is decoded; a lock call then needs
+//! role `locker` (or `admin`) over its store, which only the decoded
+//! request names ([`Api::authorize`]). Refusals log the peer's address.
+//!
+//! `serve` (crate::serve) accepts the connections, over TLS when the main
+//! listener has it, and hands each to [`DaprGrpc::serve_connection`].
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::rt::{Read, Write};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use lockd_api::Route;
 use tonic::codegen::Service as _;
 use tonic::{Code, Status};
 
 use super::dapr::{DaprError, DaprLocks};
-use crate::api::{Api, MAX_BODY_BYTES};
+use crate::api::{Api, PeerAddr, MAX_BODY_BYTES};
 
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 mod proto {
@@ -40,8 +45,31 @@ const SERVICE: &str = "/dapr.proto.runtime.v1.Dapr/";
 /// The methods lockd serves.
 const SERVED: [&str; 3] = ["TryLockAlpha1", "UnlockAlpha1", "GetMetadata"];
 
-struct DaprGrpc {
+/// The `Dapr` service's handlers.
+struct Handlers {
     locks: DaprLocks,
+    api: Arc<Api>,
+}
+
+impl Handlers {
+    /// The API's check of a lock call in `store`: role `locker` over it.
+    async fn authorize<T>(
+        &self,
+        request: &tonic::Request<T>,
+        method: &str,
+        store: &str,
+    ) -> Result<(), Status> {
+        let mut probe = hyper::Request::new(());
+        *probe.uri_mut() = format!("{SERVICE}{method}").parse().unwrap_or_default();
+        *probe.headers_mut() = request.metadata().clone().into_headers();
+        if let Some(peer) = request.extensions().get::<PeerAddr>() {
+            probe.extensions_mut().insert(*peer);
+        }
+        match self.api.authorize(&probe, Route::Lock, Some(store)) {
+            Some(refused) => Err(status_of_refusal(refused).await),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The one mapping of Dapr errors to gRPC: Dapr's code, Dapr's message.
@@ -50,11 +78,13 @@ fn status_of(e: DaprError) -> Status {
 }
 
 #[tonic::async_trait]
-impl Dapr for DaprGrpc {
+impl Dapr for Handlers {
     async fn try_lock_alpha1(
         &self,
         request: tonic::Request<TryLockRequest>,
     ) -> Result<tonic::Response<TryLockResponse>, Status> {
+        self.authorize(&request, "TryLockAlpha1", &request.get_ref().store_name)
+            .await?;
         let r = request.into_inner();
         let success = self
             .locks
@@ -73,6 +103,8 @@ impl Dapr for DaprGrpc {
         &self,
         request: tonic::Request<UnlockRequest>,
     ) -> Result<tonic::Response<UnlockResponse>, Status> {
+        self.authorize(&request, "UnlockAlpha1", &request.get_ref().store_name)
+            .await?;
         let r = request.into_inner();
         let status = self
             .locks
@@ -101,75 +133,91 @@ impl Dapr for DaprGrpc {
     }
 }
 
-/// Serves Dapr's gRPC lock API on `listener` until `shutdown` completes.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    locks: DaprLocks,
+/// Dapr's gRPC lock API, for the connections of one listener.
+#[derive(Clone)]
+pub struct DaprGrpc {
+    server: DaprServer<Handlers>,
     api: Arc<Api>,
-    shutdown: impl Future<Output = ()>,
-) {
-    let server = DaprServer::new(DaprGrpc { locks }).max_decoding_message_size(MAX_BODY_BYTES);
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer): (_, SocketAddr) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a gRPC connection failed");
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let server = server.clone();
-        let api = api.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                let mut server = server.clone();
-                let api = api.clone();
-                async move {
-                    let started = std::time::Instant::now();
-                    let path = req.uri().path().to_string();
-                    let response = if let Some(refused) = refusal(&api, &req).await {
-                        refused.into_http()
-                    } else if !SERVED.contains(&path.strip_prefix(SERVICE).unwrap_or("")) {
-                        Status::unimplemented(format!(
-                            "{path}: lockd serves only Dapr's lock API \
-                             (dapr.proto.runtime.v1.Dapr/TryLockAlpha1, UnlockAlpha1, GetMetadata)"
-                        ))
-                        .into_http()
-                    } else {
-                        server.call(req).await?
-                    };
-                    // `RUST_LOG=lockd=debug` logs every call, as for HTTP.
-                    let elapsed_us = started.elapsed().as_micros() as u64;
-                    tracing::debug!(%peer, path, elapsed_us, "gRPC call");
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            // gRPC is HTTP/2 only; refusing HTTP/1 leaves no slow request
-            // head to wait for.
-            let mut builder =
-                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http2_only();
-            builder.http2().timer(TokioTimer::new());
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "gRPC connection ended");
-            }
-        });
+}
+
+impl std::fmt::Debug for DaprGrpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaprGrpc").finish_non_exhaustive()
     }
 }
 
-/// The API's token check on the call's metadata (HTTP/2 headers), as a
-/// gRPC status: `UNAUTHENTICATED` (or `PERMISSION_DENIED`) with the API's
-/// message.
-async fn refusal(api: &Api, req: &hyper::Request<Incoming>) -> Option<Status> {
+impl DaprGrpc {
+    /// The service over `locks`, with `api`'s token checks.
+    pub fn new(locks: DaprLocks, api: Arc<Api>) -> Self {
+        let handlers = Handlers {
+            locks,
+            api: api.clone(),
+        };
+        let server = DaprServer::new(handlers).max_decoding_message_size(MAX_BODY_BYTES);
+        DaprGrpc { server, api }
+    }
+
+    /// Serves the calls of one connection (plain or past its TLS handshake)
+    /// from `peer` until it closes.
+    pub async fn serve_connection<I>(&self, io: I, peer: SocketAddr)
+    where
+        I: Read + Write + Unpin + Send + 'static,
+    {
+        let server = self.server.clone();
+        let api = self.api.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            let mut server = server.clone();
+            let api = api.clone();
+            // Refusals log who asked; tonic hands the extensions on to the
+            // handlers.
+            req.extensions_mut().insert(PeerAddr(peer));
+            async move {
+                let started = std::time::Instant::now();
+                let path = req.uri().path().to_string();
+                let response = if let Some(refused) = unknown_token(&api, &req).await {
+                    refused.into_http()
+                } else if !SERVED.contains(&path.strip_prefix(SERVICE).unwrap_or("")) {
+                    Status::unimplemented(format!(
+                        "{path}: lockd serves only Dapr's lock API \
+                         (dapr.proto.runtime.v1.Dapr/TryLockAlpha1, UnlockAlpha1, GetMetadata)"
+                    ))
+                    .into_http()
+                } else {
+                    server.call(req).await?
+                };
+                // `RUST_LOG=lockd=debug` logs every call, as for HTTP.
+                let elapsed_us = started.elapsed().as_micros() as u64;
+                tracing::debug!(%peer, path, elapsed_us, "gRPC call");
+                Ok::<_, Infallible>(response)
+            }
+        });
+        // gRPC is HTTP/2 only; refusing HTTP/1 leaves no slow request head
+        // to wait for.
+        let mut builder =
+            hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http2_only();
+        builder.http2().timer(TokioTimer::new());
+        if let Err(e) = builder.serve_connection(io, service).await {
+            tracing::debug!(%peer, error = %e, "gRPC connection ended");
+        }
+    }
+}
+
+/// A call without a known token (on its metadata, as HTTP headers):
+/// `UNAUTHENTICATED` with the API's message.
+async fn unknown_token(api: &Api, req: &hyper::Request<Incoming>) -> Option<Status> {
     let mut probe = hyper::Request::new(());
+    *probe.uri_mut() = req.uri().clone();
     *probe.headers_mut() = req.headers().clone();
-    let refused = api.check_auth(&probe, false)?;
+    if let Some(peer) = req.extensions().get::<PeerAddr>() {
+        probe.extensions_mut().insert(*peer);
+    }
+    let refused = api.check_known_token(&probe)?;
+    Some(status_of_refusal(refused).await)
+}
+
+/// The API's 401 or 403 as a gRPC status (`UNAUTHENTICATED`,
+/// `PERMISSION_DENIED`) with the API's message.
+async fn status_of_refusal(refused: hyper::Response<crate::http_body::Body>) -> Status {
     let code = match refused.status() {
         hyper::StatusCode::FORBIDDEN => Code::PermissionDenied,
         _ => Code::Unauthenticated,
@@ -184,5 +232,5 @@ async fn refusal(api: &Api, req: &hyper::Request<Incoming>) -> Option<Status> {
         .ok()
         .and_then(|v| v["message"].as_str().map(str::to_string))
         .unwrap_or_else(|| "refused".to_string());
-    Some(Status::new(code, message))
+    Status::new(code, message)
 }

@@ -77,6 +77,14 @@ pub(super) fn owns(path: &str) -> bool {
     DaprRoute::of(path).is_some()
 }
 
+/// The store (lockd namespace) a lock or unlock path names, decoded.
+pub(super) fn store_of(path: &str) -> Option<String> {
+    match DaprRoute::of(path)? {
+        DaprRoute::Lock(store) | DaprRoute::Unlock(store) => Some(percent_decoded(store)),
+        DaprRoute::Metadata | DaprRoute::Healthz => None,
+    }
+}
+
 /// Dapr answers its health probes without the API token.
 pub(super) fn is_health_probe(path: &str) -> bool {
     DaprRoute::of(path) == Some(DaprRoute::Healthz)

@@ -6,7 +6,10 @@
 //! in one place per surface; the locks are ordinary lockd locks.
 //!
 //! Requests pass the same token check as lockd's own routes
-//! ([`Api::check_auth`]), except the health probes Dapr itself leaves open.
+//! ([`Api::authorize`]) as lock calls in their namespace: Dapr's store name
+//! (the gRPC listener checks it after decoding the call), or `default` for
+//! Kahuna's routes. Dapr's metadata needs only a known token, and its
+//! health probes none, as on Dapr.
 
 pub mod dapr;
 pub mod dapr_grpc;
@@ -19,6 +22,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::header;
 use hyper::{Request, Response};
+use lockd_api::Route;
 use lockd_core::LockService;
 use serde::de::DeserializeOwned;
 
@@ -61,11 +65,17 @@ impl Compat {
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
         let path = req.uri().path().to_string();
-        let open = req.method() == hyper::Method::GET && dapr_http::is_health_probe(&path);
-        if !open {
-            if let Some(refusal) = api.check_auth(&req, false) {
-                return refusal;
-            }
+        let refusal = if kahuna::owns(&path) {
+            api.authorize(&req, Route::Lock, Some(crate::api::DEFAULT_NAMESPACE))
+        } else if let Some(store) = dapr_http::store_of(&path) {
+            api.authorize(&req, Route::Lock, Some(&store))
+        } else if req.method() == hyper::Method::GET && dapr_http::is_health_probe(&path) {
+            None
+        } else {
+            api.check_known_token(&req)
+        };
+        if let Some(refusal) = refusal {
+            return refusal;
         }
         if kahuna::owns(&path) {
             return kahuna::handle(&self.service, req).await;
@@ -142,8 +152,6 @@ fn record(route: &'static str, namespace: &str, outcome: &str) {
 
 #[cfg(test)]
 mod tests {
-    use lockd_api::Route;
-
     use super::*;
 
     #[test]

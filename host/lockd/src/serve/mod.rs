@@ -186,15 +186,27 @@ impl Server {
             .dapr_grpc_addr()
             .zip(self.dapr_grpc)
             .map(|(at, listener)| {
-                println!("  grpc://{at} -> Dapr's lock API (dapr.proto.runtime.v1.Dapr)");
-                let locks = self.router.compat.dapr().clone();
-                let api = self.router.api.clone();
-                tokio::spawn(compat::dapr_grpc::serve(
-                    listener,
-                    locks,
-                    api,
-                    std::future::pending(),
-                ))
+                let scheme = if self.tls.is_some() { "grpcs" } else { "grpc" };
+                println!("  {scheme}://{at} -> Dapr's lock API (dapr.proto.runtime.v1.Dapr)");
+                let grpc = compat::dapr_grpc::DaprGrpc::new(
+                    self.router.compat.dapr().clone(),
+                    self.router.api.clone(),
+                );
+                let handle = move |accepted: Accepted, peer| {
+                    let grpc = grpc.clone();
+                    async move {
+                        match accepted {
+                            Accepted::Plain(stream) => {
+                                grpc.serve_connection(TokioIo::new(stream), peer).await;
+                            }
+                            Accepted::Tls(done) => {
+                                grpc.serve_connection(TokioIo::new(done.stream), peer).await;
+                            }
+                        }
+                    }
+                };
+                let tls = self.tls.clone();
+                tokio::spawn(accept_loop(listener, tls, std::future::pending(), handle))
             });
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         if let Some(app) = &self.router.app {
@@ -205,47 +217,83 @@ impl Server {
         println!("  {scheme}://{addr}/ui/ -> the web page (locks and events, live)");
         println!("lockd listening on {scheme}://{addr}");
         tracing::info!(%addr, tls = self.tls.is_some(), "serving");
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(a) => a,
-                    // Out of file descriptors and the like: keep serving the rest.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        continue;
+        let router = self.router.clone();
+        let handle = move |accepted: Accepted, peer| {
+            let router = router.clone();
+            async move {
+                match accepted {
+                    Accepted::Plain(stream) => {
+                        serve_connection(TokioIo::new(stream), false, false, router, peer).await;
                     }
-                },
-                () = &mut shutdown => break,
-            };
-            // A component may write its body after its headers: with Nagle's
-            // algorithm on, that second write waited for the client's
-            // delayed ACK (40 ms on Linux) before leaving.
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "setting TCP_NODELAY failed");
-            }
-            let router = self.router.clone();
-            let tls = self.tls.clone();
-            tokio::spawn(async move {
-                let Some(tls) = tls else {
-                    return serve_connection(TokioIo::new(stream), false, false, router, peer)
-                        .await;
-                };
-                match tls.handshake(stream).await {
-                    Ok(done) => {
+                    Accepted::Tls(done) => {
                         let io = TokioIo::new(done.stream);
                         serve_connection(io, true, done.http2, router, peer).await;
                     }
-                    // Scanners and stray plain-HTTP clients are routine:
-                    // debug, not warn.
-                    Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 }
-            });
-        }
+            }
+        };
+        accept_loop(self.listener, self.tls.clone(), shutdown, handle).await;
         if let Some(task) = dapr_grpc {
             task.abort();
         }
         Ok(())
+    }
+}
+
+/// A connection accepted by [`accept_loop`].
+enum Accepted {
+    /// No TLS on this listener.
+    Plain(tokio::net::TcpStream),
+    /// Past its TLS handshake (boxed: rustls's state is large).
+    Tls(Box<tls::Handshaken>),
+}
+
+/// Accepts connections on `listener` until `shutdown` completes, each in a
+/// task of its own: with `tls`, after its handshake (the certificate
+/// [`Tls::reload`] last loaded), then `handle`d. Both listeners (lockd's
+/// and Dapr's gRPC) accept here, so they share the certificate, its
+/// reloads and the handshake timeout.
+async fn accept_loop<H, F>(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<Tls>>,
+    shutdown: impl Future<Output = ()>,
+    handle: H,
+) where
+    H: Fn(Accepted, SocketAddr) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of file descriptors and the like: keep serving the rest.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // A component may write its body after its headers: with Nagle's
+        // algorithm on, that second write waited for the client's
+        // delayed ACK (40 ms on Linux) before leaving.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY failed");
+        }
+        let handle = handle.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let Some(tls) = tls else {
+                return handle(Accepted::Plain(stream), peer).await;
+            };
+            match tls.handshake(stream).await {
+                Ok(done) => handle(Accepted::Tls(Box::new(done)), peer).await,
+                // Scanners and stray plain-HTTP clients are routine:
+                // debug, not warn.
+                Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            }
+        });
     }
 }
 
