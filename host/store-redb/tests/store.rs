@@ -11,6 +11,7 @@ const EPHEMERAL: LockOptions = LockOptions {
     wait_ms: 0,
     durability: lockd_core::Durability::Ephemeral,
     quota: None,
+    refuse_relock: false,
 };
 
 /// Concurrent persistent operations share fsyncs: 200 callers, far fewer
