@@ -117,7 +117,10 @@ async fn get_health<S: AsyncRead + AsyncWrite + Unpin>(
     stream.flush().await?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 1024];
-    while reply.len() < 4096 {
+    // Stop at the end of the answer its `Content-Length` gives rather than
+    // wait for the member to close: a proxy or relay in between may keep the
+    // connection open after etcd closed its side.
+    while reply.len() < 4096 && !is_complete(&reply) {
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
             break;
@@ -125,6 +128,21 @@ async fn get_health<S: AsyncRead + AsyncWrite + Unpin>(
         reply.extend_from_slice(&chunk[..n]);
     }
     Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Whether `reply` holds a whole HTTP answer with a `Content-Length` body.
+fn is_complete(reply: &[u8]) -> bool {
+    let Some(head_end) = reply.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&reply[..head_end]);
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
+    });
+    length.is_some_and(|length| reply.len() >= head_end + 4 + length)
 }
 
 fn read_health(reply: &str) -> Result<Health, ProbeError> {
@@ -245,6 +263,18 @@ fn client_cert_refused(alert: AlertDescription, presents_cert: bool) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_answer_is_complete_at_its_content_length() {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        let mut reply = head.to_vec();
+        assert!(!super::is_complete(&reply));
+        reply.extend_from_slice(b"abcd");
+        assert!(!super::is_complete(&reply));
+        reply.push(b'e');
+        assert!(super::is_complete(&reply));
+        assert!(!super::is_complete(b"HTTP/1.1 200 OK\r\n\r\nbody"));
+    }
+
     use super::*;
 
     #[test]
