@@ -126,16 +126,28 @@ where
     }
 }
 
-/// Parses `body` into `T`; the error names the field (`expiryInSeconds:
-/// invalid type ...`), or says the body is not JSON.
+/// Parses `body`, a JSON object, into `T`; the error names the field
+/// (`expiryInSeconds: invalid type ...`), or says the body is not a JSON
+/// object. An array is refused although serde would bind a struct from one
+/// by position: neither Dapr's protojson nor Kahuna's System.Text.Json does.
 fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let first = body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err("the body is not a JSON object".to_string());
+    }
     let mut json = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
-        if e.path().iter().next().is_none() {
-            e.into_inner().to_string()
+        let path = e.path().to_string();
+        let named = e.path().iter().next().is_some();
+        let e = e.into_inner();
+        // Only a value of the wrong type or range has a field to name; a
+        // syntax error's path would be serde_path_to_error's `?`.
+        if e.is_data() && named {
+            format!("{path}: {e}")
         } else {
-            let path = e.path().to_string();
-            format!("{path}: {}", e.into_inner())
+            e.to_string()
         }
     })?;
     json.end().map_err(|e| e.to_string())?;
@@ -176,13 +188,25 @@ mod tests {
     fn decode_errors_name_the_field() {
         #[derive(serde::Deserialize, Debug)]
         struct T {
-            #[allow(dead_code)]
             n: u8,
         }
         let e = decode_json::<T>(br#"{"n": "x"}"#).unwrap_err();
         assert!(e.starts_with("n: invalid type"), "{e}");
-        let e = decode_json::<T>(b"not json").unwrap_err();
-        assert!(e.contains("expected"), "{e}");
+        let e = decode_json::<T>(b"{not json").unwrap_err();
+        assert_eq!(e, "key must be a string at line 1 column 2");
         assert!(decode_json::<T>(br#"{"n": 1} x"#).is_err());
+        assert_eq!(decode_json::<T>(b" \n{\"n\": 1}").unwrap().n, 1);
+        for not_an_object in [
+            &b"[1]"[..],
+            b"[null, null]",
+            b"not json",
+            b"1",
+            b"null",
+            b"\"n\"",
+            b"",
+        ] {
+            let e = decode_json::<T>(not_an_object).unwrap_err();
+            assert_eq!(e, "the body is not a JSON object");
+        }
     }
 }
