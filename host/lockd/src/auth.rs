@@ -13,7 +13,7 @@
 //! nothing is checked.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use lockd_api::Route;
 use sha2::{Digest as _, Sha256};
@@ -274,6 +274,44 @@ impl Credentials {
             }
         }
         found
+    }
+}
+
+/// The tokens in force while the server runs: SIGHUP replaces them with
+/// lockd.toml's (`lockd serve`), and every request is checked against the
+/// set current when it arrives. Clones share one set.
+#[derive(Clone, Debug, Default)]
+pub struct LiveCredentials(Arc<RwLock<Arc<Credentials>>>);
+
+impl LiveCredentials {
+    /// `credentials` in force.
+    pub fn new(credentials: Credentials) -> Self {
+        LiveCredentials(Arc::new(RwLock::new(Arc::new(credentials))))
+    }
+
+    /// The tokens in force now.
+    pub fn current(&self) -> Arc<Credentials> {
+        // A panic while the lock was held cannot leave a half-written set:
+        // a set is replaced whole.
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `next` in force for every request from now on (requests under
+    /// way keep the set they started with). Refused when it would turn
+    /// authentication off (tokens now, none in `next`): an edit that
+    /// dropped the last `[[auth.tokens]]` entry must not open every
+    /// namespace to anyone; a restart can.
+    pub fn replace(&self, next: Credentials) -> Result<(), String> {
+        let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if next.is_open() && !current.is_open() {
+            return Err(
+                "the new configuration has no token, which would let anyone call \
+                        anything; restart the server to turn authentication off"
+                    .to_string(),
+            );
+        }
+        *current = Arc::new(next);
+        Ok(())
     }
 }
 

@@ -56,7 +56,8 @@
 //!
 //! Relative paths (`store`'s redb file, the `[tls]` files) are relative to
 //! the working directory. `--tls-cert`, `--tls-key` and `--tls-client-ca`
-//! replace the `[tls]` entry they name; SIGHUP reads the files again.
+//! replace the `[tls]` entry they name; SIGHUP reads the files again, and
+//! the `[[auth.tokens]]` ([`reload_tokens`]).
 //!
 //! `lockd token new` prints a token and its `[[auth.tokens]]` block. The
 //! server's `--auth-token` (`LOCKD_AUTH_TOKEN`) is one more token, named
@@ -76,7 +77,7 @@ use serde::Deserialize;
 use crate::store::{StoreSpec, DEFAULT_STORE};
 
 mod tokens;
-pub use tokens::{AuthConfig, NewToken, TokenConfig};
+pub use tokens::{reload_tokens, AuthConfig, NewToken, TokenConfig};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -402,10 +403,18 @@ impl LockdConfig {
     /// Reads `path` if given; otherwise `./lockd.toml` if it exists; otherwise
     /// the defaults.
     pub fn load_or_default(path: Option<&Path>) -> anyhow::Result<Self> {
-        match path {
-            Some(p) => Self::load(p),
-            None if Path::new("lockd.toml").exists() => Self::load(Path::new("lockd.toml")),
+        match Self::file_in_use(path) {
+            Some(p) => Self::load(&p),
             None => Ok(Self::default()),
+        }
+    }
+
+    /// The file [`load_or_default`](Self::load_or_default) reads, if any.
+    pub fn file_in_use(path: Option<&Path>) -> Option<PathBuf> {
+        match path {
+            Some(p) => Some(p.to_path_buf()),
+            None if Path::new("lockd.toml").exists() => Some(PathBuf::from("lockd.toml")),
+            None => None,
         }
     }
 

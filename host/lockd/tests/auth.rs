@@ -795,3 +795,77 @@ fn no_token_ever_reaches_the_log() {
         );
     }
 }
+
+/// Sends SIGHUP to `server`.
+fn hangup(server: &Server) {
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Waits up to 10 s for `done`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "not within 10 s: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sighup_puts_new_tokens_in_force_and_refuses_a_file_that_would_open_the_server() {
+    const FRESH: &str = "fresh-3b9d0c6e2a7f4d15b8e0";
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("lockd.toml");
+    let log = dir.path().join("stderr.log");
+    std::fs::write(&toml, config()).unwrap();
+    // No --auth-token: the file's tokens are the only ones.
+    let server = Server::start_logging_to(&log, Some(dir.path()), &["--store", "memory"]);
+    let logged = |line: &str| std::fs::read_to_string(&log).unwrap().matches(line).count();
+    assert_eq!(lock(&server, "ci", "before", LOCKER).code, 200);
+    assert_eq!(lock(&server, "ci", "before", FRESH).code, 401);
+
+    // A new file: its tokens in force, the removed ones refused.
+    std::fs::write(&toml, entry("fresh", FRESH, r#"["ci"]"#, "locker")).unwrap();
+    hangup(&server);
+    eventually("the new token accepted", || {
+        lock(&server, "ci", "after", FRESH).code == 200
+    });
+    assert_eq!(lock(&server, "ci", "after-2", LOCKER).code, 401);
+    assert_eq!(lock(&server, "quiet", "x", FRESH).code, 403);
+    assert_eq!(logged("tokens reloaded"), 1);
+
+    // A file that does not parse, then one with no token at all (which
+    // would let anyone call anything): each refused and logged, and the
+    // tokens in force stay.
+    let bad_files = [
+        "[[auth.tokens]]\nname = \n".to_string(),
+        "[limits]\nmax_ttl_ms = 60000\n".to_string(),
+    ];
+    for (i, bad) in bad_files.iter().enumerate() {
+        std::fs::write(&toml, bad).unwrap();
+        hangup(&server);
+        eventually("the refusal logged", || {
+            logged("tokens not reloaded") == i + 1
+        });
+        assert_eq!(lock(&server, "ci", "x", FRESH).code, 200, "{bad}");
+        let anonymous = request(
+            "POST",
+            &server.url,
+            "/v1/locks/get",
+            Some(&json!({"namespace": "ci", "name": "x"}).to_string()),
+            None,
+        );
+        assert_eq!(anonymous.code, 401, "{bad}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("restart the server to turn authentication off"),
+        "{text}"
+    );
+    for token in [FRESH, LOCKER, READER] {
+        assert!(!text.contains(token), "a token in the log:\n{text}");
+    }
+}

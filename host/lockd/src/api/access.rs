@@ -141,7 +141,8 @@ impl super::Api {
         namespace: Option<&str>,
     ) -> Option<Response<Body>> {
         let peer = peer_of(req);
-        let caller = match authenticate(&self.credentials, req, None, peer) {
+        let tokens = self.credentials.current();
+        let caller = match authenticate(&tokens, req, None, peer) {
             Ok(caller) => caller,
             Err(refusal) => return Some(unauthorized(refusal)),
         };
@@ -173,7 +174,7 @@ impl super::Api {
     /// nothing about any namespace, such as Dapr's `GET /v1.0/metadata`,
     /// which the SDKs make before their first lock call.
     pub fn check_known_token<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
-        authenticate(&self.credentials, req, None, peer_of(req))
+        authenticate(&self.credentials.current(), req, None, peer_of(req))
             .err()
             .map(unauthorized)
     }

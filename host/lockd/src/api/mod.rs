@@ -38,7 +38,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use self::access::Asker;
-use crate::auth::{Caller, Credential, Credentials};
+use crate::auth::{Caller, Credential, Credentials, LiveCredentials};
 use crate::http_body::{full, Body};
 
 pub use access::PeerAddr;
@@ -87,7 +87,7 @@ impl Default for ApiOptions {
 #[derive(Debug)]
 pub struct Api {
     service: LockService,
-    credentials: Credentials,
+    credentials: LiveCredentials,
     /// How often an idle event stream sends a heartbeat comment.
     heartbeat: Duration,
     /// Event streams open now (`lockd_event_streams`).
@@ -115,7 +115,7 @@ impl Api {
     pub fn with_options(service: LockService, options: ApiOptions) -> Self {
         Api {
             service,
-            credentials: options.credentials,
+            credentials: LiveCredentials::new(options.credentials),
             // A zero period would make tokio's interval panic.
             heartbeat: Some(options.events_heartbeat)
                 .filter(|every| !every.is_zero())
@@ -124,9 +124,9 @@ impl Api {
         }
     }
 
-    /// The tokens it accepts (for other surfaces on the same listener,
-    /// which authenticate the same way: [`Credentials::authenticate`]).
-    pub fn credentials(&self) -> &Credentials {
+    /// The tokens it accepts, which the server replaces on SIGHUP
+    /// ([`LiveCredentials::replace`]).
+    pub fn credentials(&self) -> &LiveCredentials {
         &self.credentials
     }
 
@@ -147,10 +147,11 @@ impl Api {
         let peer = access::peer_of(&req);
         // Everything but /healthz needs a token, unknown paths included, so
         // an unauthenticated caller learns nothing about the routes.
+        let tokens = self.credentials.current();
         let caller = if route == Some(Route::Healthz) {
             Caller::Anyone
         } else {
-            match access::authenticate(&self.credentials, &req, route, peer) {
+            match access::authenticate(&tokens, &req, route, peer) {
                 Ok(caller) => caller,
                 Err(refusal) => return access::unauthorized(refusal),
             }

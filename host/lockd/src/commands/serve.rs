@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use lockd::auth::LiveCredentials;
+use lockd::config::{reload_tokens, LockdConfig};
 use lockd::serve::tls::Tls;
 use lockd::serve::ServeOptions;
 
@@ -38,28 +40,37 @@ impl ServeCommand {
 
 /// `lockd serve` and `lockd up`: serves on a runtime of its own until Ctrl-C
 /// or SIGTERM (exit 0); exit 2 when the server cannot start (a TLS file that
-/// cannot be used included). With TLS, SIGHUP reloads the TLS files.
+/// cannot be used included). SIGHUP reads the TLS files and lockd.toml's
+/// `[[auth.tokens]]` again ([`Reload`]).
 pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
     runtime::block_on(async {
         let started = async {
             let tls_flags = args.tls_flags();
+            let config_file = LockdConfig::file_in_use(args.store.config.as_deref());
             let (mut config, store) = args.store.resolve()?;
             config.tls = config.tls.overridden_by(tls_flags);
+            let auth_token = args.auth_token.filter(|t| !t.is_empty());
             // Both watched before the address is announced (see
             // `shutdown_signal`).
             let shutdown = shutdown_signal();
-            let reload_on_hangup = hangup_reloads(config.tls.cert.is_some());
+            let hangup = watch_hangup(config.tls.cert.is_some() || config_file.is_some());
             let options = ServeOptions {
                 listen,
                 store,
                 manifest,
                 config,
-                auth_token: args.auth_token.filter(|t| !t.is_empty()),
+                auth_token: auth_token.clone(),
                 events_heartbeat: Duration::from_millis(args.events_heartbeat),
                 dapr_grpc_listen: args.dapr_grpc_listen,
             };
             let server = lockd::serve::bind(options).await?;
-            reload_on_hangup(server.tls());
+            if let Some(hangup) = hangup {
+                let reload = Reload {
+                    tls: server.tls(),
+                    tokens: config_file.map(|file| (file, auth_token, server.credentials())),
+                };
+                tokio::spawn(reload.on_every(hangup));
+            }
             server.run(shutdown).await
         }
         .await;
@@ -73,37 +84,62 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
     })
 }
 
-/// Watches SIGHUP from now on if `tls` (the server has TLS files; without
-/// them SIGHUP keeps its default meaning, stop), and returns the function
-/// that, given the bound server's TLS, reads its files again on every
-/// SIGHUP. Watching starts before the address is announced, for the reason
-/// `shutdown_signal` gives.
-fn hangup_reloads(tls: bool) -> impl FnOnce(Option<Arc<Tls>>) {
+/// What SIGHUP reads again: the TLS files, and the tokens of the lockd.toml
+/// the server started with (with its `--auth-token`). Each is logged, and
+/// one that fails leaves what is in force as it was.
+struct Reload {
+    tls: Option<Arc<Tls>>,
+    tokens: Option<(PathBuf, Option<String>, LiveCredentials)>,
+}
+
+impl Reload {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let hangup = tls.then(|| signal(SignalKind::hangup())).and_then(|watched| {
-            watched
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "cannot watch SIGHUP; TLS files are read only at start");
-                })
-                .ok()
-        });
-        move |server_tls: Option<Arc<Tls>>| {
-            if let (Some(server_tls), Some(mut hangup)) = (server_tls, hangup) {
-                tokio::spawn(async move {
-                    while hangup.recv().await.is_some() {
-                        server_tls.reload();
-                    }
-                });
+    async fn on_every(self, mut hangup: tokio::signal::unix::Signal) {
+        while hangup.recv().await.is_some() {
+            if let Some(tls) = &self.tls {
+                tls.reload();
+            }
+            if let Some((file, flag_token, live)) = &self.tokens {
+                match reload_tokens(file, flag_token.as_deref(), live) {
+                    Ok(names) => tracing::info!(
+                        file = %file.display(),
+                        tokens = %names.join(","),
+                        "tokens reloaded"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %format!("{e:#}"),
+                        "tokens not reloaded; the tokens in force stay"
+                    ),
+                }
             }
         }
     }
+
     #[cfg(not(unix))]
-    {
-        let _ = tls;
-        |_: Option<Arc<Tls>>| {}
+    async fn on_every(self, never: std::future::Pending<()>) {
+        never.await
     }
+}
+
+/// Watches SIGHUP from now on if `wanted` (there is something to read
+/// again; otherwise SIGHUP keeps its default meaning, stop). Watching starts
+/// before the address is announced, for the reason `shutdown_signal` gives.
+#[cfg(unix)]
+fn watch_hangup(wanted: bool) -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    if !wanted {
+        return None;
+    }
+    signal(SignalKind::hangup())
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; TLS files and tokens are read only at start");
+        })
+        .ok()
+}
+
+#[cfg(not(unix))]
+fn watch_hangup(_wanted: bool) -> Option<std::future::Pending<()>> {
+    None
 }
 
 /// Watches Ctrl-C and, on Unix, SIGTERM from the moment it is called, and

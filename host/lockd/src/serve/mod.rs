@@ -30,6 +30,7 @@ use manifest::Manifest;
 use tls::Tls;
 
 use crate::api::{Api, ApiOptions, PeerAddr};
+use crate::auth::LiveCredentials;
 use crate::compat::{self, Compat};
 use crate::config::LockdConfig;
 use crate::http_body::{full, Body};
@@ -169,6 +170,13 @@ impl Server {
     /// The lock service behind it (tests inspect the store through it).
     pub fn service(&self) -> &LockService {
         &self.service
+    }
+
+    /// The tokens it accepts, on every surface of its listeners:
+    /// [`LiveCredentials::replace`] puts new ones in force (the binary
+    /// reads lockd.toml's again on SIGHUP).
+    pub fn credentials(&self) -> LiveCredentials {
+        self.router.api.credentials().clone()
     }
 
     /// Its TLS, if it serves HTTPS: [`Tls::reload`] reads the files again

@@ -62,16 +62,28 @@ impl Server {
     /// `lockd serve --listen 127.0.0.1:0 ARGS` in `dir` (a new temporary
     /// directory if `None`), with `env` set.
     pub fn start_in(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Server {
-        Server::launch("serve", dir, args, env)
+        Server::launch("serve", dir, args, env, Stdio::inherit())
+    }
+
+    /// [`Server::start_in`] with its stderr (the log) written to `log`.
+    pub fn start_logging_to(log: &Path, dir: Option<&Path>, args: &[&str]) -> Server {
+        let file = std::fs::File::create(log).unwrap();
+        Server::launch("serve", dir, args, &[], Stdio::from(file))
     }
 
     /// `lockd up --listen 127.0.0.1:0 ARGS` in `dir`, like a user in a Spin
     /// app's directory.
     pub fn up_in(dir: &Path, args: &[&str]) -> Server {
-        Server::launch("up", Some(dir), args, &[])
+        Server::launch("up", Some(dir), args, &[], Stdio::inherit())
     }
 
-    fn launch(subcommand: &str, dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Server {
+    fn launch(
+        subcommand: &str,
+        dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Server {
         let (tmp, dir) = match dir {
             Some(d) => (None, d.to_path_buf()),
             None => {
@@ -87,7 +99,7 @@ impl Server {
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         for var in LOCKD_ENV {
             cmd.env_remove(var);
         }
