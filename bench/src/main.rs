@@ -155,7 +155,8 @@ impl Ctx {
         Ok(etcd.as_ref().unwrap().endpoints())
     }
 
-    fn redis_client(&self, mode: RedisMode) -> anyhow::Result<redis::Client> {
+    /// A client of the Redis in `mode`, started on first use.
+    pub fn redis_client(&self, mode: RedisMode) -> anyhow::Result<redis::Client> {
         let mut servers = self.redis.borrow_mut();
         if let Some(r) = servers.get(mode.label()) {
             return Ok(r.client.clone());

@@ -643,9 +643,10 @@ fn a_host_cut_off_from_etcd_answers_unavailable_and_serves_again_after_healing()
     // Every client of A saw the outage: calls in flight at some time in
     // the cut (invoked before the heal, ended after the cut) whose outcome
     // is unknown. A call that was in flight when the cut came counts: one
-    // lock call may spend its request timeout on the grant and more on
-    // leaving the queue, so a client's next call may start too late in the
-    // 5 s cut to time out before the heal.
+    // lock call may spend a request timeout waiting for an earlier call's
+    // detached release on its name and another on the grant, so a client's
+    // next call may start too late in the 5 s cut to time out before the
+    // heal.
     let unknown_across_cut = ops
         .iter()
         .filter(|o| host_of(o) == Some(0))

@@ -12,7 +12,7 @@ use lockd_core::{Grant, Key, LockError, LockOptions};
 use super::grant::{Attempt, Grants};
 use super::keyspace::Keyspace;
 use super::lockd_lease::{LeaseAttempt, LockdLeases};
-use super::queue::{Caller, Queue, WaitEnd};
+use super::queue::{Caller, Queue, WaitEnd, Waiter};
 use crate::local::{Pending, Turn};
 
 /// The calls that may wait for a lock, built on the grants, the leases and
@@ -64,6 +64,24 @@ impl LockCalls {
             return Err(LockError::Unavailable("the caller went away".into()));
         }
         Ok(wait_until)
+    }
+
+    /// After waiting failed: leaves the queue, and releases a grant handed
+    /// to `w` meanwhile, in the background. The caller's answer does not
+    /// wait on a store that just failed (during a partition that is one
+    /// more request timeout); the next call on the name through this
+    /// backend waits for it first ([`LockCalls::start`]). Best effort: the
+    /// session lease is the net.
+    fn leave_detached(&self, key: &Key, lock_key: Vec<u8>, w: Waiter, owner: &str) {
+        let pending = self.pending.begin(key);
+        let (queue, grants) = (self.queue.clone(), self.grants.clone());
+        let (key, owner) = (key.clone(), owner.to_string());
+        tokio::spawn(async move {
+            if let Ok(Some(h)) = queue.leave(&lock_key, &w).await {
+                let _ = grants.unlock(&key, &owner, Some(h.token)).await;
+            }
+            drop(pending);
+        });
     }
 
     /// The whole `lock` call. Returns the grant and whether it is fresh (a
@@ -121,11 +139,7 @@ impl LockCalls {
                     return Err(LockError::Unavailable("the caller went away".into()))
                 }
                 Err(e) => {
-                    // Best effort: leave the queue, and release a grant
-                    // handed over meanwhile. The session lease is the net.
-                    if let Ok(Some(h)) = self.queue.leave(&lock_key, &w).await {
-                        let _ = self.grants.unlock(key, owner, Some(h.token)).await;
-                    }
+                    self.leave_detached(key, lock_key, w, owner);
                     return Err(e);
                 }
             }
@@ -210,9 +224,7 @@ impl LockCalls {
                     return Err(LockError::Unavailable("the caller went away".into()))
                 }
                 Err(e) => {
-                    if let Ok(Some(h)) = self.queue.leave(&lock_key, &w).await {
-                        let _ = self.grants.unlock(key, lease_id, Some(h.token)).await;
-                    }
+                    self.leave_detached(key, lock_key, w, lease_id);
                     return Err(e);
                 }
             }
