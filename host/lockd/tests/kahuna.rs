@@ -144,9 +144,12 @@ fn bad_input_gets_kahunas_answers_and_changes_nothing() {
         assert_eq!(reply.code, 200, "{body}: {}", reply.body);
         assert_eq!(reply.json["type"], 100, "{body}: {}", reply.body);
     }
-    let unbindable: [&[u8]; 5] = [
+    let unbindable: [&[u8]; 7] = [
         b"",
         b"{not json",
+        // An array is no object, although serde would bind one by position.
+        br#"[null, null]"#,
+        br#"["r", "b3RoZXI=", 1000, 0]"#,
         br#"{"resource": "r", "owner": "not base64!", "expiresMs": 1000}"#,
         br#"{"resource": "r", "owner": "b3RoZXI=", "expiresMs": 3000000000}"#,
         br#"{"resource": 5, "owner": "b3RoZXI=", "expiresMs": 1000}"#,

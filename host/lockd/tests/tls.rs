@@ -283,6 +283,63 @@ fn sighup_rotates_the_certificate_without_dropping_connections() {
     assert_eq!(healthz(&mut kept).unwrap(), 200);
 }
 
+/// Dapr's gRPC listener serves with the main listener's TLS: the same client
+/// CA (a client without a certificate from it gets no HTTP/2 at all) and
+/// the same SIGHUP rotation.
+#[test]
+fn daprs_grpc_listener_shares_the_client_ca_and_the_rotation() {
+    let pki = Pki::new();
+    let (cert, key) = (pki.path("live.pem"), pki.path("live.key"));
+    let install = |files: &CertFiles| {
+        std::fs::copy(&files.cert, &cert).unwrap();
+        std::fs::copy(&files.key, &key).unwrap();
+    };
+    install(&pki.server);
+    let live = CertFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    };
+    let grpc: SocketAddr = format!("127.0.0.1:{}", lockd_server::closed_port())
+        .parse()
+        .unwrap();
+    let grpc_arg = grpc.to_string();
+    let ca = pki.ca.ca();
+    let server = TlsServer::serve(
+        &live,
+        &["--tls-client-ca", s(ca), "--dapr-grpc-listen", &grpc_arg],
+    );
+    let client = pki.ca.client("client");
+    let strangers = pki.stranger().client("intruder");
+    // The client's HTTP/2 preface and an empty SETTINGS frame, then the
+    // head of the server's first frame: the certificate it presented and
+    // that frame's type (4, SETTINGS), or the error that ended it.
+    let first_frame = |presented: Option<&CertFiles>| -> std::io::Result<(Vec<u8>, u8)> {
+        let mut tls = connect(grpc, client_config(ca, presented, &[b"h2"]))?;
+        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")?;
+        tls.flush()?;
+        let mut head = [0u8; 9];
+        tls.read_exact(&mut head)?;
+        Ok((peer_cert(&tls), head[3]))
+    };
+    for presented in [None, Some(&strangers)] {
+        let refused = first_frame(presented);
+        assert!(refused.is_err(), "{presented:?}: {refused:?}");
+    }
+    let (presented, frame) = first_frame(Some(&client)).unwrap();
+    assert_eq!((presented, frame), (der(&pki.server.cert), 4));
+
+    let next = pki.ca.server("next");
+    install(&next);
+    server.hangup();
+    server.wait_for_log(&["TLS files reloaded"]);
+    let (presented, frame) = first_frame(Some(&client)).unwrap();
+    assert_eq!(
+        (presented, frame),
+        (der(&next.cert), 4),
+        "a new gRPC connection gets the new certificate"
+    );
+}
+
 #[test]
 fn bad_tls_files_stop_the_start_with_the_file_named() {
     let pki = Pki::new();
