@@ -238,16 +238,8 @@ fn mutual_tls_requires_a_client_certificate_from_the_configured_ca() {
 #[test]
 fn sighup_rotates_the_certificate_without_dropping_connections() {
     let pki = Pki::new();
-    let (cert, key) = (pki.path("live.pem"), pki.path("live.key"));
-    let install = |files: &CertFiles| {
-        std::fs::copy(&files.cert, &cert).unwrap();
-        std::fs::copy(&files.key, &key).unwrap();
-    };
-    install(&pki.server);
-    let live = CertFiles {
-        cert: cert.clone(),
-        key: key.clone(),
-    };
+    let live = pki.live();
+    let cert = &live.cert;
     let server = TlsServer::serve(&live, &[]);
     let config = client_config(pki.ca.ca(), None, &[]);
     let mut kept = connect(server.addr, config.clone()).unwrap();
@@ -255,7 +247,7 @@ fn sighup_rotates_the_certificate_without_dropping_connections() {
     assert_eq!(healthz(&mut kept).unwrap(), 200);
 
     let next = pki.ca.server("next");
-    install(&next);
+    install(&next, &live);
     server.hangup();
     server.wait_for_log(&["TLS files reloaded"]);
     let fresh = connect(server.addr, config.clone()).unwrap();
@@ -268,13 +260,13 @@ fn sighup_rotates_the_certificate_without_dropping_connections() {
     assert_eq!(healthz(&mut kept).unwrap(), 200);
 
     // A file that does not parse is refused by name; the current one stays.
-    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nnot base64!\n").unwrap();
+    std::fs::write(cert, "-----BEGIN CERTIFICATE-----\nnot base64!\n").unwrap();
     server.hangup();
     server.wait_for_log(&["TLS reload refused", "live.pem"]);
     let after = connect(server.addr, config.clone()).unwrap();
     assert_eq!(peer_cert(&after), der(&next.cert));
     // So is a key that does not match the certificate.
-    std::fs::copy(&pki.server.cert, &cert).unwrap();
+    std::fs::copy(&pki.server.cert, cert).unwrap();
     server.hangup();
     server.wait_for_log(&["TLS reload refused", "does not belong to"]);
     let mut after = connect(server.addr, config).unwrap();
@@ -289,16 +281,7 @@ fn sighup_rotates_the_certificate_without_dropping_connections() {
 #[test]
 fn daprs_grpc_listener_shares_the_client_ca_and_the_rotation() {
     let pki = Pki::new();
-    let (cert, key) = (pki.path("live.pem"), pki.path("live.key"));
-    let install = |files: &CertFiles| {
-        std::fs::copy(&files.cert, &cert).unwrap();
-        std::fs::copy(&files.key, &key).unwrap();
-    };
-    install(&pki.server);
-    let live = CertFiles {
-        cert: cert.clone(),
-        key: key.clone(),
-    };
+    let live = pki.live();
     let grpc: SocketAddr = format!("127.0.0.1:{}", lockd_server::closed_port())
         .parse()
         .unwrap();
@@ -329,7 +312,7 @@ fn daprs_grpc_listener_shares_the_client_ca_and_the_rotation() {
     assert_eq!((presented, frame), (der(&pki.server.cert), 4));
 
     let next = pki.ca.server("next");
-    install(&next);
+    install(&next, &live);
     server.hangup();
     server.wait_for_log(&["TLS files reloaded"]);
     let (presented, frame) = first_frame(Some(&client)).unwrap();

@@ -43,6 +43,23 @@ impl Pki {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+
+    /// `live.pem` and `live.key`, holding the server certificate to begin
+    /// with: the files a test replaces while the server runs.
+    pub fn live(&self) -> CertFiles {
+        let live = CertFiles {
+            cert: self.path("live.pem"),
+            key: self.path("live.key"),
+        };
+        install(&self.server, &live);
+        live
+    }
+}
+
+/// Copies `files` over `live`, as an operator rotating a certificate does.
+pub fn install(files: &CertFiles, live: &CertFiles) {
+    std::fs::copy(&files.cert, &live.cert).unwrap();
+    std::fs::copy(&files.key, &live.key).unwrap();
 }
 
 pub fn s(path: &Path) -> &str {
