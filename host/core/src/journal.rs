@@ -62,6 +62,18 @@ pub trait Journal: Send + Sync + 'static {
     /// Queues `op`. The ticket resolves once `op` is durable.
     fn submit(&self, op: JournalOp) -> Ticket;
 
+    /// A ticket that resolves once every op submitted before this call is
+    /// durable: the reads' barrier. A reply, listing or event that shows
+    /// state waits on it first, so nothing is shown that a crash could take
+    /// back (docs/contract.md, C10). It fails (`unavailable`) while the
+    /// store cannot write: then what a reader saw may not survive a crash.
+    ///
+    /// A journal that keeps nothing, or whose `submit` is durable on
+    /// return, answers ready.
+    fn flushed(&self) -> Ticket {
+        Ticket::ready()
+    }
+
     /// Commit counters: `(commits, committed_ops, failed_commits)`.
     fn commit_stats(&self) -> (u64, u64, u64) {
         (0, 0, 0)

@@ -333,7 +333,22 @@ impl Journal for RedbJournal {
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             // If the writer is gone, `done` is dropped with the message and
             // the ticket reports the store unavailable.
-            let _ = queue.send(writer::Pending { op, done });
+            let _ = queue.send(writer::Pending { op: Some(op), done });
+        }
+        ticket
+    }
+
+    fn flushed(&self) -> Ticket {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        // Submissions count under this mutex, and the writer counts an op
+        // durable only with every op queued before it: when the counts meet,
+        // nothing submitted so far is waiting.
+        if self.stats.durable.load(Ordering::Acquire) >= self.stats.queued.load(Ordering::Relaxed) {
+            return Ticket::ready();
+        }
+        let (done, ticket) = Ticket::pending();
+        if let Some(queue) = queue.as_ref() {
+            let _ = queue.send(writer::Pending { op: None, done });
         }
         ticket
     }

@@ -13,8 +13,10 @@ use crate::codec;
 /// callers in it for long.
 const MAX_BATCH: usize = 4096;
 
+/// One message to the writer: an op to make durable, or (`op: None`) a
+/// flush barrier, which resolves once everything queued before it is durable.
 pub(crate) struct Pending {
-    pub(crate) op: JournalOp,
+    pub(crate) op: Option<JournalOp>,
     pub(crate) done: TicketSender,
 }
 
@@ -23,6 +25,8 @@ pub(crate) struct Pending {
 pub struct WriterStats {
     /// Ops submitted.
     pub queued: AtomicU64,
+    /// Ops durable: every op before them in the queue is durable too.
+    pub durable: AtomicU64,
     /// Commits (each one fsync) attempted.
     pub commits: AtomicU64,
     /// Ops in those commits.
@@ -39,11 +43,18 @@ pub struct WriterStats {
 /// After a failed commit (a full disk, an I/O error) redb refuses all further
 /// work until the database is closed and reopened, so the writer drops it and
 /// reopens the file before the next batch. Until that succeeds every batch is
-/// answered `unavailable`; once space returns, the store recovers by itself,
-/// from the last commit that succeeded.
+/// answered `unavailable`; once space returns, the store recovers by itself.
+///
+/// The ops of a failed commit are not forgotten: their callers were told
+/// `unavailable` (outcome unknown), but the engine's memory already shows
+/// them (and the engine's own corrections, such as releasing a grant whose
+/// write failed, come as later ops). They go first into the next commit, so
+/// the file converges to what memory showed, in order, and a flush barrier
+/// resolves only once they are durable.
 pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
     let mut db = Some(db);
     let mut batch = Vec::new();
+    let mut carried = Carried::default();
     while let Ok(first) = queue.recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -51,6 +62,14 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
                 Ok(next) => batch.push(next),
                 Err(_) => break,
             }
+        }
+        let ops = batch.iter().filter(|p| p.op.is_some()).count() as u64;
+        if ops == 0 && carried.is_empty() {
+            // Only barriers, and everything before them is durable.
+            for pending in batch.drain(..) {
+                pending.done.complete(Ok(()));
+            }
+            continue;
         }
         if db.is_none() {
             match crate::create_database(path) {
@@ -67,34 +86,64 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
             }
         }
         stats.commits.fetch_add(1, Ordering::Relaxed);
-        stats
-            .committed_ops
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        stats.committed_ops.fetch_add(ops, Ordering::Relaxed);
         let outcome = match &db {
-            Some(open) => commit(open, &batch).map_err(|e| format!("lock store write failed: {e}")),
+            Some(open) => {
+                commit(open, &carried, &batch).map_err(|e| format!("lock store write failed: {e}"))
+            }
             None => Err(format!(
                 "lock store {} is unavailable: it could not be reopened after a write failure",
                 path.display()
             )),
         };
-        if let Err(why) = &outcome {
-            tracing::error!(
-                path = %path.display(),
-                ops = batch.len(),
-                error = %why,
-                "lock store commit failed; its callers get unavailable, the next batch reopens the store"
-            );
-            stats.failed_commits.fetch_add(1, Ordering::Relaxed);
-            // Close it now; the next batch reopens it.
-            db = None;
+        match &outcome {
+            Ok(()) => {
+                stats
+                    .durable
+                    .fetch_add(carried.count + ops, Ordering::Release);
+                carried = Carried::default();
+            }
+            Err(why) => {
+                tracing::error!(
+                    path = %path.display(),
+                    ops = batch.len(),
+                    error = %why,
+                    "lock store commit failed; its callers get unavailable, the next batch reopens the store and writes these ops first"
+                );
+                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+                // Close it now; the next batch reopens it.
+                db = None;
+            }
         }
         for pending in batch.drain(..) {
+            if let (Err(_), Some(op)) = (&outcome, &pending.op) {
+                carried.push(op.clone());
+            }
             pending.done.complete(outcome.clone());
         }
     }
 }
 
-fn commit(db: &Database, batch: &[Pending]) -> Result<(), redb::Error> {
+/// The ops of failed commits, to be written before anything newer.
+#[derive(Default)]
+struct Carried {
+    ops: Vec<JournalOp>,
+    /// Ops submitted that these stand for.
+    count: u64,
+}
+
+impl Carried {
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn push(&mut self, op: JournalOp) {
+        self.ops.push(op);
+        self.count += 1;
+    }
+}
+
+fn commit(db: &Database, carried: &Carried, batch: &[Pending]) -> Result<(), redb::Error> {
     // Durability::Immediate is redb's default: commit returns after fsync.
     let txn = db.begin_write()?;
     {
@@ -103,8 +152,12 @@ fn commit(db: &Database, batch: &[Pending]) -> Result<(), redb::Error> {
             leases: txn.open_table(codec::LEASES)?,
             meta: txn.open_table(codec::META)?,
         };
-        for pending in batch {
-            tables.apply(&pending.op)?;
+        for op in carried
+            .ops
+            .iter()
+            .chain(batch.iter().filter_map(|p| p.op.as_ref()))
+        {
+            tables.apply(op)?;
         }
     }
     txn.commit()?;

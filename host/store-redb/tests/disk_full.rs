@@ -131,17 +131,17 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
     assert!(e.fencing_token > before.fencing_token);
     assert!(service.get("ns", "before").await.unwrap().is_some());
     // An unlock is a delete, which redb may fit into pages the file already
-    // has, so on a full disk it may succeed or answer `unavailable`. Either
-    // way the restart below must agree with the answer given.
+    // has, so on a full disk it may succeed or answer `unavailable`. An
+    // acknowledged unlock must survive the restart; an unavailable one has an
+    // unknown outcome, and the restart must agree with what the live store
+    // showed once it could write again (the failed ops are written first).
     let unlock = service.unlock("ns", "before", "o", None).await;
     let unlocked = match unlock {
         Ok(()) => true,
         Err(LockError::Unavailable(_)) => false,
         Err(e) => panic!("unexpected {e:?}"),
     };
-    if unlocked {
-        acknowledged.retain(|(name, _)| name != "before");
-    }
+    acknowledged.retain(|(name, _)| name != "before");
 
     // Space returns: the store reopens itself and writes again.
     std::fs::remove_file(filler).unwrap();
@@ -150,6 +150,10 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
         .await
         .unwrap();
     assert!(after.fencing_token > e.fencing_token);
+    let before_shown = service.get("ns", "before").await.unwrap();
+    if unlocked {
+        assert_eq!(before_shown, None, "an acknowledged unlock shows a holder");
+    }
     acknowledged.push(("after".to_string(), after.fencing_token));
     assert!(stats.reopens.load(Ordering::Relaxed) >= 1);
     let line = format!(
@@ -182,13 +186,16 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
     for name in &refused {
         assert_eq!(service.get("ns", name).await.unwrap(), None);
     }
-    if unlocked {
-        assert_eq!(
-            service.get("ns", "before").await.unwrap(),
-            None,
-            "an acknowledged unlock was undone"
-        );
-    }
+    assert_eq!(
+        service.get("ns", "before").await.unwrap(),
+        before_shown,
+        "the restart disagrees with what the store showed before it (unlock {})",
+        if unlocked {
+            "acknowledged"
+        } else {
+            "unavailable"
+        }
+    );
     assert_eq!(service.get("ns", "eph").await.unwrap(), None);
     let next = service
         .lock("ns", "next", "o", 1_000, persistent())
