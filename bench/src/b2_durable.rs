@@ -49,6 +49,57 @@ impl Pair for ServicePair {
     }
 }
 
+/// A reader: `get` of one held lock, timed one call at a time.
+struct Reader {
+    service: LockService,
+}
+
+impl Pair for Reader {
+    async fn pair(&mut self, _: u64) -> anyhow::Result<()> {
+        let held = self.service.get("bench", "read-me").await?;
+        anyhow::ensure!(held.is_some(), "the lock read is not held");
+        Ok(())
+    }
+}
+
+/// Readers' `get` latency on a redb store, alone and beside `writers`
+/// callers doing persistent pairs: what a read pays for showing nothing
+/// before it is durable (it waits for the group commit in flight).
+fn reads_under_writes(ctx: &Ctx, writers: usize) -> anyhow::Result<[Measured; 2]> {
+    const READERS: usize = 4;
+    let path = ctx.scratch.path().join(format!("b2-reads-{writers}.redb"));
+    let _rt = ctx.rt.enter();
+    let service = LockService::new(lockd_redb::open(&path)?, Limits::default());
+    ctx.rt.block_on(service.lock(
+        "bench",
+        "read-me",
+        "holder",
+        3_600_000,
+        LockOptions::default(),
+    ))?;
+    let readers = || {
+        (0..READERS)
+            .map(|_| Reader {
+                service: service.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let alone = ctx.run(readers());
+    check_errors("lockd reads", &alone)?;
+    let writing: Vec<_> = (0..writers)
+        .map(|c| ServicePair::new(&service, Durability::Persistent, c))
+        .collect();
+    let (beside, written) = ctx.rt.block_on(async {
+        tokio::join!(
+            crate::drive::closed_loop(readers(), ctx.window()),
+            crate::drive::closed_loop(writing, ctx.window())
+        )
+    });
+    check_errors("lockd reads beside writes", &beside)?;
+    check_errors("lockd writes beside reads", &written)?;
+    Ok([alone, beside])
+}
+
 /// Persistent pairs of `callers` callers on a fresh redb store named `name`.
 pub fn redb_pairs(ctx: &Ctx, name: &str, callers: usize) -> anyhow::Result<Measured> {
     let path = ctx.scratch.path().join(format!("{name}.redb"));
@@ -118,9 +169,31 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             );
         }
     }
+    let writers = *ctx.plan.levels.last().unwrap_or(&1);
+    eprintln!("B2: reads beside {writers} writers");
+    let [mut alone, mut beside] = reads_under_writes(ctx, writers)?;
+    let mut reads = Table::new([
+        "4 readers of one held lock (`get`)",
+        "gets/s",
+        "p50",
+        "p99",
+        "p99.9",
+    ]);
+    for (label, m) in [
+        ("store idle".to_string(), &mut alone),
+        (
+            format!("beside {writers} callers doing persistent pairs"),
+            &mut beside,
+        ),
+    ] {
+        let [p50, p99, p999] = percentiles(m);
+        reads.row(vec![label, count(m.rate()), p50, p99, p999]);
+    }
     let mut out = String::from("## B2 durable capability\n\n");
     out += &table.render();
     out.push('\n');
     out += &summary;
+    out += "\nReads under write load: a read shows nothing that is not durable, so beside writers it waits for the commit in flight.\n\n";
+    out += &reads.render();
     Ok(out)
 }

@@ -38,7 +38,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::clock::{deadline, Clock};
 use crate::error::LockError;
-use crate::events::EventSender;
 use crate::journal::{Journal, JournalOp, Record, Ticket};
 use crate::types::{
     Durability, EventKind, Grant, Key, ListedLock, LockEvent, LockInfo, LockOptions,
@@ -46,6 +45,7 @@ use crate::types::{
 
 mod leases;
 mod lock_backend;
+mod outbox;
 mod purge;
 mod queue;
 mod recovery;
@@ -53,6 +53,7 @@ mod table;
 mod tokens;
 
 use leases::{LeaseCell, LeaseTable};
+use outbox::Outbox;
 use purge::{PurgeSignal, Sweep};
 use table::{key_hash, FxBuild, Holder, Lock, Namespaces, NewHolder, Queued, Shard};
 use tokens::TokenAllocator;
@@ -80,7 +81,7 @@ impl Default for EngineOptions {
 /// for its invariants.
 pub struct Engine {
     shards: Box<[Mutex<Shard>]>,
-    tokens: TokenAllocator,
+    tokens: Arc<TokenAllocator>,
     journal: Arc<dyn Journal>,
     clock: Arc<dyn Clock>,
     purge: Arc<PurgeSignal>,
@@ -89,8 +90,9 @@ pub struct Engine {
     namespaces: Namespaces,
     /// Live leases (docs/contract.md#c16-leases).
     leases: LeaseTable,
-    /// Every change, for whoever subscribed (docs/http.md#events).
-    events: EventSender,
+    /// Every change, for whoever subscribed (docs/http.md#events), once
+    /// durable.
+    events: Outbox,
 }
 
 impl std::fmt::Debug for Engine {
@@ -337,16 +339,15 @@ impl Engine {
         let Some(holder) = lock.holder() else {
             return Ticket::ready();
         };
-        self.emit_left(why, key, lock.owner(), holder, now);
-        lock.namespace.remove();
-        let Some(holder) = shard.take_holder(at) else {
-            return Ticket::ready();
-        };
-        if let Some(lease) = &holder.lease {
-            lease.detach(&key.name);
-        }
+        // The delete first: the event waits for everything submitted before
+        // it (the outbox), so it must come after its own op.
         let ticket =
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
+        self.emit_left(why, key, lock.owner(), holder, now);
+        lock.namespace.remove();
+        if let Some(lease) = shard.take_holder(at).and_then(|holder| holder.lease) {
+            lease.detach(&key.name);
+        }
         self.hand_off(shard, at, key, now);
         ticket
     }
@@ -451,8 +452,9 @@ impl Engine {
             }
             if holder.lease.is_some() {
                 // Held under the lease already: its grant, unchanged; only
-                // a refresh of the lease moves its expiry.
-                return Ok(Attempt::Refreshed(holder.grant(), Ticket::ready()));
+                // a refresh of the lease moves its expiry. The grant may
+                // still be on its way to the disk: answer behind it.
+                return Ok(Attempt::Refreshed(holder.grant(), self.journal.flushed()));
             }
             // Same token, refreshed expiry, and the durability the lock
             // already has.

@@ -11,7 +11,7 @@ use crate::types::LockEvent;
 pub const EVENT_BUFFER: usize = 4096;
 
 /// The publishing side, owned by a store.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct EventSender(broadcast::Sender<LockEvent>);
 
 impl Default for EventSender {
@@ -27,6 +27,16 @@ impl EventSender {
         if self.0.receiver_count() > 0 {
             let _ = self.0.send(make());
         }
+    }
+
+    /// Whether anyone subscribed: an event nobody reads need not be built.
+    pub fn is_listened(&self) -> bool {
+        self.0.receiver_count() > 0
+    }
+
+    /// Publishes `event` to the subscribers there are.
+    pub fn send(&self, event: LockEvent) {
+        let _ = self.0.send(event);
     }
 
     /// A new subscriber, which sees events published from now on.

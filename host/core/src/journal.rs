@@ -151,6 +151,11 @@ impl Ticket {
         (TicketSender(tx), Ticket(Some(rx)))
     }
 
+    /// Whether it resolved already (nothing to wait for).
+    pub fn is_ready(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Waits until the op is durable.
     pub async fn wait(self) -> Result<(), LockError> {
         match self.0 {

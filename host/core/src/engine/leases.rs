@@ -326,6 +326,17 @@ impl Engine {
             let expires_at_ms = deadline(now, cell.ttl_ms)?;
             let old = std::mem::replace(&mut state.expires_at_ms, expires_at_ms);
             drop(state);
+            // Only the lease's record: its locks take its expiry at recovery.
+            // Submitted before the locks' events, which wait for it.
+            let ticket = self.journal_if_persistent(cell.durability, || {
+                JournalOp::PutLease(
+                    cell.key.clone(),
+                    LeaseRecord {
+                        ttl_ms: cell.ttl_ms,
+                        expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
+                    },
+                )
+            });
             for key in &keys {
                 let hash = key_hash(&key.namespace, &key.name);
                 let shard = shards.of(self.shard_of(hash));
@@ -348,16 +359,6 @@ impl Engine {
             }
             self.leases.move_deadline(&cell, old, expires_at_ms);
             self.purge.note_deadline(expires_at_ms);
-            // Only the lease's record: its locks take its expiry at recovery.
-            let ticket = self.journal_if_persistent(cell.durability, || {
-                JournalOp::PutLease(
-                    cell.key.clone(),
-                    LeaseRecord {
-                        ttl_ms: cell.ttl_ms,
-                        expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
-                    },
-                )
-            });
             (expires_at_ms, ticket)
         };
         ticket.wait().await?;
@@ -380,6 +381,7 @@ impl Engine {
             drop(state);
             self.leases.remove(&cell, expires_at_ms);
             let mut ops = vec![JournalOp::DeleteLease(cell.key.clone())];
+            let mut released = Vec::new();
             for key in &keys {
                 let hash = key_hash(&key.namespace, &key.name);
                 let shard = shards.of(self.shard_of(hash));
@@ -387,17 +389,20 @@ impl Engine {
                     continue;
                 };
                 let lock = shard.at(at);
-                let Some(holder) = lock.held_by(&cell.key.name) else {
+                if lock.held_by(&cell.key.name).is_none() {
                     continue;
-                };
+                }
                 lock.namespace.remove();
-                self.emit_left(EventKind::Released, key, lock.owner(), holder, now);
-                shard.take_holder(at);
+                released.extend(shard.take_holder(at).map(|holder| (key, holder)));
                 ops.push(JournalOp::Delete(key.clone()));
             }
             // One commit for the lease and all its locks. Submitted before
-            // the hand-offs, whose grants must be journaled after it.
+            // the hand-offs, whose grants must be journaled after it, and
+            // before the events, which wait for it.
             let ticket = self.journal_if_persistent(cell.durability, || JournalOp::Batch(ops));
+            for (key, holder) in &released {
+                self.emit_left(EventKind::Released, key, &cell.key.name, holder, now);
+            }
             for key in &keys {
                 let hash = key_hash(&key.namespace, &key.name);
                 let shard = shards.of(self.shard_of(hash));

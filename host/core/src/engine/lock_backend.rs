@@ -29,6 +29,43 @@ impl Engine {
         }
     }
 
+    /// `answer`, once nothing it may show is still waiting for the disk.
+    ///
+    /// What the engine's memory shows can run ahead of the journal: a
+    /// change is decided and its op submitted at once, and becomes durable
+    /// at the next group commit. A call acknowledged through its own op's
+    /// ticket is behind it already (ops are durable in the order submitted).
+    /// Every other answer that shows state (a read, `busy`, `not-held`,
+    /// `not-owner`, a quota's `denied`) waits for the journal's barrier,
+    /// taken after the state was read, so no reply shows a change that a
+    /// crash could take back (docs/contract.md#c10-durability). While the
+    /// store cannot write, such answers are `unavailable`.
+    async fn shown<T: ShowsTokens>(&self, answer: Result<T, LockError>) -> Result<T, LockError> {
+        let token = match &answer {
+            Err(LockError::InvalidArgument(_) | LockError::Unavailable(_)) => return answer,
+            Err(LockError::Busy(info)) => info.fencing_token,
+            Err(_) => 0,
+            Ok(shown) => shown.highest_token(),
+        };
+        self.journal.flushed().wait().await?;
+        // An ephemeral holder's token has no record of its own: show it
+        // only once a reservation covers it, so it is never issued again.
+        self.tokens.make_durable(token, &*self.journal).await?;
+        answer
+    }
+
+    /// [`Engine::shown`] for an answer that is an error only: an `Ok` was
+    /// acknowledged through its own op's ticket.
+    async fn shown_if_refused<T: ShowsTokens>(
+        &self,
+        answer: Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        match answer {
+            Ok(acknowledged) => Ok(acknowledged),
+            refused => self.shown(refused).await,
+        }
+    }
+
     fn wall_info(&self, info: LockInfo) -> LockInfo {
         LockInfo {
             expires_at_ms: self.clock.to_wall_ms(info.expires_at_ms),
@@ -51,7 +88,7 @@ impl LockBackend for Engine {
             .leases
             .live_owner(&key.namespace, owner, self.clock.now_ms());
         let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
-        Box::pin(async move { self.wall_grant(locking.await) })
+        Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
     }
 
     fn unlock<'a>(
@@ -60,7 +97,10 @@ impl LockBackend for Engine {
         owner: &'a str,
         token: Option<u64>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(self.unlock_impl(key, owner, token))
+        Box::pin(async move {
+            self.shown_if_refused(self.unlock_impl(key, owner, token).await)
+                .await
+        })
     }
 
     fn extend<'a>(
@@ -69,12 +109,15 @@ impl LockBackend for Engine {
         owner: &'a str,
         ttl_ms: u64,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
-        Box::pin(async move { self.wall_grant(self.extend_impl(key, owner, ttl_ms).await) })
+        Box::pin(async move {
+            let extended = self.extend_impl(key, owner, ttl_ms).await;
+            self.wall_grant(self.shown_if_refused(extended).await)
+        })
     }
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         let info = self.get_impl(key).map(|i| self.wall_info(i));
-        Box::pin(async move { Ok(info) })
+        Box::pin(self.shown(Ok(info)))
     }
 
     fn list<'a>(
@@ -86,7 +129,7 @@ impl LockBackend for Engine {
         for lock in &mut locks {
             lock.info.expires_at_ms = self.clock.to_wall_ms(lock.info.expires_at_ms);
         }
-        Box::pin(async move { Ok(locks) })
+        Box::pin(self.shown(Ok(locks)))
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
@@ -100,20 +143,25 @@ impl LockBackend for Engine {
         durability: Durability,
     ) -> BoxFuture<'a, Result<u64, LockError>> {
         Box::pin(async move {
-            let expires_at_ms = self.grant_lease_impl(lease, ttl_ms, durability).await?;
+            let granted = self.grant_lease_impl(lease, ttl_ms, durability).await;
+            let expires_at_ms = self.shown_if_refused(granted).await?;
             Ok(self.clock.to_wall_ms(expires_at_ms))
         })
     }
 
     fn refresh_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
         Box::pin(async move {
-            let expires_at_ms = self.refresh_lease_impl(lease).await?;
+            let refreshed = self.refresh_lease_impl(lease).await;
+            let expires_at_ms = self.shown_if_refused(refreshed).await?;
             Ok(self.clock.to_wall_ms(expires_at_ms))
         })
     }
 
     fn revoke_lease<'a>(&'a self, lease: &'a Key) -> BoxFuture<'a, Result<u64, LockError>> {
-        Box::pin(self.revoke_lease_impl(lease))
+        Box::pin(async move {
+            self.shown_if_refused(self.revoke_lease_impl(lease).await)
+                .await
+        })
     }
 
     fn get_lease<'a>(
@@ -124,7 +172,7 @@ impl LockBackend for Engine {
             info.expires_at_ms = self.clock.to_wall_ms(info.expires_at_ms);
             info
         });
-        Box::pin(async move { Ok(info) })
+        Box::pin(self.shown(Ok(info)))
     }
 
     fn lock_in_lease<'a>(
@@ -135,10 +183,10 @@ impl LockBackend for Engine {
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
         let now = self.clock.now_ms();
         let Some(lease) = self.leases.live_owner(&key.namespace, lease_id, now) else {
-            return Box::pin(std::future::ready(Err(LockError::NotHeld)));
+            return Box::pin(self.shown(Err(LockError::NotHeld)));
         };
         let locking = self.lock_impl(key, lease_id, 1, options, Some(lease));
-        Box::pin(async move { self.wall_grant(locking.await) })
+        Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
     }
 
     fn lease_ended(&self, lease: &Key) -> BoxFuture<'static, ()> {
@@ -147,7 +195,9 @@ impl LockBackend for Engine {
 
     fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         Box::pin(async move {
-            let info = self.force_unlock_impl(key).await?;
+            let info = self
+                .shown_if_refused(self.force_unlock_impl(key).await)
+                .await?;
             Ok(self.wall_info(info))
         })
     }
@@ -185,7 +235,7 @@ impl LockBackend for Engine {
         let mut rows = self.namespace_stats();
         // A table entry outlives its last holder and waiter until the purge.
         rows.retain(|row| row.persistent + row.ephemeral + row.waiters > 0);
-        Box::pin(std::future::ready(Ok(rows)))
+        Box::pin(self.shown(Ok(rows)))
     }
 
     fn stats(&self) -> BackendStats {
@@ -197,5 +247,59 @@ impl LockBackend for Engine {
             committed_ops,
             failed_commits,
         }
+    }
+}
+
+/// The highest fencing token an answer shows (0 for none).
+trait ShowsTokens {
+    fn highest_token(&self) -> u64;
+}
+
+impl ShowsTokens for () {
+    fn highest_token(&self) -> u64 {
+        0
+    }
+}
+
+impl ShowsTokens for u64 {
+    /// A lease's expiry or a count: no token.
+    fn highest_token(&self) -> u64 {
+        0
+    }
+}
+
+impl ShowsTokens for Grant {
+    fn highest_token(&self) -> u64 {
+        self.fencing_token
+    }
+}
+
+impl ShowsTokens for LockInfo {
+    fn highest_token(&self) -> u64 {
+        self.fencing_token
+    }
+}
+
+impl<T: ShowsTokens> ShowsTokens for Option<T> {
+    fn highest_token(&self) -> u64 {
+        self.as_ref().map_or(0, T::highest_token)
+    }
+}
+
+impl ShowsTokens for Vec<ListedLock> {
+    fn highest_token(&self) -> u64 {
+        self.iter().map(|l| l.info.fencing_token).max().unwrap_or(0)
+    }
+}
+
+impl ShowsTokens for Vec<NamespaceStats> {
+    fn highest_token(&self) -> u64 {
+        0
+    }
+}
+
+impl ShowsTokens for LeaseInfo {
+    fn highest_token(&self) -> u64 {
+        0
     }
 }

@@ -11,12 +11,12 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::leases::{LeaseCell, LeaseTable};
+use super::outbox::Outbox;
 use super::purge::{self, PurgeSignal};
 use super::table::{Namespace, Namespaces, NewHolder, Shard};
 use super::tokens::TokenAllocator;
 use super::{Engine, EngineOptions};
 use crate::clock::{Clock, SystemClock};
-use crate::events::EventSender;
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered};
 use crate::types::{Durability, Key};
 
@@ -79,20 +79,21 @@ impl Engine {
         let shards = (0..options.shards.max(1))
             .map(|_| Mutex::new(Shard::default()))
             .collect();
+        let tokens = Arc::new(TokenAllocator::resume(
+            recovered.next_token,
+            recovered.reserved_up_to,
+            options.token_block,
+        ));
         let engine = Arc::new(Engine {
             shards,
-            tokens: TokenAllocator::resume(
-                recovered.next_token,
-                recovered.reserved_up_to,
-                options.token_block,
-            ),
+            events: Outbox::start(&runtime, journal.clone(), tokens.clone()),
+            tokens,
             journal,
             clock,
             purge: PurgeSignal::new(),
             next_waiter_id: AtomicU64::new(0),
             namespaces: Namespaces::default(),
             leases: LeaseTable::default(),
-            events: EventSender::default(),
         });
         let now = engine.clock.now_ms();
         for (lease, mut record) in std::mem::take(&mut recovered.leases) {

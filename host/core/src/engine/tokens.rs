@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::clock::wall_clock_micros;
 use crate::error::LockError;
-use crate::journal::{Journal, JournalOp};
+use crate::journal::{Journal, JournalOp, Ticket};
 
 /// Issues fencing tokens from one global counter, and makes sure a token is
 /// covered by a durable reservation before any grant carrying it is
@@ -88,6 +88,32 @@ impl TokenAllocator {
             std::hint::spin_loop();
         }
         token
+    }
+
+    /// Whether a durable reservation covers `token` already.
+    pub(super) fn is_durable(&self, token: u64) -> bool {
+        token <= self.reserved_up_to.load(Ordering::Acquire)
+    }
+
+    /// Submits a reservation covering `token` if none does yet, answering
+    /// its ceiling and ticket; once the ticket resolved, [`Self::reserved`]
+    /// records it. For a caller that must not hold the journal while it
+    /// waits. Two such reservations at once are harmless (the larger wins).
+    pub(super) fn reserve(&self, token: u64, journal: &dyn Journal) -> Option<(u64, Ticket)> {
+        if self.is_durable(token) {
+            return None;
+        }
+        let up_to = self
+            .next
+            .load(Ordering::Relaxed)
+            .max(token)
+            .saturating_add(self.block);
+        Some((up_to, journal.submit(JournalOp::ReserveTokens { up_to })))
+    }
+
+    /// Records that a reservation up to `up_to` is durable.
+    pub(super) fn reserved(&self, up_to: u64) {
+        self.reserved_up_to.fetch_max(up_to, Ordering::AcqRel);
     }
 
     /// Waits until `token` is covered by a durable reservation, writing one
