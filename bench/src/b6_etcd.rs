@@ -2,6 +2,7 @@
 //! serves) doing persistent lock + unlock pairs through the lock API,
 //! against raw etcd-client transaction pairs on the same single-node etcd,
 //! and against lockd's embedded store: the latency cost of scaling out.
+//! Then 1 to 3 lockd hosts on a 3-member cluster (`b6_growth.rs`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -74,9 +75,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             ),
         );
     }
-    let mut out = String::from("## B6 etcd mode (single-node etcd)\n\n");
+    let mut out = String::from("## B6 etcd mode\n\n### One lockd host on a single-node etcd\n\n");
     out += &table.render();
     out.push('\n');
     out += &summary;
+    out.push('\n');
+    out += &crate::b6_growth::run(ctx)?;
     Ok(out)
 }

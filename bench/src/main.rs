@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Prints the machine, the fsync regime and one markdown table per workload
-//! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale, B6 etcd
-//! mode, B7 portable: the capability composed with `lockd plug`, B8 the cost of
+//! (B1 host call, B2 durable capability, B3 edge, B4 REST, B5 scale at 1M
+//! and 10M held locks, B6 etcd mode and its growth from 1 to 3 lockd hosts
+//! on a 3-member etcd, B7 portable: the capability composed with `lockd plug`, B8 the cost of
 //! keep-alive, B9 TLS: REST over HTTPS against plain HTTP and Redis over
 //! TLS). `--smoke`
 //! runs everything with tiny counts in seconds, to keep the suite from
@@ -22,6 +23,7 @@ mod b3_edge;
 mod b4_rest;
 mod b5_scale;
 mod b6_etcd;
+mod b6_growth;
 mod b7_portable;
 mod b8_keepalive;
 mod b9_tls;
@@ -60,6 +62,10 @@ struct Args {
     /// Also write the report (markdown) to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// B5's sizes in held locks, such as `1000000,10000000` (default: both
+    /// in a full run, 2,000 in a smoke run).
+    #[arg(long, value_delimiter = ',')]
+    b5_locks: Vec<u64>,
     /// Internal: B5's child process (`fill PATH N` or `recover PATH`).
     #[arg(long, num_args = 1.., hide = true)]
     b5_child: Vec<String>,
@@ -80,8 +86,8 @@ pub struct Plan {
     pub b3_step: Duration,
     /// B4 connections.
     pub b4_connections: usize,
-    /// B5 held locks.
-    pub b5_locks: u64,
+    /// B5's sizes, in held locks.
+    pub b5_locks: Vec<u64>,
 }
 
 impl Plan {
@@ -98,7 +104,7 @@ impl Plan {
                 b3_rates: vec![100, 200],
                 b3_step: Duration::from_millis(400),
                 b4_connections: 8,
-                b5_locks: 2_000,
+                b5_locks: vec![2_000],
             }
         } else {
             Plan {
@@ -115,7 +121,7 @@ impl Plan {
                 ],
                 b3_step: Duration::from_secs(3),
                 b4_connections: 64,
-                b5_locks: 1_000_000,
+                b5_locks: vec![1_000_000, 10_000_000],
             }
         }
     }
@@ -261,7 +267,14 @@ fn main() -> anyhow::Result<()> {
     if !args.b5_child.is_empty() {
         return b5_scale::child_main(&args.b5_child);
     }
-    let plan = Plan::new(args.smoke);
+    let mut plan = Plan::new(args.smoke);
+    if !args.b5_locks.is_empty() {
+        anyhow::ensure!(
+            args.b5_locks.iter().all(|&n| n > 0),
+            "--b5-locks: every size must be at least 1 lock, as in --b5-locks 1000000,10000000"
+        );
+        plan.b5_locks = args.b5_locks.clone();
+    }
     let wanted =
         |w: &str| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(w));
 

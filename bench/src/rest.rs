@@ -42,6 +42,16 @@ impl Server {
         manifest: Option<PathBuf>,
         config: LockdConfig,
     ) -> anyhow::Result<Server> {
+        Server::start_on(StoreSpec::Redb(store), manifest, config)
+    }
+
+    /// [`Server::start_with`] on any store, such as an etcd cluster shared
+    /// with other servers (B6).
+    pub fn start_on(
+        store: StoreSpec,
+        manifest: Option<PathBuf>,
+        config: LockdConfig,
+    ) -> anyhow::Result<Server> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("lockd-server")
@@ -49,7 +59,7 @@ impl Server {
             .build()?;
         let server = rt.block_on(lockd::serve::bind(ServeOptions {
             listen: "127.0.0.1:0".parse()?,
-            store: StoreSpec::Redb(store),
+            store,
             manifest,
             config,
             auth_token: None,

@@ -33,9 +33,13 @@ fn smoke_run_prints_every_table() {
     }
     // B3's closed-loop runs: saturation on every connection, and the REST
     // control beside the functions on one.
+    // B6's hosts on a 3-member etcd, with etcd's counters per pair.
     for part in [
         "Closed loop, 64 keep-alive connections",
         "REST `GET /healthz` (control)",
+        "Growing from 1 to 3 lockd hosts on a 3-member etcd cluster",
+        "lockd on etcd, 3 hosts (REST)",
+        "WAL fsyncs (3 members)",
     ] {
         assert!(report.contains(part), "no {part:?} in:\n{report}");
     }
