@@ -7,7 +7,9 @@
 //!   the name, value = `u8 version (1) | u64 BE ttl_ms | u64 BE expires_at_ms`.
 //!   A lock whose owner is a lease id of its namespace is held under that
 //!   lease; a file written before leases simply has no such table yet.
-//! - `meta`: `tokens_reserved` = the highest token that may have been issued.
+//! - `meta`: `tokens_reserved` = the highest token that may have been issued;
+//!   `log_segment` and `log_frame` = the last log segment and commit applied
+//!   (absent in a store that never had a log: none).
 
 use lockd_core::{Key, LeaseRecord, Record};
 use redb::TableDefinition;
@@ -16,6 +18,8 @@ pub(crate) const LOCKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("lo
 pub(crate) const LEASES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("leases");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const TOKENS_RESERVED: &str = "tokens_reserved";
+pub(crate) const LOG_SEGMENT: &str = "log_segment";
+pub(crate) const LOG_FRAME: &str = "log_frame";
 
 const RECORD_V1: u8 = 1;
 

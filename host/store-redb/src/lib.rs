@@ -1,19 +1,30 @@
 //! The embedded, persistent lock store of lockd.
 //!
 //! Lock semantics live in [`lockd_core::Engine`]; this crate gives it a
-//! [`Journal`] on [redb](https://www.redb.org):
+//! [`Journal`]: an append-only log checkpointed into
+//! [redb](https://www.redb.org), as Redis's AOF and etcd's WAL with bbolt:
 //!
 //! - **Durable before acknowledged.** Every persistent grant, extend and
-//!   unlock is committed with `Durability::Immediate` (fsync) before the
-//!   engine answers the caller.
-//! - **Group commit.** One writer thread owns the database. It takes every op
-//!   queued while the previous commit was syncing and commits them together,
-//!   so N concurrent callers share one fsync. Nothing blocks the async
-//!   executor: callers wait on a channel.
-//! - **Recovery.** Opening the file returns every unexpired persistent lock
-//!   and the token reservation, so tokens resume above anything issued before.
-//!   A file that is not a valid store is an error naming the file; it is
-//!   never reset.
+//!   unlock is written to the log and `fdatasync`ed before the engine
+//!   answers the caller.
+//! - **Group commit.** One writer thread owns the log. It takes every op
+//!   queued while the previous commit was syncing and writes them together,
+//!   one sequential write into a preallocated segment and one
+//!   `fdatasync`, so N concurrent callers share one sync. Nothing blocks
+//!   the async executor: callers wait on a channel.
+//! - **Checkpoints.** Finished segments are applied to redb in the
+//!   background and deleted, so the log stays small and commits never wait
+//!   for redb.
+//! - **Recovery.** Opening the store applies what is left of the log to
+//!   redb, then returns every unexpired persistent lock and the token
+//!   reservation, so tokens resume above anything issued before. A torn
+//!   last commit (its sync never completed) is dropped; a damaged one that
+//!   later commits follow, or a file that is not a valid store, is an error
+//!   naming the file; it is never reset.
+//!
+//! The log lives beside the store file, in a directory named after it with
+//! `-wal` ([`log_dir`]). After a clean close it is empty: the store file
+//! alone holds the state.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), lockd_redb::OpenError> {
@@ -22,8 +33,13 @@
 //! ```
 #![deny(missing_docs)]
 
+mod checkpoint;
 mod codec;
+mod log;
 mod writer;
+
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -38,7 +54,17 @@ use redb::{
     StorageError,
 };
 
+use crate::checkpoint::{CheckpointError, Finished};
+use crate::log::spares::Spares;
+use crate::log::LogConfig;
 pub use writer::WriterStats;
+
+/// The log directory of the store file at `store`: beside it, its name with
+/// `-wal` (`locks.redb-wal` for `locks.redb`). Moving or copying a store
+/// while it is closed means the file and this directory together.
+pub fn log_dir(store: impl AsRef<Path>) -> PathBuf {
+    log::dir_of(store.as_ref())
+}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +87,8 @@ pub enum OpenError {
     /// The file is not a readable lock store. It was left untouched.
     #[error(
         "lock store {path} is corrupted or not a lockd store ({detail}). It was left untouched: \
-         move it aside to start empty (persistent locks in it are then lost), or restore it from a backup"
+         move it and its -wal directory aside to start empty (persistent locks in it are then \
+         lost), or restore them from a backup"
     )]
     Corrupt {
         /// The store file.
@@ -89,13 +116,23 @@ pub fn open_with(
     clock: Arc<dyn Clock>,
     options: EngineOptions,
 ) -> Result<Arc<Engine>, OpenError> {
-    let (journal, db, queue) = RedbJournal::prepare(path.as_ref())?;
+    open_configured(path.as_ref(), clock, options, LogConfig::default())
+}
+
+fn open_configured(
+    path: &Path,
+    clock: Arc<dyn Clock>,
+    options: EngineOptions,
+    config: LogConfig,
+) -> Result<Arc<Engine>, OpenError> {
+    let (journal, prepared) = RedbJournal::prepare(path, config)?;
+    let db = &prepared.db;
     let journal = Arc::new(journal);
     let corrupt = |detail: String| OpenError::Corrupt {
         path: journal.path.clone(),
         detail,
     };
-    let recovered = read_meta_and_leases(&db).map_err(corrupt)?;
+    let recovered = read_meta_and_leases(db).map_err(corrupt)?;
     let engine = {
         let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
         let table = txn
@@ -119,7 +156,7 @@ pub fn open_with(
         )
         .map_err(corrupt)?
     };
-    journal.start(db, queue)?;
+    journal.start(prepared)?;
     Ok(engine)
 }
 
@@ -144,12 +181,23 @@ impl<I: Iterator> Iterator for Counted<I> {
     }
 }
 
-/// The redb journal: a writer thread fed through a channel.
+/// The redb journal: a writer thread fed through a channel, a thread that
+/// makes log segments ahead of need, and one that checkpoints them.
 pub struct RedbJournal {
     path: PathBuf,
+    config: LogConfig,
     queue: Mutex<Option<mpsc::Sender<writer::Pending>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    spares: Arc<Spares>,
+    /// The writer's, then the others.
+    threads: Mutex<Vec<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
+}
+
+/// An opened store, before its threads start.
+struct Prepared {
+    db: Database,
+    queue: mpsc::Receiver<writer::Pending>,
+    next_frame: u64,
 }
 
 impl std::fmt::Debug for RedbJournal {
@@ -163,26 +211,33 @@ impl std::fmt::Debug for RedbJournal {
 impl RedbJournal {
     /// Opens the file, reads what to resume from, and starts the writer.
     pub fn open(path: impl AsRef<Path>) -> Result<(RedbJournal, Recovered), OpenError> {
-        let (journal, db, queue) = RedbJournal::prepare(path.as_ref())?;
-        let recovered = read_state(&db).map_err(|detail| OpenError::Corrupt {
+        RedbJournal::open_configured(path.as_ref(), LogConfig::default())
+    }
+
+    fn open_configured(
+        path: &Path,
+        config: LogConfig,
+    ) -> Result<(RedbJournal, Recovered), OpenError> {
+        let (journal, prepared) = RedbJournal::prepare(path, config)?;
+        let recovered = read_state(&prepared.db).map_err(|detail| OpenError::Corrupt {
             path: journal.path.clone(),
             detail,
         })?;
-        journal.start(db, queue)?;
+        journal.start(prepared)?;
         Ok((journal, recovered))
     }
 
-    /// Opens the file and creates its tables if new. The journal accepts
-    /// ops at once; they are written once [`RedbJournal::start`] runs.
-    fn prepare(
-        path: &Path,
-    ) -> Result<(RedbJournal, Database, mpsc::Receiver<writer::Pending>), OpenError> {
+    /// Opens the file, creates its tables if new, and applies what is left
+    /// of the log. The journal accepts ops at once; they are written once
+    /// [`RedbJournal::start`] runs.
+    fn prepare(path: &Path, config: LogConfig) -> Result<(RedbJournal, Prepared), OpenError> {
         let path = path.to_path_buf();
+        let io_error = |source| OpenError::Io {
+            path: path.clone(),
+            source,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(io_error)?;
         }
         let db = create_database(&path).map_err(|e| classify(&path, e))?;
         // Create the tables on first open, so reads never miss them.
@@ -198,28 +253,73 @@ impl RedbJournal {
             path: path.clone(),
             detail: e.to_string(),
         })?;
+        let dir = log::dir_of(&path);
+        std::fs::create_dir_all(&dir).map_err(io_error)?;
+        let (next_segment, next_frame) = recover_log(&db, &dir).map_err(|e| match e {
+            CheckpointError::Corrupt(detail) => OpenError::Corrupt {
+                path: path.clone(),
+                detail,
+            },
+            CheckpointError::Store(why) => io_error(std::io::Error::other(format!(
+                "applying its log {}: {why}",
+                dir.display()
+            ))),
+        })?;
         let (tx, rx) = mpsc::channel();
         let journal = RedbJournal {
+            spares: Arc::new(Spares::new(dir, next_segment, config.clone())),
             path,
+            config,
             queue: Mutex::new(Some(tx)),
-            thread: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
             stats: Arc::new(WriterStats::default()),
         };
-        Ok((journal, db, rx))
+        Ok((
+            journal,
+            Prepared {
+                db,
+                queue: rx,
+                next_frame,
+            },
+        ))
     }
 
-    /// Starts the writer thread on `db`, draining `queue`.
-    fn start(&self, db: Database, queue: mpsc::Receiver<writer::Pending>) -> Result<(), OpenError> {
-        let stats = self.stats.clone();
-        let path = self.path.clone();
-        let thread = std::thread::Builder::new()
-            .name("lockd-redb-writer".to_string())
-            .spawn(move || writer::run(&path, db, queue, &stats))
-            .map_err(|source| OpenError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+    /// Starts the threads: the writer on the queue, the checkpoints on the
+    /// database.
+    fn start(&self, prepared: Prepared) -> Result<(), OpenError> {
+        let (finished, checkpoints) = mpsc::channel();
+        let log = writer::Log {
+            io: self.config.io.clone(),
+            spares: self.spares.clone(),
+            finished,
+            next_frame: prepared.next_frame,
+        };
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let spawn = |name: &str, work: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(work)
+                .map_err(|source| OpenError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+        };
+        let (stats, path, queue) = (self.stats.clone(), self.path.clone(), prepared.queue);
+        threads.push(spawn(
+            "lockd-redb-writer",
+            Box::new(move || writer::run(&path, log, queue, &stats)),
+        )?);
+        let spares = self.spares.clone();
+        threads.push(spawn(
+            "lockd-redb-segments",
+            Box::new(move || spares.run()),
+        )?);
+        let (stats, path, db) = (self.stats.clone(), self.path.clone(), prepared.db);
+        let enabled = self.config.checkpoints;
+        threads.push(spawn(
+            "lockd-redb-checkpoint",
+            Box::new(move || checkpoint::run(&path, db, checkpoints, &stats, enabled)),
+        )?);
         Ok(())
     }
 
@@ -227,6 +327,34 @@ impl RedbJournal {
     pub fn stats(&self) -> Arc<WriterStats> {
         self.stats.clone()
     }
+}
+
+/// Applies every segment left in the log directory to redb (the last one
+/// possibly torn), deletes them, and returns the numbers of the next
+/// segment and the next commit.
+fn recover_log(db: &Database, dir: &Path) -> Result<(u64, u64), CheckpointError> {
+    let store = |e: String| CheckpointError::Store(e);
+    let found = log::list(dir).map_err(|e| store(format!("listing {}: {e}", dir.display())))?;
+    let (segment, frame) = checkpoint::checkpointed(db).map_err(store)?;
+    let (applied, left): (Vec<u64>, Vec<u64>) = found.into_iter().partition(|&s| s <= segment);
+    let as_finished = |seqs: Vec<u64>| -> Vec<Finished> {
+        seqs.into_iter()
+            .map(|seq| Finished {
+                seq,
+                path: log::segment_path(dir, seq),
+                end: usize::MAX,
+            })
+            .collect()
+    };
+    // Left by a crash between a checkpoint's commit and its deletes.
+    checkpoint::delete(&as_finished(applied));
+    let left = as_finished(left);
+    if left.is_empty() {
+        return Ok((segment + 1, frame + 1));
+    }
+    let (position, last) = checkpoint::apply(db, &left)?;
+    checkpoint::delete(&left);
+    Ok((last + 1, position.last_whole + 1))
 }
 
 /// redb's page cache. The store is a journal: lock state is served from
@@ -364,18 +492,22 @@ impl Journal for RedbJournal {
 
 impl Drop for RedbJournal {
     fn drop(&mut self) {
-        // Closing the queue lets the writer finish what is queued and exit;
-        // joining it releases the file for the next open.
+        // Closing the queue lets the writer finish what is queued, hand its
+        // segment to the checkpoint thread and exit; then the other threads
+        // stop, the checkpoint thread once it has applied the log. Joining
+        // them releases the file for the next open.
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(thread) = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut threads = threads.into_iter();
+        if let Some(writer) = threads.next() {
+            let _ = writer.join();
+        }
+        self.spares.stop();
+        for thread in threads {
             let _ = thread.join();
         }
     }

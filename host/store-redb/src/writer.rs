@@ -1,13 +1,17 @@
-//! The writer thread: group commit.
+//! The writer thread: group commit into the log.
 
+use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 
 use lockd_core::{JournalOp, TicketSender};
-use redb::{Database, ReadableTable};
 
-use crate::codec;
+use crate::checkpoint::Finished;
+use crate::log::format::{begin_frame, seal_frame, write_record, SEGMENT_HEADER};
+use crate::log::spares::Spares;
+use crate::log::{LogIo, Segment};
 
 /// Upper bound on ops per commit, so one huge burst cannot delay the first
 /// callers in it for long.
@@ -20,39 +24,62 @@ pub(crate) struct Pending {
     pub(crate) done: TicketSender,
 }
 
-/// Counters of the writer, for metrics.
+/// Counters of the writer and the checkpoints, for metrics.
 #[derive(Debug, Default)]
 pub struct WriterStats {
     /// Ops submitted.
     pub queued: AtomicU64,
     /// Ops durable: every op before them in the queue is durable too.
     pub durable: AtomicU64,
-    /// Commits (each one fsync) attempted.
+    /// Commits (each one write and one `fdatasync` of the log) attempted.
     pub commits: AtomicU64,
     /// Ops in those commits.
     pub committed_ops: AtomicU64,
     /// Commits that failed; their ops were reported unavailable.
     pub failed_commits: AtomicU64,
-    /// Times the database was reopened after a failure.
+    /// Times writing resumed after failed commits (a commit succeeded after
+    /// one or more failed).
     pub reopens: AtomicU64,
+    /// Checkpoints: finished log segments applied to redb and deleted.
+    pub checkpoints: AtomicU64,
+    /// Checkpoints that failed (and were retried).
+    pub failed_checkpoints: AtomicU64,
 }
 
-/// Takes everything queued while the previous commit synced, and commits it
-/// as one transaction. Runs until the queue is closed and drained.
+/// The writer's side of the log.
+pub(crate) struct Log {
+    pub(crate) io: Arc<dyn LogIo>,
+    pub(crate) spares: Arc<Spares>,
+    /// Where finished segments go: the checkpoint thread.
+    pub(crate) finished: Sender<Finished>,
+    /// The number of the next commit.
+    pub(crate) next_frame: u64,
+}
+
+/// Takes everything queued while the previous commit synced, and writes it
+/// as one frame of the log with one write and one `fdatasync`. Runs until
+/// the queue is closed and drained, then hands its segment to the
+/// checkpoint thread.
 ///
-/// After a failed commit (a full disk, an I/O error) redb refuses all further
-/// work until the database is closed and reopened, so the writer drops it and
-/// reopens the file before the next batch. Until that succeeds every batch is
-/// answered `unavailable`; once space returns, the store recovers by itself.
+/// A failed write or sync (an I/O error; a full disk when a new segment
+/// cannot be made) answers the batch `unavailable` and leaves the segment:
+/// what the failed write left in it is at most a torn commit, which
+/// recovery drops, and the next commit goes into a new segment.
 ///
 /// The ops of a failed commit are not forgotten: their callers were told
 /// `unavailable` (outcome unknown), but the engine's memory already shows
 /// them (and the engine's own corrections, such as releasing a grant whose
-/// write failed, come as later ops). They go first into the next commit, so
-/// the file converges to what memory showed, in order, and a flush barrier
-/// resolves only once they are durable.
-pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &WriterStats) {
-    let mut db = Some(db);
+/// write failed, come as later ops). They go first into the next commit,
+/// under the same commit number, so the log converges to what memory
+/// showed, in order, and a flush barrier resolves only once they are
+/// durable.
+pub(crate) fn run(path: &Path, log: Log, queue: Receiver<Pending>, stats: &WriterStats) {
+    let mut writer = Writer {
+        log,
+        active: None,
+        frame: Vec::new(),
+        failing: false,
+    };
     let mut batch = Vec::new();
     let mut carried = Carried::default();
     while let Ok(first) = queue.recv() {
@@ -71,48 +98,31 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
             }
             continue;
         }
-        if db.is_none() {
-            match crate::create_database(path) {
-                Ok(reopened) => {
-                    stats.reopens.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(path = %path.display(), "lock store reopened after a failed commit; writes resume");
-                    db = Some(reopened);
-                }
-                Err(e) => tracing::error!(
-                    path = %path.display(),
-                    error = %e,
-                    "reopening the lock store failed; this batch is answered unavailable"
-                ),
-            }
-        }
         stats.commits.fetch_add(1, Ordering::Relaxed);
         stats.committed_ops.fetch_add(ops, Ordering::Relaxed);
-        let outcome = match &db {
-            Some(open) => {
-                commit(open, &carried, &batch).map_err(|e| format!("lock store write failed: {e}"))
-            }
-            None => Err(format!(
-                "lock store {} is unavailable: it could not be reopened after a write failure",
-                path.display()
-            )),
-        };
+        let outcome = writer
+            .commit(&carried, &batch)
+            .map_err(|e| format!("lock store write failed: {e}"));
         match &outcome {
             Ok(()) => {
                 stats
                     .durable
                     .fetch_add(carried.count + ops, Ordering::Release);
                 carried = Carried::default();
+                if std::mem::take(&mut writer.failing) {
+                    stats.reopens.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(path = %path.display(), "the lock store writes again");
+                }
             }
             Err(why) => {
                 tracing::error!(
                     path = %path.display(),
                     ops = batch.len(),
                     error = %why,
-                    "lock store commit failed; its callers get unavailable, the next batch reopens the store and writes these ops first"
+                    "lock store commit failed; its callers get unavailable, and the next commit writes these ops first, into a new log segment"
                 );
                 stats.failed_commits.fetch_add(1, Ordering::Relaxed);
-                // Close it now; the next batch reopens it.
-                db = None;
+                writer.failing = true;
             }
         }
         for pending in batch.drain(..) {
@@ -120,6 +130,85 @@ pub(crate) fn run(path: &Path, db: Database, queue: Receiver<Pending>, stats: &W
                 carried.push(op.clone());
             }
             pending.done.complete(outcome.clone());
+        }
+    }
+    writer.retire();
+}
+
+struct Writer {
+    log: Log,
+    /// The segment being written and the end of its durable commits; none
+    /// after a failure or before the first commit.
+    active: Option<(Segment, u64)>,
+    frame: Vec<u8>,
+    failing: bool,
+}
+
+impl Writer {
+    fn commit(&mut self, carried: &Carried, batch: &[Pending]) -> io::Result<()> {
+        if self.active.is_none() {
+            self.rotate(0)?;
+        }
+        self.encode(carried, batch);
+        let fits = |(segment, end): &(Segment, u64)| end + self.frame.len() as u64 <= segment.size;
+        if !self.active.as_ref().is_some_and(fits) {
+            self.rotate((SEGMENT_HEADER + self.frame.len()) as u64)?;
+            // Records are checksummed with their segment's salt.
+            self.encode(carried, batch);
+        }
+        let Some((segment, end)) = self.active.as_mut() else {
+            return Err(io::Error::other("no log segment"));
+        };
+        let written = self
+            .log
+            .io
+            .write_at(&segment.file, &self.frame, *end)
+            .and_then(|()| self.log.io.sync(&segment.file));
+        match written {
+            Ok(()) => {
+                *end += self.frame.len() as u64;
+                self.log.next_frame += 1;
+                Ok(())
+            }
+            Err(e) => {
+                // Never write after what a failed write may have left.
+                self.retire();
+                Err(e)
+            }
+        }
+    }
+
+    fn encode(&mut self, carried: &Carried, batch: &[Pending]) {
+        let salt = self.active.as_ref().map_or(0, |(segment, _)| segment.salt);
+        self.frame.clear();
+        let start = begin_frame(&mut self.frame);
+        for op in carried
+            .ops
+            .iter()
+            .chain(batch.iter().filter_map(|p| p.op.as_ref()))
+        {
+            write_record(&mut self.frame, op, salt);
+        }
+        seal_frame(&mut self.frame, start, self.log.next_frame, salt);
+    }
+
+    /// Moves on to the next segment, with room for `needed` bytes.
+    fn rotate(&mut self, needed: u64) -> io::Result<()> {
+        self.retire();
+        let segment = self.log.spares.take(needed)?;
+        self.active = Some((segment, SEGMENT_HEADER as u64));
+        Ok(())
+    }
+
+    /// Hands the segment being written to the checkpoint thread.
+    fn retire(&mut self) {
+        if let Some((segment, end)) = self.active.take() {
+            // If the checkpoint thread is gone, the next open applies it.
+            let _ = self.log.finished.send(Finished {
+                seq: segment.seq,
+                path: segment.path,
+                end: end as usize,
+            });
         }
     }
 }
@@ -140,73 +229,5 @@ impl Carried {
     fn push(&mut self, op: JournalOp) {
         self.ops.push(op);
         self.count += 1;
-    }
-}
-
-fn commit(db: &Database, carried: &Carried, batch: &[Pending]) -> Result<(), redb::Error> {
-    // Durability::Immediate is redb's default: commit returns after fsync.
-    let txn = db.begin_write()?;
-    {
-        let mut tables = Tables {
-            locks: txn.open_table(codec::LOCKS)?,
-            leases: txn.open_table(codec::LEASES)?,
-            meta: txn.open_table(codec::META)?,
-        };
-        for op in carried
-            .ops
-            .iter()
-            .chain(batch.iter().filter_map(|p| p.op.as_ref()))
-        {
-            tables.apply(op)?;
-        }
-    }
-    txn.commit()?;
-    Ok(())
-}
-
-struct Tables<'txn> {
-    locks: redb::Table<'txn, &'static [u8], &'static [u8]>,
-    leases: redb::Table<'txn, &'static [u8], &'static [u8]>,
-    meta: redb::Table<'txn, &'static str, u64>,
-}
-
-impl Tables<'_> {
-    fn apply(&mut self, op: &JournalOp) -> Result<(), redb::Error> {
-        match op {
-            JournalOp::Put(key, record) => {
-                self.locks.insert(
-                    codec::encode_key(key).as_slice(),
-                    codec::encode_record(record).as_slice(),
-                )?;
-            }
-            JournalOp::Delete(key) => {
-                self.locks.remove(codec::encode_key(key).as_slice())?;
-            }
-            JournalOp::PutLease(lease, record) => {
-                self.leases.insert(
-                    codec::encode_key(lease).as_slice(),
-                    codec::encode_lease(record).as_slice(),
-                )?;
-            }
-            JournalOp::DeleteLease(lease) => {
-                self.leases.remove(codec::encode_key(lease).as_slice())?;
-            }
-            // Part of the one transaction every op of the batch shares.
-            JournalOp::Batch(ops) => {
-                for op in ops {
-                    self.apply(op)?;
-                }
-            }
-            JournalOp::ReserveTokens { up_to } => {
-                let current = self
-                    .meta
-                    .get(codec::TOKENS_RESERVED)?
-                    .map_or(0, |v| v.value());
-                if *up_to > current {
-                    self.meta.insert(codec::TOKENS_RESERVED, *up_to)?;
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -143,8 +143,8 @@ fn a_fixed_restart_sequence_matches_the_model() {
     assert_eq!(tally.unlocked, 1, "{tally}");
 }
 
-/// Negative control: a store that loses its file in a crash (as if nothing
-/// had been synced) must be caught — lost persistent locks, and tokens that
+/// Negative control: a store that loses its file and its log in a crash (as
+/// if nothing had been synced) must be caught — lost persistent locks, and tokens that
 /// start again from the bottom.
 #[test]
 fn a_store_that_loses_its_file_is_caught() {
@@ -156,6 +156,7 @@ fn a_store_that_loses_its_file_is_caught() {
         fn open(&self, clock: ManualClock) -> BoxFuture<'_, Arc<dyn LockBackend>> {
             if self.opened.swap(true, Ordering::Relaxed) {
                 std::fs::remove_file(self.redb.path()).unwrap();
+                let _ = std::fs::remove_dir_all(lockd_redb::log_dir(self.redb.path()));
             }
             self.redb.open(clock)
         }
