@@ -155,6 +155,7 @@ impl Engine {
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
         quota: Option<u64>,
+        now: u64,
     ) -> Result<(Grant, Ticket), LockError> {
         let at = shard.find_or_insert(hash, key, owner, || self.namespaces.get(&key.namespace));
         if let Err(e) = shard.at(at).namespace.try_add(quota) {
@@ -162,7 +163,7 @@ impl Engine {
             return Err(e);
         }
         let (grant, ticket) =
-            self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease);
+            self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease, now);
         self.emit(EventKind::Acquired, shard.at(at), key);
         Ok((grant, ticket))
     }
@@ -197,6 +198,7 @@ impl Engine {
                     lease.durability,
                     Some(lease.clone()),
                     options.quota,
+                    now,
                 )
                 .inspect_err(|_| lease.detach(&key.name))
             }
@@ -209,6 +211,7 @@ impl Engine {
                 options.durability,
                 None,
                 options.quota,
+                now,
             ),
         }
     }
@@ -243,7 +246,7 @@ impl Engine {
     }
 
     /// [`Engine::install`] for a holder already counted in its namespace,
-    /// of the lock at `at` (which has no holder).
+    /// of the lock at `at` (which has no holder), granted at `now`.
     #[allow(clippy::too_many_arguments)]
     fn install_counted(
         &self,
@@ -254,6 +257,7 @@ impl Engine {
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
+        now: u64,
     ) -> (Grant, Ticket) {
         let token = self.tokens.issue();
         let ticket = self.journal_if_persistent(durability, || {
@@ -272,7 +276,7 @@ impl Engine {
                 owner,
                 token,
                 expires_at_ms,
-                acquired_at_ms: self.clock.now_ms(),
+                acquired_at_ms: now,
                 durability,
                 lease,
             },

@@ -49,7 +49,7 @@ impl LockBackend for Engine {
         // (docs/contract.md#c16-leases): never a lock with its own expiry.
         let lease = self
             .leases
-            .live_owner(&key.namespace, owner, self.clock.now_ms());
+            .live_owner_now(&key.namespace, owner, &*self.clock);
         let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
         Box::pin(async move { self.wall_grant(locking.await) })
     }
