@@ -232,13 +232,16 @@ impl Engine {
         });
     }
 
-    /// Publishes that `holder` (owned by `owner`) of `key` left, by `kind`.
-    fn emit_left(&self, kind: EventKind, key: &Key, owner: &str, holder: &Holder, now: u64) {
+    /// Publishes that `holder` of `lock` (named `key`) left, by `kind`, and
+    /// counts how long it held.
+    fn emit_left(&self, kind: EventKind, key: &Key, lock: &Lock, holder: &Holder, now: u64) {
+        lock.namespace
+            .record_hold(now.saturating_sub(holder.acquired_at_ms));
         self.events.emit(|| LockEvent {
             kind,
             namespace: key.namespace.clone(),
             name: key.name.clone(),
-            owner: Arc::from(owner),
+            owner: Arc::from(lock.owner()),
             fencing_token: holder.token,
             at_ms: self.clock.to_wall_ms(now),
             acquired_at_ms: Some(self.clock.to_wall_ms(holder.acquired_at_ms)),
@@ -341,7 +344,7 @@ impl Engine {
         let Some(holder) = lock.holder() else {
             return Ticket::ready();
         };
-        self.emit_left(why, key, lock.owner(), holder, now);
+        self.emit_left(why, key, lock, holder, now);
         lock.namespace.remove();
         let Some(holder) = shard.take_holder(at) else {
             return Ticket::ready();

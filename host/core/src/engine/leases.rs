@@ -406,7 +406,7 @@ impl Engine {
                     continue;
                 };
                 lock.namespace.remove();
-                self.emit_left(EventKind::Released, key, lock.owner(), holder, now);
+                self.emit_left(EventKind::Released, key, lock, holder, now);
                 shard.take_holder(at);
                 ops.push(JournalOp::Delete(key.clone()));
             }

@@ -10,7 +10,7 @@ use super::table::FxBuild;
 use super::Engine;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
-use crate::metrics::{BackendStats, NamespaceStats};
+use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
@@ -154,6 +154,10 @@ impl LockBackend for Engine {
 
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         Some(self.events.subscribe())
+    }
+
+    fn hold_times(&self) -> Option<HoldTimes> {
+        Some(self.namespaces.hold_times())
     }
 
     fn namespace_stats(&self) -> Vec<NamespaceStats> {
