@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::LockError;
-use crate::metrics::{BackendStats, NamespaceStats};
+use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
@@ -143,6 +143,17 @@ pub trait LockBackend: Send + Sync + 'static {
     /// A subscription to the store's events (docs/http.md#events), or
     /// `None` for a store that publishes none.
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
+        None
+    }
+
+    /// How long grants were held, per namespace (`lockd_hold_seconds`), for
+    /// a store that measures it as it ends them; called at scrape time.
+    /// `None` (the default): the store does not, and
+    /// [`LockService`](crate::LockService) measures it from the store's
+    /// events, which the store then builds for every change. A store that
+    /// answers `Some` (even empty) is asked once at the service's start and
+    /// builds events only while someone listens.
+    fn hold_times(&self) -> Option<HoldTimes> {
         None
     }
 

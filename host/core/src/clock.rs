@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -97,26 +97,47 @@ const MAX_SLEEP: Duration = Duration::from_secs(3600);
 /// the millisecond (a lease and its locks share one expiry).
 const STEP_THRESHOLD_MS: i64 = 1_000;
 
+/// Wall time minus monotonic time, as last measured (see
+/// [`SystemClock::now_ms`]).
+static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+/// The monotonic time of the last measurement of [`OFFSET_MS`].
+static OFFSET_CHECKED_AT_MS: AtomicU64 = AtomicU64::new(0);
+
 impl SystemClock {
-    /// Wall time minus monotonic time: zero at the anchor, then the sum of
-    /// the wall-clock steps since, updated when it moves by more than
-    /// [`STEP_THRESHOLD_MS`].
-    fn wall_offset_ms(&self) -> i64 {
-        static OFFSET: AtomicI64 = AtomicI64::new(0);
-        let measured = wall_now_ms() as i64 - self.now_ms() as i64;
-        let current = OFFSET.load(Ordering::Relaxed);
-        if (measured - current).abs() <= STEP_THRESHOLD_MS {
-            return current;
+    /// Measures wall time minus monotonic time at the monotonic time `now`:
+    /// zero at the anchor, then the sum of the wall-clock steps since,
+    /// updated when it moves by more than [`STEP_THRESHOLD_MS`].
+    fn check_wall_offset(now: u64) {
+        OFFSET_CHECKED_AT_MS.store(now, Ordering::Relaxed);
+        let measured = wall_now_ms() as i64 - now as i64;
+        let current = OFFSET_MS.load(Ordering::Relaxed);
+        if (measured - current).abs() > STEP_THRESHOLD_MS {
+            OFFSET_MS.store(measured, Ordering::Relaxed);
         }
-        OFFSET.store(measured, Ordering::Relaxed);
-        measured
+    }
+
+    /// The wall offset, measured in the current millisecond.
+    fn wall_offset_ms(&self) -> i64 {
+        // Reading the time measures the offset if it was not this millisecond.
+        self.now_ms();
+        OFFSET_MS.load(Ordering::Relaxed)
     }
 }
 
 impl Clock for SystemClock {
+    /// Also measures the wall offset, once per millisecond at most: a lock
+    /// and unlock pair reads the time twice and converts an expiry to wall
+    /// time once, and each clock read costs about a tenth of the pair
+    /// (docs/benchmarks.md, B1), so conversions reuse the offset measured
+    /// in the same millisecond, and a wall-clock step is seen within one.
     fn now_ms(&self) -> u64 {
         let (wall, at) = anchor();
-        wall.saturating_add(at.elapsed().as_millis() as u64)
+        let now = wall.saturating_add(at.elapsed().as_millis() as u64);
+        if OFFSET_CHECKED_AT_MS.load(Ordering::Relaxed) != now {
+            Self::check_wall_offset(now);
+        }
+        now
     }
 
     fn sleep_until(&self, deadline_ms: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -201,6 +222,10 @@ mod tests {
         // Anchored to the wall clock: close to it unless it stepped during
         // this test, and the conversions undo each other.
         assert!(wall_now_ms().abs_diff(a) < 60_000);
+        // The offset measured once a millisecond agrees with the clocks:
+        // no step seen where there was none.
+        let wall = clock.to_wall_ms(clock.now_ms());
+        assert!(wall.abs_diff(wall_now_ms()) <= 50, "{wall}");
         let t = a + 12_345;
         assert!(clock.monotonic_of_wall_ms(clock.to_wall_ms(t)).abs_diff(t) <= 1);
     }

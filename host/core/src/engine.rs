@@ -55,7 +55,7 @@ mod tokens;
 use leases::{LeaseCell, LeaseTable};
 use outbox::Outbox;
 use purge::{PurgeSignal, Sweep};
-use table::{key_hash, FxBuild, Holder, Lock, Namespaces, NewHolder, Queued, Shard};
+use table::{key_hash, FxBuild, Holder, Lock, Namespace, Namespaces, NewHolder, Queued, Shard};
 use tokens::TokenAllocator;
 
 /// Tuning knobs of the engine.
@@ -157,6 +157,7 @@ impl Engine {
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
         quota: Option<u64>,
+        now: u64,
     ) -> Result<(Grant, Ticket), LockError> {
         let at = shard.find_or_insert(hash, key, owner, || self.namespaces.get(&key.namespace));
         if let Err(e) = shard.at(at).namespace.try_add(quota) {
@@ -164,7 +165,7 @@ impl Engine {
             return Err(e);
         }
         let (grant, ticket) =
-            self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease);
+            self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease, now);
         self.emit(EventKind::Acquired, shard.at(at), key);
         Ok((grant, ticket))
     }
@@ -199,6 +200,7 @@ impl Engine {
                     lease.durability,
                     Some(lease.clone()),
                     options.quota,
+                    now,
                 )
                 .inspect_err(|_| lease.detach(&key.name))
             }
@@ -211,6 +213,7 @@ impl Engine {
                 options.durability,
                 None,
                 options.quota,
+                now,
             ),
         }
     }
@@ -231,8 +234,18 @@ impl Engine {
         });
     }
 
-    /// Publishes that `holder` (owned by `owner`) of `key` left, by `kind`.
-    fn emit_left(&self, kind: EventKind, key: &Key, owner: &str, holder: &Holder, now: u64) {
+    /// Publishes that `holder` of `lock` (named `key`) left, by `kind`, and
+    /// counts how long it held.
+    fn emit_left(
+        &self,
+        kind: EventKind,
+        key: &Key,
+        namespace: &Namespace,
+        owner: &str,
+        holder: &Holder,
+        now: u64,
+    ) {
+        namespace.record_hold(now.saturating_sub(holder.acquired_at_ms));
         self.events.emit(|| LockEvent {
             kind,
             namespace: key.namespace.clone(),
@@ -245,7 +258,7 @@ impl Engine {
     }
 
     /// [`Engine::install`] for a holder already counted in its namespace,
-    /// of the lock at `at` (which has no holder).
+    /// of the lock at `at` (which has no holder), granted at `now`.
     #[allow(clippy::too_many_arguments)]
     fn install_counted(
         &self,
@@ -256,6 +269,7 @@ impl Engine {
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
+        now: u64,
     ) -> (Grant, Ticket) {
         let token = self.tokens.issue();
         let ticket = self.journal_if_persistent(durability, || {
@@ -274,7 +288,7 @@ impl Engine {
                 owner,
                 token,
                 expires_at_ms,
-                acquired_at_ms: self.clock.now_ms(),
+                acquired_at_ms: now,
                 durability,
                 lease,
             },
@@ -343,7 +357,7 @@ impl Engine {
         // it (the outbox), so it must come after its own op.
         let ticket =
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
-        self.emit_left(why, key, lock.owner(), holder, now);
+        self.emit_left(why, key, &lock.namespace, lock.owner(), holder, now);
         lock.namespace.remove();
         if let Some(lease) = shard.take_holder(at).and_then(|holder| holder.lease) {
             lease.detach(&key.name);

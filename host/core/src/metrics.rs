@@ -96,15 +96,25 @@ const BUCKETS_NS: [u64; BUCKETS_S.len()] = {
     ns
 };
 
+/// A histogram on [`BUCKETS_S`], recorded with atomics: observing takes no
+/// lock, so a store can record where it decides (the memory engine records
+/// hold times under its shard mutex).
 #[derive(Default)]
-struct Histogram {
+pub struct Histogram {
     buckets: [AtomicU64; BUCKETS_S.len()],
     count: AtomicU64,
     sum_ns: AtomicU64,
 }
 
+impl std::fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
 impl Histogram {
-    fn observe(&self, elapsed: Duration) {
+    /// Counts one sample of `elapsed`.
+    pub fn observe(&self, elapsed: Duration) {
         let ns = elapsed.as_nanos().min(u128::from(u64::MAX)) as u64;
         if let Some(i) = BUCKETS_NS.iter().position(|b| ns <= *b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -112,7 +122,45 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
+
+    /// Its counts now.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            count: self.count.load(Ordering::Relaxed),
+            sum_ns: self.sum_ns.load(Ordering::Relaxed),
+        }
+    }
 }
+
+/// The counts of a [`Histogram`] at one moment; snapshots of namespaces
+/// that share a label add up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Samples per bucket of [`BUCKETS_S`] (not cumulative).
+    buckets: [u64; BUCKETS_S.len()],
+    count: u64,
+    sum_ns: u64,
+}
+
+impl HistogramSnapshot {
+    /// How many samples it counts.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn add(&mut self, other: &HistogramSnapshot) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+    }
+}
+
+/// How long the grants of each namespace were held, as a store that
+/// measures it reports: see [`LockBackend::hold_times`](crate::LockBackend::hold_times).
+pub type HoldTimes = Vec<(String, HistogramSnapshot)>;
 
 /// Counters of one [`LockService`](crate::LockService).
 #[derive(Default)]
@@ -169,15 +217,15 @@ fn escape_label(value: &str) -> String {
     out
 }
 
-fn render_histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+fn render_histogram(out: &mut String, name: &str, labels: &str, h: &HistogramSnapshot) {
     let mut cumulative = 0;
     for (b, bound) in BUCKETS_S.iter().enumerate() {
-        cumulative += h.buckets[b].load(Ordering::Relaxed);
+        cumulative += h.buckets[b];
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
     }
-    let count = h.count.load(Ordering::Relaxed);
+    let count = h.count;
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
-    let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    let sum = h.sum_ns as f64 / 1e9;
     let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
     let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
 }
@@ -283,6 +331,12 @@ impl Metrics {
 
     /// Appends the counters and histograms in Prometheus text format.
     pub fn render(&self, out: &mut String) {
+        self.render_with_holds(None, out);
+    }
+
+    /// [`Metrics::render`], with the hold times of a store that measures
+    /// them (`Some`) in place of those this service measured from events.
+    pub fn render_with_holds(&self, store_holds: Option<&HoldTimes>, out: &mut String) {
         out.push_str("# HELP lockd_operations_total Lock operations by operation and outcome.\n");
         out.push_str("# TYPE lockd_operations_total counter\n");
         for (i, (_, op)) in OPS.iter().enumerate() {
@@ -334,18 +388,29 @@ impl Metrics {
             .iter()
         {
             let labels = format!("namespace=\"{}\",outcome=\"{outcome}\"", escape_label(ns));
-            render_histogram(out, "lockd_wait_seconds", &labels, h);
+            render_histogram(out, "lockd_wait_seconds", &labels, &h.snapshot());
         }
         out.push_str(
             "# HELP lockd_hold_seconds Time from a grant to its release or expiry, by namespace.\n",
         );
         out.push_str("# TYPE lockd_hold_seconds histogram\n");
-        for (ns, h) in self
-            .hold
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
+        let holds: BTreeMap<String, HistogramSnapshot> = match store_holds {
+            Some(store_holds) => {
+                let mut folded = BTreeMap::<String, HistogramSnapshot>::new();
+                for (ns, h) in store_holds {
+                    folded.entry(self.namespaces.label(ns)).or_default().add(h);
+                }
+                folded
+            }
+            None => self
+                .hold
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|(ns, h)| (ns.clone(), h.snapshot()))
+                .collect(),
+        };
+        for (ns, h) in &holds {
             let labels = format!("namespace=\"{}\"", escape_label(ns));
             render_histogram(out, "lockd_hold_seconds", &labels, h);
         }

@@ -40,6 +40,12 @@ pub struct LockService {
     quotas: Arc<Quotas>,
     metrics: Arc<Metrics>,
     force_watchers: Arc<ForceWatchers>,
+    /// Whether the store measures hold times itself
+    /// ([`LockBackend::hold_times`]); if not, a task follows its events for
+    /// them from the start.
+    store_measures_holds: bool,
+    /// Where the task that follows the store's events runs.
+    runtime: tokio::runtime::Handle,
 }
 
 /// Holders waiting for news of a force-release, by namespace and owner.
@@ -49,44 +55,84 @@ type Waiting = HashMap<(String, String), Vec<tokio::sync::oneshot::Sender<()>>>;
 /// and owner. One task reads the store's events for all of them.
 #[derive(Default)]
 struct ForceWatchers {
-    waiting: std::sync::Mutex<Waiting>,
+    state: std::sync::Mutex<WatchState>,
     registered: std::sync::atomic::AtomicU64,
 }
 
+#[derive(Default)]
+struct WatchState {
+    waiting: Waiting,
+    /// Whether a task follows the store's events for these watchers.
+    following: bool,
+}
+
+impl WatchState {
+    /// Drops the watchers whose holder went away.
+    fn prune(&mut self) {
+        self.waiting.retain(|_, senders| {
+            senders.retain(|s| !s.is_closed());
+            !senders.is_empty()
+        });
+    }
+}
+
 impl ForceWatchers {
-    fn register(&self, namespace: &str, owner: &str) -> tokio::sync::oneshot::Receiver<()> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut waiting = self
-            .waiting
+    fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A receiver told when `owner` in `namespace` is force-released.
+    /// `follow` starts a task reading the store's events if none does; it
+    /// subscribes before this returns, so no later event is missed.
+    fn register(
+        &self,
+        namespace: &str,
+        owner: &str,
+        follow: impl FnOnce(),
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut state = self.state();
         // Watchers whose holder went away are dropped now and then, so the
         // map stays the size of the live watchers.
         let n = self
             .registered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if n % 1024 == 1023 {
-            waiting.retain(|_, senders| {
-                senders.retain(|s| !s.is_closed());
-                !senders.is_empty()
-            });
+            state.prune();
         }
-        waiting
+        state
+            .waiting
             .entry((namespace.to_string(), owner.to_string()))
             .or_default()
             .push(tx);
+        if !state.following {
+            state.following = true;
+            follow();
+        }
         rx
     }
 
     fn fire(&self, namespace: &str, owner: &str) {
         let senders = self
+            .state()
             .waiting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&(namespace.to_string(), owner.to_string()));
         for tx in senders.into_iter().flatten() {
             let _ = tx.send(());
         }
+    }
+
+    /// Whether nobody waits any more; if so the follower stops (a later
+    /// watcher starts another).
+    fn stop_if_idle(&self) -> bool {
+        let mut state = self.state();
+        state.prune();
+        if state.waiting.is_empty() {
+            state.following = false;
+        }
+        !state.following
     }
 }
 
@@ -102,10 +148,13 @@ impl std::fmt::Debug for LockService {
 impl LockService {
     /// A service over `backend`, with no quotas.
     ///
-    /// It starts a task on the current tokio runtime that follows the
-    /// store's events, to measure hold times (`lockd_hold_seconds`) and to
-    /// tell holders of a force-release; the task ends with the store or the
-    /// service.
+    /// It follows the store's events on the current tokio runtime, to
+    /// measure hold times (`lockd_hold_seconds`) and to tell holders of a
+    /// force-release: from the start for a store that does not measure
+    /// hold times itself, otherwise only while a holder waits to hear of a
+    /// force-release ([`LockService::force_released`]), since a store
+    /// builds no event while nobody listens. The task ends with the store
+    /// or the service.
     ///
     /// # Panics
     /// Outside a tokio runtime, saying so, whether or not the store
@@ -116,21 +165,33 @@ impl LockService {
             "lockd_core::LockService",
             "the task that follows its store's events",
         );
-        let metrics = Arc::new(Metrics::default());
-        let force_watchers = Arc::new(ForceWatchers::default());
-        if let Some(events) = backend.events() {
-            runtime.spawn(follow_events(
-                events,
-                Arc::downgrade(&metrics),
-                Arc::downgrade(&force_watchers),
-            ));
-        }
-        LockService {
+        let store_measures_holds = backend.hold_times().is_some();
+        let service = LockService {
             backend,
             limits: Arc::new(limits),
             quotas: Arc::new(Quotas::default()),
-            metrics,
-            force_watchers,
+            metrics: Arc::new(Metrics::default()),
+            force_watchers: Arc::new(ForceWatchers::default()),
+            store_measures_holds,
+            runtime,
+        };
+        if !store_measures_holds {
+            service.force_watchers.state().following = true;
+            service.follow_events();
+        }
+        service
+    }
+
+    /// Starts the task that follows the store's events, subscribed before
+    /// this returns. For a store without events there is nothing to follow.
+    fn follow_events(&self) {
+        if let Some(events) = self.backend.events() {
+            self.runtime.spawn(follow_events(
+                events,
+                Arc::downgrade(&self.metrics),
+                Arc::downgrade(&self.force_watchers),
+                !self.store_measures_holds,
+            ));
         }
     }
 
@@ -159,7 +220,9 @@ impl LockService {
     /// Everything `/metrics` shows, in Prometheus text format.
     pub fn render_metrics(&self) -> String {
         let mut out = String::new();
-        self.metrics.render(&mut out);
+        let store_holds = self.backend.hold_times();
+        self.metrics
+            .render_with_holds(store_holds.as_ref(), &mut out);
         self.backend.stats().render(&mut out);
         self.metrics
             .render_namespaces(&self.backend.namespace_stats(), &mut out);
@@ -433,7 +496,9 @@ impl LockService {
     /// force-released (for a lease, `owner` is its id): how a holder hears
     /// of it at once. Never completes for a store without events.
     pub fn force_released(&self, namespace: &str, owner: &str) -> BoxFuture<'static, ()> {
-        let rx = self.force_watchers.register(namespace, owner);
+        let rx = self
+            .force_watchers
+            .register(namespace, owner, || self.follow_events());
         Box::pin(async move {
             if rx.await.is_err() {
                 std::future::pending::<()>().await;
@@ -448,15 +513,19 @@ impl LockService {
     }
 }
 
-/// Follows a store's events: records how long each grant was held, and
-/// tells force-release watchers. Ends when the store (the channel) or the
-/// service is gone. A lag loses some samples, never the store's time.
+/// Follows a store's events: records how long each grant was held (if
+/// `holds`), and tells force-release watchers. Ends when the store (the
+/// channel) or the service is gone, or, when it does not record holds,
+/// once no watcher is left. A lag loses some samples, never the store's
+/// time.
 async fn follow_events(
     mut events: tokio::sync::broadcast::Receiver<LockEvent>,
     metrics: std::sync::Weak<Metrics>,
     watchers: std::sync::Weak<ForceWatchers>,
+    holds: bool,
 ) {
     use tokio::sync::broadcast::error::RecvError;
+    let mut seen: u64 = 0;
     loop {
         match events.recv().await {
             Ok(event) => {
@@ -464,13 +533,22 @@ async fn follow_events(
                 else {
                     return;
                 };
-                if let (true, Some(acquired)) = (event.kind.ends_a_grant(), event.acquired_at_ms) {
+                if let (true, true, Some(acquired)) =
+                    (holds, event.kind.ends_a_grant(), event.acquired_at_ms)
+                {
                     let held =
                         std::time::Duration::from_millis(event.at_ms.saturating_sub(acquired));
                     metrics.record_hold(&event.namespace, held);
                 }
-                if event.kind == crate::types::EventKind::ForceReleased {
+                let forced = event.kind == crate::types::EventKind::ForceReleased;
+                if forced {
                     watchers.fire(&event.namespace, &event.owner);
+                }
+                seen += 1;
+                // Watchers go away without a word (their holder is gone):
+                // look now and then, and at once after a notice.
+                if !holds && (forced || seen.is_multiple_of(64)) && watchers.stop_if_idle() {
+                    return;
                 }
             }
             Err(RecvError::Lagged(missed)) => {
@@ -480,3 +558,6 @@ async fn follow_events(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

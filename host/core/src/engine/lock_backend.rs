@@ -10,7 +10,7 @@ use super::table::FxBuild;
 use super::Engine;
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
-use crate::metrics::{BackendStats, NamespaceStats};
+use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
 };
@@ -86,7 +86,7 @@ impl LockBackend for Engine {
         // (docs/contract.md#c16-leases): never a lock with its own expiry.
         let lease = self
             .leases
-            .live_owner(&key.namespace, owner, self.clock.now_ms());
+            .live_owner_now(&key.namespace, owner, &*self.clock);
         let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
         Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
     }
@@ -204,6 +204,10 @@ impl LockBackend for Engine {
 
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         Some(self.events.subscribe())
+    }
+
+    fn hold_times(&self) -> Option<HoldTimes> {
+        Some(self.namespaces.hold_times())
     }
 
     fn namespace_stats(&self) -> Vec<NamespaceStats> {

@@ -92,6 +92,7 @@ impl Engine {
                 expires_at_ms,
                 waiter.durability,
                 waiter.lease,
+                now,
             );
             if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
                 self.emit(EventKind::HandedOff, shard.at(at), key);

@@ -19,6 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use hashbrown::HashTable;
 use rustc_hash::FxHasher;
@@ -27,6 +28,7 @@ use tokio::sync::oneshot;
 use super::leases::LeaseCell;
 use crate::error::LockError;
 use crate::journal::Ticket;
+use crate::metrics::{Histogram, HoldTimes};
 use crate::types::{Durability, Grant, Key, LockInfo};
 
 /// The engine's hasher for maps keyed by its own strings.
@@ -46,6 +48,9 @@ pub(super) struct Namespace {
     /// Live holders, for quotas. Changed with the holder itself, under its
     /// shard mutex.
     held: AtomicU64,
+    /// How long its grants were held (`lockd_hold_seconds`): recorded as
+    /// each ends, so that no event is built for it.
+    hold_times: Histogram,
 }
 
 impl Namespace {
@@ -72,6 +77,11 @@ impl Namespace {
                     self.name
                 ))
             })
+    }
+
+    /// Counts a grant that ended after `held_ms`.
+    pub(super) fn record_hold(&self, held_ms: u64) {
+        self.hold_times.observe(Duration::from_millis(held_ms));
     }
 
     pub(super) fn remove(&self) {
@@ -108,9 +118,23 @@ impl Namespaces {
                 Arc::new(Namespace {
                     name: name.clone(),
                     held: AtomicU64::new(0),
+                    hold_times: Histogram::default(),
                 })
             })
             .clone()
+    }
+}
+
+impl Namespaces {
+    /// The hold times of every namespace that has ended a grant.
+    pub(super) fn hold_times(&self) -> HoldTimes {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|ns| (ns.name.to_string(), ns.hold_times.snapshot()))
+            .filter(|(_, h)| h.count() > 0)
+            .collect()
     }
 }
 
