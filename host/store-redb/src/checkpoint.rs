@@ -17,7 +17,7 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use crate::codec;
 use crate::log::format::LogOp;
 use crate::log::scan::{scan, Position, Tail};
-use crate::writer::WriterStats;
+use crate::stats::WriterStats;
 
 /// After a failed checkpoint (a full disk), how long before trying again.
 const RETRY: Duration = Duration::from_secs(1);

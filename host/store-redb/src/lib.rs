@@ -36,6 +36,7 @@
 mod checkpoint;
 mod codec;
 mod log;
+mod stats;
 mod writer;
 
 #[cfg(test)]
@@ -57,7 +58,7 @@ use redb::{
 use crate::checkpoint::{CheckpointError, Finished};
 use crate::log::spares::Spares;
 use crate::log::LogConfig;
-pub use writer::WriterStats;
+pub use stats::WriterStats;
 
 /// The log directory of the store file at `store`: beside it, its name with
 /// `-wal` (`locks.redb-wal` for `locks.redb`). Moving or copying a store

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use crate::checkpoint::Finished;
 use crate::log::format::{begin_frame, seal_frame, write_record, SEGMENT_HEADER};
 use crate::log::spares::Spares;
 use crate::log::{LogIo, Segment};
+use crate::stats::WriterStats;
 
 /// Upper bound on ops per commit, so one huge burst cannot delay the first
 /// callers in it for long.
@@ -22,28 +23,6 @@ const MAX_BATCH: usize = 4096;
 pub(crate) struct Pending {
     pub(crate) op: Option<JournalOp>,
     pub(crate) done: TicketSender,
-}
-
-/// Counters of the writer and the checkpoints, for metrics.
-#[derive(Debug, Default)]
-pub struct WriterStats {
-    /// Ops submitted.
-    pub queued: AtomicU64,
-    /// Ops durable: every op before them in the queue is durable too.
-    pub durable: AtomicU64,
-    /// Commits (each one write and one `fdatasync` of the log) attempted.
-    pub commits: AtomicU64,
-    /// Ops in those commits.
-    pub committed_ops: AtomicU64,
-    /// Commits that failed; their ops were reported unavailable.
-    pub failed_commits: AtomicU64,
-    /// Times writing resumed after failed commits (a commit succeeded after
-    /// one or more failed).
-    pub reopens: AtomicU64,
-    /// Checkpoints: finished log segments applied to redb and deleted.
-    pub checkpoints: AtomicU64,
-    /// Checkpoints that failed (and were retried).
-    pub failed_checkpoints: AtomicU64,
 }
 
 /// The writer's side of the log.
