@@ -117,11 +117,7 @@ async fn a_store_without_a_log_opens_as_it_is() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.redb");
-    let expires_at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 60_000;
+    let expires_at_ms = a_minute_from_now_ms();
     {
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
@@ -197,11 +193,7 @@ async fn a_store_with_tokens_above_the_clock_keeps_rising() {
     const OLD: u64 = 1_795_627_369_420_013_901;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.redb");
-    let expires_at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 60_000;
+    let expires_at_ms = a_minute_from_now_ms();
     {
         let (journal, _) = RedbJournal::open(&path).unwrap();
         let put = |name: &str, token: u64| {
@@ -300,4 +292,13 @@ async fn reopen_when_closed(path: &std::path::Path) -> LockService {
             Err(e) => panic!("reopening {}: {e}", path.display()),
         }
     }
+}
+
+/// A lock record's expiry one minute from now, Unix epoch milliseconds.
+fn a_minute_from_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 60_000
 }
