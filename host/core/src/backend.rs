@@ -6,7 +6,8 @@ use std::pin::Pin;
 use crate::error::LockError;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
-    Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+    Claim, Durability, Grant, Holding, Key, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    LockOptions, NameState,
 };
 
 /// A boxed, sendable future, so that [`LockBackend`] stays object safe.
@@ -66,6 +67,36 @@ pub trait LockBackend: Send + Sync + 'static {
         namespace: &'a str,
         prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>>;
+
+    /// Everything about `key`: every live holder with its claim, the queue's
+    /// length and a lock-delay in force (docs/contract.md#c21-shared).
+    /// The default, for a store of exclusive locks only, answers the holder
+    /// `get` answers (without queue length or acquisition time).
+    fn describe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<NameState, LockError>> {
+        Box::pin(async move {
+            let holder = self.get(key).await?;
+            Ok(NameState {
+                holders: holder
+                    .into_iter()
+                    .map(|info| Holding {
+                        info,
+                        claim: Claim::Exclusive,
+                        acquired_at_ms: None,
+                    })
+                    .collect(),
+                ..NameState::default()
+            })
+        })
+    }
+
+    /// Whether `lock` takes shared locks and semaphore permits
+    /// ([`LockOptions::claim`]) and honours a lock-delay
+    /// ([`LockOptions::lock_delay_ms`]). A store that answers `false` (the
+    /// default) is never asked: [`LockService`](crate::LockService) refuses
+    /// such calls with `denied`.
+    fn supports_claims(&self) -> bool {
+        false
+    }
 
     /// Releases `key` if `owner` still holds it under `token`, without
     /// waiting for the outcome. Drop paths use it (a guard dropped with its

@@ -33,6 +33,7 @@
 //! sweeps expired holders at their deadlines) and `lock_backend` (the
 //! [`LockBackend`](crate::LockBackend) face, answering in wall-clock time).
 
+use crate::types::Claim;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -223,6 +224,7 @@ impl Engine {
         self.events.emit(|| {
             let holder = lock.holder();
             LockEvent {
+                claim: Claim::Exclusive,
                 kind,
                 namespace: key.namespace.clone(),
                 name: key.name.clone(),
@@ -247,6 +249,7 @@ impl Engine {
     ) {
         namespace.record_hold(now.saturating_sub(holder.acquired_at_ms));
         self.events.emit(|| LockEvent {
+            claim: Claim::Exclusive,
             kind,
             namespace: key.namespace.clone(),
             name: key.name.clone(),
@@ -276,6 +279,7 @@ impl Engine {
             JournalOp::Put(
                 key.clone(),
                 Record {
+                    claim: Claim::Exclusive,
                     owner: owner.to_string(),
                     token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
@@ -319,6 +323,7 @@ impl Engine {
             JournalOp::Put(
                 key.clone(),
                 Record {
+                    claim: Claim::Exclusive,
                     owner: lock.owner().to_string(),
                     token: grant.fencing_token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
@@ -327,6 +332,7 @@ impl Engine {
         });
         self.purge.note_deadline(expires_at_ms);
         self.events.emit(|| LockEvent {
+            claim: Claim::Exclusive,
             kind: EventKind::Extended,
             namespace: key.namespace.clone(),
             name: key.name.clone(),

@@ -4,7 +4,7 @@
 use tokio::sync::oneshot;
 
 use crate::error::LockError;
-use crate::types::Key;
+use crate::types::{Claim, Key};
 
 /// A persistent lock as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +15,10 @@ pub struct Record {
     pub token: u64,
     /// End of the lease, Unix epoch milliseconds.
     pub expires_at_ms: u64,
+    /// What it holds: [`Claim::Exclusive`] for a lock's one holder
+    /// ([`JournalOp::Put`]); shared or a permit for one of several holders
+    /// ([`JournalOp::PutShare`]).
+    pub claim: Claim,
 }
 
 /// A persistent lease as stored.
@@ -33,6 +37,13 @@ pub enum JournalOp {
     Put(Key, Record),
     /// A persistent lock was released or expired.
     Delete(Key),
+    /// One holder of a name held shared or of a semaphore was granted,
+    /// re-locked or extended: keyed by the name and the record's owner
+    /// (docs/contract.md#c21-shared). A name has either one `Put` record
+    /// or any number of share records, never both.
+    PutShare(Key, Record),
+    /// That holder (the name and its owner) was released or expired.
+    DeleteShare(Key, String),
     /// A persistent lease was granted or refreshed. `Key::name` is the lease
     /// id. Locks whose owner is a live lease's id in the same namespace are
     /// held under it and take its expiry at recovery.
@@ -85,6 +96,9 @@ pub trait Journal: Send + Sync + 'static {
 pub struct Recovered {
     /// Persistent locks that had not expired, with their owners and tokens.
     pub locks: Vec<(Key, Record)>,
+    /// Persistent holders of names held shared and of semaphores that had
+    /// not expired, one entry per holder.
+    pub shares: Vec<(Key, Record)>,
     /// Persistent leases, keyed by namespace and lease id, possibly expired.
     pub leases: Vec<(Key, LeaseRecord)>,
     /// The next token to issue: above every token issued before.
@@ -104,6 +118,7 @@ impl Recovered {
         let micros = crate::clock::wall_clock_micros();
         Recovered {
             locks: Vec::new(),
+            shares: Vec::new(),
             leases: Vec::new(),
             next_token: micros.max(1),
             reserved_up_to: u64::MAX,

@@ -64,6 +64,6 @@ pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics, NamespaceStats};
 pub use service::{LockService, Quotas};
 pub use types::{
-    Durability, EventKind, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
-    LockOptions,
+    Claim, Durability, EventKind, Grant, Holding, Key, LeaseGrant, LeaseInfo, ListedLock,
+    LockEvent, LockInfo, LockOptions, NameState,
 };

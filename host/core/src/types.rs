@@ -43,6 +43,52 @@ pub enum Durability {
     Ephemeral,
 }
 
+/// What a grant holds of its name: see docs/contract.md#c21-shared and
+/// #c22-semaphores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Claim {
+    /// The name alone: the lock of C1 to C6.
+    #[default]
+    Exclusive,
+    /// The name beside other shared holders and no exclusive one (a read
+    /// lock).
+    Shared,
+    /// One permit of the semaphore `name`, which has `permits` of them.
+    Permit {
+        /// How many holders the semaphore admits at once (at least 1).
+        permits: u32,
+    },
+}
+
+impl Claim {
+    /// Its word on every surface: `exclusive`, `shared` or `permit`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Claim::Exclusive => "exclusive",
+            Claim::Shared => "shared",
+            Claim::Permit { .. } => "permit",
+        }
+    }
+
+    /// The semaphore's size, for a permit.
+    pub const fn permits(self) -> Option<u32> {
+        match self {
+            Claim::Permit { permits } => Some(permits),
+            _ => None,
+        }
+    }
+
+    /// Whether a grant of `self` may hold the name beside a live grant of
+    /// `other` (both of one name; a semaphore's count is checked apart).
+    pub fn compatible(self, other: Claim) -> bool {
+        match (self, other) {
+            (Claim::Shared, Claim::Shared) => true,
+            (Claim::Permit { .. }, Claim::Permit { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
 /// Options of a `lock` call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockOptions {
@@ -59,6 +105,13 @@ pub struct LockOptions {
     /// re-lock (docs/contract.md#c2-relock), and leaves the grant as it is:
     /// Dapr's `TryLock` is not reentrant.
     pub refuse_relock: bool,
+    /// Exclusive (the default), shared, or one permit of a semaphore.
+    pub claim: Claim,
+    /// How long the grant's place stays blocked after it expires or is
+    /// force-released (docs/contract.md#c23-lock-delay). Set by
+    /// [`LockService`](crate::LockService) from its configuration, like
+    /// `quota`: whatever a caller puts here is replaced.
+    pub lock_delay_ms: u64,
 }
 
 /// A successful lock or extend.
@@ -95,6 +148,37 @@ pub struct ListedLock {
     pub acquired_at_ms: Option<u64>,
     /// Callers waiting in its queue.
     pub waiters: u64,
+}
+
+/// One holder of a name, with what it holds (docs/contract.md#c21-shared).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// Its owner, token, expiry and durability.
+    pub info: LockInfo,
+    /// Exclusive, shared or a permit.
+    pub claim: Claim,
+    /// When it was granted, Unix epoch milliseconds, if the store knows.
+    pub acquired_at_ms: Option<u64>,
+}
+
+/// Everything about one name: its holders, its queue and its lock-delay
+/// (`GET /v1/locks/{name}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameState {
+    /// Every live holder, by token.
+    pub holders: Vec<Holding>,
+    /// Callers waiting in its queue.
+    pub waiters: u64,
+    /// The end of a lock-delay in force (docs/contract.md#c23-lock-delay),
+    /// Unix epoch milliseconds.
+    pub delay_until_ms: Option<u64>,
+}
+
+impl NameState {
+    /// Whether nothing holds, waits for or delays the name.
+    pub fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.waiters == 0 && self.delay_until_ms.is_none()
+    }
 }
 
 /// A lease just granted: see docs/contract.md#leases.
@@ -209,4 +293,6 @@ pub struct LockEvent {
     /// `expired`, `force_released`), if the store knows: hold-time
     /// metrics read it.
     pub acquired_at_ms: Option<u64>,
+    /// What the grant holds (exclusive for lease events).
+    pub claim: Claim,
 }

@@ -19,6 +19,7 @@
 //! A lease key created is `lease_granted`; deleted, `lease_expired` (marked
 //! so, or past its expiry) or `lease_revoked`.
 
+use lockd_core::Claim;
 use std::sync::Arc;
 
 use etcd_client::TxnOp;
@@ -78,6 +79,7 @@ fn event(
     acquired_at_ms: Option<u64>,
 ) -> LockEvent {
     LockEvent {
+        claim: Claim::Exclusive,
         kind,
         namespace: key.namespace.clone(),
         name: key.name.clone(),

@@ -11,6 +11,7 @@
 //!   `log_segment` and `log_frame` = the last log segment and commit applied
 //!   (absent in a store that never had a log: none).
 
+use lockd_core::Claim;
 use lockd_core::{Key, LeaseRecord, Record};
 use redb::TableDefinition;
 
@@ -58,6 +59,7 @@ pub(crate) fn decode_record(bytes: &[u8]) -> Option<Record> {
     let expires_at_ms = u64::from_be_bytes(bytes.get(9..17)?.try_into().ok()?);
     let owner = std::str::from_utf8(bytes.get(17..)?).ok()?.to_string();
     Some(Record {
+        claim: Claim::Exclusive,
         owner,
         token,
         expires_at_ms,
@@ -93,6 +95,7 @@ mod tests {
         let key = Key::new("ns/x", "name\0with nul and ünïcode");
         assert_eq!(decode_key(&encode_key(&key)), Some(key));
         let record = Record {
+            claim: Claim::Exclusive,
             owner: "o".repeat(256),
             token: u64::MAX,
             expires_at_ms: 1 << 53,

@@ -430,6 +430,7 @@ fn read_meta_and_leases(db: &Database) -> Result<Recovered, String> {
         leases.push((lease, record));
     }
     Ok(Recovered {
+        shares: Vec::new(),
         locks: Vec::new(),
         leases,
         next_token: reserved.saturating_add(1),

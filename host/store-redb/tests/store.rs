@@ -1,6 +1,7 @@
 //! Behaviour of the redb store beyond the shared contract: group commit,
 //! and refusing files it cannot trust.
 
+use lockd_core::Claim;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -8,6 +9,8 @@ use lockd_core::{Engine, EngineOptions, Limits, LockOptions, LockService, System
 use lockd_redb::{OpenError, RedbJournal};
 
 const EPHEMERAL: LockOptions = LockOptions {
+    claim: Claim::Exclusive,
+    lock_delay_ms: 0,
     wait_ms: 0,
     durability: lockd_core::Durability::Ephemeral,
     quota: None,
@@ -200,6 +203,7 @@ async fn a_store_with_tokens_above_the_clock_keeps_rising() {
             JournalOp::Put(
                 Key::new("ns", name),
                 Record {
+                    claim: Claim::Exclusive,
                     owner: "old-holder".to_string(),
                     token,
                     expires_at_ms,

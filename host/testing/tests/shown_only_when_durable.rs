@@ -31,6 +31,7 @@ const READ_WINDOW: Duration = Duration::from_millis(60);
 #[derive(Clone, Default)]
 struct Synced {
     locks: HashMap<Key, Record>,
+    shares: HashMap<(Key, String), Record>,
     leases: HashMap<Key, LeaseRecord>,
     reserved: u64,
 }
@@ -43,6 +44,13 @@ impl Synced {
             }
             JournalOp::Delete(key) => {
                 self.locks.remove(key);
+            }
+            JournalOp::PutShare(key, record) => {
+                self.shares
+                    .insert((key.clone(), record.owner.clone()), record.clone());
+            }
+            JournalOp::DeleteShare(key, owner) => {
+                self.shares.remove(&(key.clone(), owner.clone()));
             }
             JournalOp::PutLease(key, record) => {
                 self.leases.insert(key.clone(), *record);
@@ -57,6 +65,11 @@ impl Synced {
 
     fn recovered(&self) -> Recovered {
         Recovered {
+            shares: self
+                .shares
+                .iter()
+                .map(|((k, _), r)| (k.clone(), r.clone()))
+                .collect(),
             locks: self
                 .locks
                 .iter()

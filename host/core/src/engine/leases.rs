@@ -11,6 +11,7 @@
 //! Lock order: shard mutexes (ascending), then one lease's `state`, then the
 //! lease table. Nothing takes a shard while holding a `state` or the table.
 
+use crate::types::Claim;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -294,6 +295,7 @@ impl Engine {
 
     fn emit_lease(&self, kind: EventKind, cell: &LeaseCell, now: u64) {
         self.events.emit(|| LockEvent {
+            claim: Claim::Exclusive,
             kind,
             namespace: cell.key.namespace.clone(),
             name: cell.key.name.clone(),
@@ -362,6 +364,7 @@ impl Engine {
                 if let Some((at, token)) = held {
                     shard.move_expiry(at, expires_at_ms);
                     self.events.emit(|| LockEvent {
+                        claim: Claim::Exclusive,
                         kind: EventKind::Extended,
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),

@@ -173,6 +173,9 @@ fn encode_op(out: &mut Vec<u8>, op: &JournalOp) {
                 encode_op(out, op);
             }
         }
+        JournalOp::PutShare(..) | JournalOp::DeleteShare(..) => {
+            unimplemented!("TEMPORARY (never on main): share records are being added")
+        }
         JournalOp::ReserveTokens { up_to } => {
             out.push(RESERVE_TOKENS);
             out.extend_from_slice(&up_to.to_le_bytes());
@@ -265,6 +268,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use lockd_core::Claim;
     use lockd_core::{Key, LeaseRecord, Record};
 
     use super::*;
@@ -272,6 +276,7 @@ mod tests {
     fn ops() -> Vec<JournalOp> {
         let key = Key::new("ns", "name\0ü");
         let record = Record {
+            claim: Claim::Exclusive,
             owner: "o".repeat(300),
             token: u64::MAX,
             expires_at_ms: 1 << 50,

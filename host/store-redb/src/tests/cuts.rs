@@ -1,5 +1,6 @@
 //! A log cut at every byte of its last records, and damage in its middle.
 
+use lockd_core::Claim;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -18,6 +19,7 @@ fn keeping_the_log() -> LogConfig {
 
 fn record(token: u64) -> Record {
     Record {
+        claim: Claim::Exclusive,
         owner: format!("owner-{token}"),
         token,
         expires_at_ms: 1 << 50,
@@ -53,6 +55,7 @@ fn ops() -> Vec<JournalOp> {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct State {
     locks: BTreeMap<Key, Record>,
+    shares: BTreeMap<(Key, String), Record>,
     leases: BTreeMap<Key, LeaseRecord>,
     reserved: u64,
 }
@@ -62,6 +65,13 @@ impl State {
         match op {
             JournalOp::Put(key, record) => drop(self.locks.insert(key.clone(), record.clone())),
             JournalOp::Delete(key) => drop(self.locks.remove(key)),
+            JournalOp::PutShare(key, record) => drop(
+                self.shares
+                    .insert((key.clone(), record.owner.clone()), record.clone()),
+            ),
+            JournalOp::DeleteShare(key, owner) => {
+                drop(self.shares.remove(&(key.clone(), owner.clone())))
+            }
             JournalOp::PutLease(key, lease) => drop(self.leases.insert(key.clone(), *lease)),
             JournalOp::DeleteLease(key) => drop(self.leases.remove(key)),
             JournalOp::Batch(ops) => ops.iter().for_each(|op| self.apply(op)),
@@ -80,6 +90,11 @@ impl State {
         drop(journal);
         Ok(State {
             locks: recovered.locks.into_iter().collect(),
+            shares: recovered
+                .shares
+                .into_iter()
+                .map(|(key, record)| ((key, record.owner.clone()), record))
+                .collect(),
             leases: recovered.leases.into_iter().collect(),
             reserved: recovered.reserved_up_to,
         })

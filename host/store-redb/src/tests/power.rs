@@ -4,6 +4,7 @@
 //! For every N in a range, every acknowledged grant and release survives
 //! the reopen and tokens never go backwards.
 
+use lockd_core::Claim;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -100,6 +101,8 @@ struct Told {
 }
 
 const PERSISTENT: LockOptions = LockOptions {
+    claim: Claim::Exclusive,
+    lock_delay_ms: 0,
     wait_ms: 0,
     durability: Durability::Persistent,
     quota: None,

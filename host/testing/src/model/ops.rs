@@ -1,6 +1,7 @@
 //! The operations of a sequence ([`Op`]), the calls they resolve to
 //! ([`Call`]), and making a call on a [`LockService`] ([`execute`]).
 
+use lockd_core::Claim;
 use lockd_core::{
     Durability, Grant, LeaseGrant, LeaseInfo, ListedLock, LockError, LockInfo, LockOptions,
     LockService,
@@ -350,6 +351,8 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
             durability,
         } => {
             let options = LockOptions {
+                claim: Claim::Exclusive,
+                lock_delay_ms: 0,
                 wait_ms: 0,
                 durability: *durability,
                 quota: None,
