@@ -62,7 +62,7 @@ pub use journal::{
 };
 pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics, NamespaceStats};
-pub use service::{LockService, Quotas};
+pub use service::{LockDelays, LockService, Quotas, MAX_PERMITS};
 pub use types::{
     Claim, Durability, EventKind, Grant, Holding, Key, LeaseGrant, LeaseInfo, ListedLock,
     LockEvent, LockInfo, LockOptions, NameState,

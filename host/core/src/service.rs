@@ -12,7 +12,8 @@ use crate::ids::random_id;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op};
 use crate::types::{
-    Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+    Claim, Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    LockOptions, NameState,
 };
 
 /// How many locks each namespace may hold at once.
@@ -31,6 +32,29 @@ impl Quotas {
     }
 }
 
+/// How long each namespace holds back a grant that expired or was
+/// force-released (docs/contract.md#c23-lock-delay).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockDelays {
+    /// For namespaces not listed in `per_namespace`; 0 is no delay.
+    pub default_ms: u64,
+    /// Delays of named namespaces.
+    pub per_namespace: HashMap<String, u64>,
+}
+
+impl LockDelays {
+    /// The delay of `namespace`, 0 for none.
+    pub fn of(&self, namespace: &str) -> u64 {
+        self.per_namespace
+            .get(namespace)
+            .copied()
+            .unwrap_or(self.default_ms)
+    }
+}
+
+/// The most permits a semaphore may have (docs/contract.md#c22-semaphores).
+pub const MAX_PERMITS: u32 = 65_536;
+
 /// Validates arguments against [`Limits`], applies [`Quotas`], calls the
 /// backend, and records [`Metrics`]. Cheap to clone; clones share metrics.
 #[derive(Clone)]
@@ -38,6 +62,7 @@ pub struct LockService {
     backend: Arc<dyn LockBackend>,
     limits: Arc<Limits>,
     quotas: Arc<Quotas>,
+    lock_delays: Arc<LockDelays>,
     metrics: Arc<Metrics>,
     force_watchers: Arc<ForceWatchers>,
     /// Whether the store measures hold times itself
@@ -170,6 +195,7 @@ impl LockService {
             backend,
             limits: Arc::new(limits),
             quotas: Arc::new(Quotas::default()),
+            lock_delays: Arc::new(LockDelays::default()),
             metrics: Arc::new(Metrics::default()),
             force_watchers: Arc::new(ForceWatchers::default()),
             store_measures_holds,
@@ -198,6 +224,13 @@ impl LockService {
     /// The same service with `quotas` in force.
     pub fn with_quotas(mut self, quotas: Quotas) -> Self {
         self.quotas = Arc::new(quotas);
+        self
+    }
+
+    /// The same service with `delays` in force
+    /// (docs/contract.md#c23-lock-delay).
+    pub fn with_lock_delays(mut self, delays: LockDelays) -> Self {
+        self.lock_delays = Arc::new(delays);
         self
     }
 
@@ -286,8 +319,10 @@ impl LockService {
                     "a lock that refuses a re-lock cannot wait: give wait 0".to_string(),
                 ));
             }
+            self.check_claim(options.claim)?;
             let options = LockOptions {
                 quota: self.quotas.of(namespace),
+                lock_delay_ms: self.lock_delay(namespace)?,
                 ..options
             };
             self.backend.lock(&key, owner, ttl_ms, options).await
@@ -346,6 +381,48 @@ impl LockService {
         }
         .await;
         self.measured(Op::Get, (namespace, name), started, result)
+    }
+
+    /// Everything about `name`: every holder, the queue's length, a
+    /// lock-delay in force (docs/contract.md#c21-shared).
+    pub async fn describe(&self, namespace: &str, name: &str) -> Result<NameState, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.backend.describe(&key).await
+        }
+        .await;
+        self.measured(Op::Get, (namespace, name), started, result)
+    }
+
+    /// The lock-delay of `namespace`; `denied` if it has one and the store
+    /// cannot keep it (better refused than a delay silently not kept).
+    fn lock_delay(&self, namespace: &str) -> Result<u64, LockError> {
+        let delay_ms = self.lock_delays.of(namespace);
+        if delay_ms > 0 && !self.backend.supports_claims() {
+            return Err(LockError::Denied(format!(
+                "namespace {namespace:?} has a lock-delay, which this lock store does not support"
+            )));
+        }
+        Ok(delay_ms)
+    }
+
+    /// `invalid_argument` for a permit count out of bounds; `denied` for a
+    /// shared lock or a permit on a store without them.
+    fn check_claim(&self, claim: Claim) -> Result<(), LockError> {
+        if let Claim::Permit { permits } = claim {
+            if !(1..=MAX_PERMITS).contains(&permits) {
+                return Err(LockError::InvalidArgument(format!(
+                    "permits is {permits}; a semaphore has 1 to {MAX_PERMITS}"
+                )));
+            }
+        }
+        if claim != Claim::Exclusive && !self.backend.supports_claims() {
+            return Err(LockError::Denied(
+                "this lock store does not support shared locks and semaphores".to_string(),
+            ));
+        }
+        Ok(())
     }
 
     /// Live locks in `namespace` whose names start with `prefix`.
@@ -459,6 +536,7 @@ impl LockService {
             let options = LockOptions {
                 wait_ms,
                 quota: self.quotas.of(namespace),
+                lock_delay_ms: self.lock_delay(namespace)?,
                 ..LockOptions::default()
             };
             self.backend.lock_in_lease(&key, lease_id, options).await
