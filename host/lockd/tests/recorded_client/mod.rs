@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use lockd_core::Claim;
 use lockd_testing::history::{OpKind, Outcome, Recorder};
 use serde_json::{json, Value};
 
@@ -240,7 +241,11 @@ impl Client {
     /// lock by the lease id with the lease's TTL.
     pub fn lock_in_lease(&mut self, name: &str, lease_id: &str, ttl_ms: u64) -> Option<Outcome> {
         let body = json!({"name": name, "lease_id": lease_id, "wait_ms": 0});
-        let kind = OpKind::Lock { ttl_ms, wait_ms: 0 };
+        let kind = OpKind::Lock {
+            ttl_ms,
+            wait_ms: 0,
+            claim: Claim::Exclusive,
+        };
         self.send("locks/lock", body, kind, name, lease_id, 0)
     }
 
@@ -286,7 +291,11 @@ impl Client {
                 "locks/lock",
                 json!({"name": name, "owner": owner, "ttl_ms": ttl_ms, "wait_ms": wait_ms,
                        "durability": "persistent"}),
-                OpKind::Lock { ttl_ms, wait_ms },
+                OpKind::Lock {
+                    ttl_ms,
+                    wait_ms,
+                    claim: Claim::Exclusive,
+                },
                 wait_ms,
             ),
             Call::Extend { ttl_ms } => (

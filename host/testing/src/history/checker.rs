@@ -4,6 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use lockd_core::Claim;
+
+use super::claim_rules::judge_beside_others;
 use super::record::{History, Kill, Op, OpKind, Outcome, MARGIN_MS};
 use super::verdict::{Coverage, Report, Rule, Violation};
 
@@ -67,6 +70,10 @@ pub(super) struct LeaseLockWindow<'h> {
 pub(super) struct Lease<'h> {
     pub(super) owner: &'h str,
     pub(super) token: u64,
+    /// What it holds of the name: from its acknowledged `lock`s, else from
+    /// the owner's unknown-outcome `lock`s that may have made it; `None`
+    /// when they do not tell.
+    pub(super) claim: Option<Claim>,
     /// Its acknowledged settings.
     pub(super) settings: Vec<usize>,
     /// The certain window `[start, end)`.
@@ -123,6 +130,12 @@ impl<'h> Checker<'h> {
         lock_windows: &mut Vec<LeaseLockWindow<'h>>,
     ) {
         let mut out = Vec::new();
+        // A name taken shared or as a semaphore may have several holders
+        // at once (docs/contract.md C21, C22): its rules are in
+        // `claim_rules`.
+        let several = ids
+            .iter()
+            .any(|&i| self.ops[i].claim().is_some_and(|c| c != Claim::Exclusive));
         let leases = self.leases(name, ids, &mut out);
         report.coverage.leases += leases.len();
         report.coverage.leases_with_window += leases.iter().filter(|l| l.window.is_some()).count();
@@ -138,9 +151,14 @@ impl<'h> Checker<'h> {
                 });
             }
         }
-        self.judge_calls(name, ids, &leases, &mut report.coverage, &mut out);
-        self.window_overlaps(name, &leases, &mut out);
-        self.token_order(name, ids, &mut report.coverage, &mut out);
+        self.judge_calls(name, ids, &leases, several, &mut report.coverage, &mut out);
+        if several {
+            report.coverage.shared_names += 1;
+            self.holder_overlaps(name, &leases, &mut report.coverage, &mut out);
+        } else {
+            self.window_overlaps(name, &leases, &mut out);
+        }
+        self.token_order(name, ids, several, &mut report.coverage, &mut out);
         self.lost_unlocks(name, ids, &leases, &mut out);
         self.fifo(name, ids, &mut report.coverage, &mut out);
         report.violations.extend(out);
@@ -183,9 +201,11 @@ impl<'h> Checker<'h> {
             let mut lease = Lease {
                 owner,
                 token,
+                claim: None,
                 settings,
                 window: None,
             };
+            lease.claim = self.lease_claim(ids, &lease);
             lease.window = self.certain_window(ids, &lease);
             leases.push(lease);
         }
@@ -309,12 +329,14 @@ impl<'h> Checker<'h> {
     }
 
     /// Rules 1 and 2 for single calls: every call whose window lies inside
-    /// a lease's certain window agrees that the lease holds.
+    /// a lease's certain window agrees that the lease holds (beside the
+    /// other holders of a name that has `several`, unless it is exclusive).
     pub(super) fn judge_calls(
         &self,
         name: &str,
         ids: &[usize],
         leases: &[Lease<'_>],
+        several: bool,
         coverage: &mut Coverage,
         out: &mut Vec<Violation>,
     ) {
@@ -358,7 +380,12 @@ impl<'h> Checker<'h> {
                 {
                     coverage.calls_judged_after_kill += 1;
                 }
-                if let Some((rule, why)) = judge(op, lease) {
+                let verdict = if several && lease.claim != Some(Claim::Exclusive) {
+                    judge_beside_others(op, lease)
+                } else {
+                    judge(op, lease)
+                };
+                if let Some((rule, why)) = verdict {
                     let first = &ops[lease.settings[0]];
                     out.push(Violation {
                         rule,
@@ -375,7 +402,8 @@ impl<'h> Checker<'h> {
     }
 }
 
-/// Judges one call made while `lease` was certainly held throughout it.
+/// Judges one call made while `lease` was certainly held throughout it,
+/// the name's only holder.
 fn judge(op: &Op, lease: &Lease<'_>) -> Option<(Rule, &'static str)> {
     let own = op.owner == lease.owner;
     let holder_ok = |owner: &str, token: u64| owner == lease.owner && token == lease.token;

@@ -148,12 +148,40 @@
 //!    held by the lease id (a grant, `busy`, `found`), and no lease call
 //!    finds the lease live (`refreshed`, a lease `found`).
 //!
+//! # Shared locks and semaphores (docs/contract.md C21, C22)
+//!
+//! A `lock` records what it asked for (`claim`: exclusive, shared, or one
+//! permit of a semaphore of N). Each grant, shared or a permit, is a lease
+//! of its own `(name, token, owner)` with its own certain window, found as
+//! above: its owner's settings and releases are its own. What a lease holds
+//! is the claim of its acknowledged `lock`s (or of the unknown-outcome ones
+//! that may have made it, if they agree). On a name that any `lock` took
+//! shared or as a permit, several holders are legal, so rules 1 to 3 are
+//! restated for it:
+//!
+//! - Rule 1 for an exclusive grant is as above. Beside a shared grant or a
+//!   permit certainly held, nobody sees the name free or `not_held`, a
+//!   `get` or a `busy` shows a token no older than it (they show the most
+//!   recent grant), and its owner's own calls find it; other owners may be
+//!   granted, extend and unlock their own grants.
+//! - Rule 2: an exclusive grant's certain window meets no other certain
+//!   window of the name, and no exclusive grant is acknowledged inside a
+//!   shared grant's or a permit's.
+//! - Rule 3 compares grants only: a fresh grant's token is above every
+//!   token acknowledged before it; a `get` or `busy` may show an older
+//!   grant still held once a newer one was released.
+//!
+//! 7. **Never more holders than permits** ([`Rule::OverPermits`]). At no
+//!    instant do more permits' certain windows of one semaphore overlap
+//!    than it has permits.
+//!
 //! Every rule only flags what a correct server cannot produce under the
 //! stated assumptions (one wall clock within [`MARGIN_MS`], persistent
 //! locks, all calls of the run recorded), so a legitimate history, with
 //! timeouts, unknown outcomes, expiry hand-offs and restarts, is clean.
 
 mod checker;
+mod claim_rules;
 mod lease_rules;
 mod order_rules;
 mod record;

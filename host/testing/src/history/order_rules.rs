@@ -50,11 +50,14 @@ impl Checker<'_> {
         }
     }
 
-    /// Rule 3.
+    /// Rule 3. On a name with `several` holders at once, only grants are
+    /// compared: a `get` or a `busy` shows the most recent grant still
+    /// held, which is older than one released since.
     pub(super) fn token_order(
         &self,
         name: &str,
         ids: &[usize],
+        several: bool,
         coverage: &mut Coverage,
         out: &mut Vec<Violation>,
     ) {
@@ -69,6 +72,13 @@ impl Checker<'_> {
             .iter()
             .copied()
             .filter(|&i| ops[i].alive().is_some())
+            .filter(|&i| {
+                !several
+                    || matches!(
+                        (&ops[i].kind, &ops[i].outcome),
+                        (OpKind::Lock { .. }, Outcome::Ok { .. })
+                    )
+            })
             .collect();
         answers.sort_by_key(|&i| ops[i].invoke_ms);
         let mut next = 0;

@@ -6,6 +6,8 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use lockd_core::Claim;
+
 /// Slack, in milliseconds, between a client time and a server expiry or
 /// wait deadline.
 pub const MARGIN_MS: u64 = 50;
@@ -63,6 +65,9 @@ pub enum OpKind {
         ttl_ms: u64,
         /// How long it may wait in the queue (0: answer `busy` at once).
         wait_ms: u64,
+        /// Exclusive, shared, or one permit of a semaphore
+        /// (docs/contract.md C21, C22).
+        claim: Claim,
     },
     /// `extend(name, owner, ttl)`.
     Extend {
@@ -93,8 +98,33 @@ impl OpKind {
     /// A short word for reports.
     pub fn word(&self) -> &'static str {
         match self {
-            OpKind::Lock { wait_ms: 0, .. } => "lock",
-            OpKind::Lock { .. } => "lock+wait",
+            OpKind::Lock {
+                wait_ms: 0,
+                claim: Claim::Exclusive,
+                ..
+            } => "lock",
+            OpKind::Lock {
+                claim: Claim::Exclusive,
+                ..
+            } => "lock+wait",
+            OpKind::Lock {
+                wait_ms: 0,
+                claim: Claim::Shared,
+                ..
+            } => "shared",
+            OpKind::Lock {
+                claim: Claim::Shared,
+                ..
+            } => "shared+wait",
+            OpKind::Lock {
+                wait_ms: 0,
+                claim: Claim::Permit { .. },
+                ..
+            } => "permit",
+            OpKind::Lock {
+                claim: Claim::Permit { .. },
+                ..
+            } => "permit+wait",
             OpKind::Extend { .. } => "extend",
             OpKind::Unlock { .. } => "unlock",
             OpKind::Get => "get",
@@ -256,6 +286,14 @@ impl Op {
         }
     }
 
+    /// What a `lock` call asked for; `None` for any other call.
+    pub(super) fn claim(&self) -> Option<Claim> {
+        match self.kind {
+            OpKind::Lock { claim, .. } => Some(claim),
+            _ => None,
+        }
+    }
+
     pub(super) fn is_setting(&self) -> bool {
         matches!(self.kind, OpKind::Lock { .. } | OpKind::Extend { .. })
             && matches!(self.outcome, Outcome::Ok { .. })
@@ -270,9 +308,31 @@ impl fmt::Display for Op {
             self.invoke_ms, self.complete_ms, self.client
         )?;
         match &self.kind {
-            OpKind::Lock { ttl_ms, wait_ms } => write!(
+            OpKind::Lock {
+                ttl_ms,
+                wait_ms,
+                claim: Claim::Exclusive,
+            } => write!(
                 f,
                 "lock({}, {}, ttl {ttl_ms}, wait {wait_ms})",
+                self.name, self.owner
+            )?,
+            OpKind::Lock {
+                ttl_ms,
+                wait_ms,
+                claim: Claim::Shared,
+            } => write!(
+                f,
+                "lock({}, {}, shared, ttl {ttl_ms}, wait {wait_ms})",
+                self.name, self.owner
+            )?,
+            OpKind::Lock {
+                ttl_ms,
+                wait_ms,
+                claim: Claim::Permit { permits },
+            } => write!(
+                f,
+                "lock({}, {}, 1 of {permits} permits, ttl {ttl_ms}, wait {wait_ms})",
                 self.name, self.owner
             )?,
             OpKind::Extend { ttl_ms } => {

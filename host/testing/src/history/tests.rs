@@ -6,6 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
 
+/// Shared locks and semaphores.
+mod claims;
+
 /// A hand-written history: ops are added with explicit times.
 #[derive(Default)]
 struct H(History);
@@ -62,10 +65,14 @@ impl H {
 }
 
 fn lock(ttl_ms: u64) -> OpKind {
-    OpKind::Lock { ttl_ms, wait_ms: 0 }
+    lock_wait(ttl_ms, 0)
 }
 fn lock_wait(ttl_ms: u64, wait_ms: u64) -> OpKind {
-    OpKind::Lock { ttl_ms, wait_ms }
+    OpKind::Lock {
+        ttl_ms,
+        wait_ms,
+        claim: lockd_core::Claim::Exclusive,
+    }
 }
 fn unlock(token: u64) -> OpKind {
     OpKind::Unlock { token: Some(token) }

@@ -20,6 +20,8 @@ pub enum Rule {
     /// A lock was seen held by a lease, or the lease live, after the lease's
     /// revoke was acknowledged.
     HeldAfterRevoke,
+    /// More permits of a semaphore were certainly held at once than it has.
+    OverPermits,
 }
 
 impl fmt::Display for Rule {
@@ -31,6 +33,7 @@ impl fmt::Display for Rule {
             Rule::LostUnlock => "lost unlock",
             Rule::FifoOrder => "FIFO order",
             Rule::HeldAfterRevoke => "held after revoke",
+            Rule::OverPermits => "over permits",
         })
     }
 }
@@ -84,6 +87,16 @@ pub struct Coverage {
     /// Calls on a revoked lease's locks, or on the lease, invoked after its
     /// acknowledged revoke (each judged by rule 6).
     pub calls_after_revoke: usize,
+    /// Names taken shared or as a semaphore (several holders at once).
+    pub shared_names: usize,
+    /// Shared grants with a certain window.
+    pub shared_windows: usize,
+    /// Permits with a certain window.
+    pub permit_windows: usize,
+    /// Instants (the start of a permit's certain window) at which a
+    /// semaphore was certainly full: as many permits certainly held as it
+    /// has, each judged by rule 7.
+    pub semaphore_full: usize,
 }
 
 impl fmt::Display for Coverage {
@@ -93,7 +106,9 @@ impl fmt::Display for Coverage {
             "leases acknowledged {}, with a certain window {}; calls judged against a held lease {} \
              ({} across a kill); token comparisons {}; timed-out waiters judged {}; \
              leases granted {}, locks under them {} ({} with a certain window), \
-             lease calls judged {}, revokes {} with {} calls judged after them",
+             lease calls judged {}, revokes {} with {} calls judged after them; \
+             names with several holders {}, shared windows {}, permit windows {}, \
+             semaphore certainly full {} times",
             self.leases,
             self.leases_with_window,
             self.calls_judged,
@@ -105,7 +120,11 @@ impl fmt::Display for Coverage {
             self.lease_locks_with_window,
             self.lease_calls_judged,
             self.revokes,
-            self.calls_after_revoke
+            self.calls_after_revoke,
+            self.shared_names,
+            self.shared_windows,
+            self.permit_windows,
+            self.semaphore_full
         )
     }
 }
