@@ -51,7 +51,6 @@ pub(crate) fn recover(
         }
         shares.push((key, record));
     }
-    drop(live_leases);
     if let Some(highest) = highest {
         recovered.next_token = recovered.next_token.max(highest.saturating_add(1));
     }
