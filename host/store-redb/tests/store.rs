@@ -319,13 +319,12 @@ fn share(owner: &str, token: u64, claim: Claim, expires_at_ms: u64) -> lockd_cor
 }
 
 /// Shares of two names (one held shared, one a semaphore), one of them
-/// released, one expired, one under a live lease past its own recorded
-/// expiry: reopened, exactly the live holders come back, each with its
-/// owner, token, expiry and claim; the expired one's record is deleted, and
-/// tokens resume above it all the same.
+/// released, one expired: reopened, exactly the live holders come back,
+/// each with its owner, token, expiry and claim; the expired one's record
+/// is deleted, and tokens resume above it all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shares_are_recovered_live_and_expired_ones_dropped() {
-    use lockd_core::{Journal as _, JournalOp, Key, LeaseRecord};
+    use lockd_core::{Journal as _, JournalOp, Key};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.redb");
@@ -345,14 +344,6 @@ async fn shares_are_recovered_live_and_expired_ones_dropped() {
                 JournalOp::DeleteShare(key("read"), "r2".to_string()),
             ]),
             JournalOp::PutShare(key("sem"), share("gone", 99, permit, past)),
-            JournalOp::PutLease(
-                key("lease-1"),
-                LeaseRecord {
-                    ttl_ms: 60_000,
-                    expires_at_ms: ahead,
-                },
-            ),
-            JournalOp::PutShare(key("read"), share("lease-1", 14, Claim::Shared, past)),
         ];
         for op in ops {
             journal.submit(op).wait().await.unwrap();
@@ -367,15 +358,13 @@ async fn shares_are_recovered_live_and_expired_ones_dropped() {
             (key("read"), share("r1", 10, Claim::Shared, ahead)),
             (key("sem"), share("p1", 12, permit, ahead + 1)),
             (key("sem"), share("p2", 13, permit, ahead + 2)),
-            (key("read"), share("lease-1", 14, Claim::Shared, past)),
         ]
     );
     assert!(recovered.locks.is_empty());
     assert!(recovered.next_token > 99, "{}", recovered.next_token);
     drop(journal);
     // The expired holder's record was deleted, the others kept.
-    let rows = share_rows(&path).await;
-    assert_eq!(rows, 4);
+    assert_eq!(share_rows(&path).await, 3);
 }
 
 /// The engine's clock decides what expired, as for locks: a share live by
