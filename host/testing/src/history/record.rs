@@ -98,33 +98,16 @@ impl OpKind {
     /// A short word for reports.
     pub fn word(&self) -> &'static str {
         match self {
-            OpKind::Lock {
-                wait_ms: 0,
-                claim: Claim::Exclusive,
-                ..
-            } => "lock",
-            OpKind::Lock {
-                claim: Claim::Exclusive,
-                ..
-            } => "lock+wait",
-            OpKind::Lock {
-                wait_ms: 0,
-                claim: Claim::Shared,
-                ..
-            } => "shared",
-            OpKind::Lock {
-                claim: Claim::Shared,
-                ..
-            } => "shared+wait",
-            OpKind::Lock {
-                wait_ms: 0,
-                claim: Claim::Permit { .. },
-                ..
-            } => "permit",
-            OpKind::Lock {
-                claim: Claim::Permit { .. },
-                ..
-            } => "permit+wait",
+            OpKind::Lock { wait_ms, claim, .. } => match (claim, *wait_ms == 0) {
+                (Claim::Exclusive, true) => "lock",
+                (Claim::Exclusive, false) => "lock+wait",
+                (Claim::Shared, true) => "shared",
+                (Claim::Shared, false) => "shared+wait",
+                (Claim::Permit { .. }, true) => "permit",
+                (Claim::Permit { .. }, false) => "permit+wait",
+                (Claim::Leader, true) => "campaign",
+                (Claim::Leader, false) => "campaign+wait",
+            },
             OpKind::Extend { .. } => "extend",
             OpKind::Unlock { .. } => "unlock",
             OpKind::Get => "get",
@@ -311,30 +294,19 @@ impl fmt::Display for Op {
             OpKind::Lock {
                 ttl_ms,
                 wait_ms,
-                claim: Claim::Exclusive,
-            } => write!(
-                f,
-                "lock({}, {}, ttl {ttl_ms}, wait {wait_ms})",
-                self.name, self.owner
-            )?,
-            OpKind::Lock {
-                ttl_ms,
-                wait_ms,
-                claim: Claim::Shared,
-            } => write!(
-                f,
-                "lock({}, {}, shared, ttl {ttl_ms}, wait {wait_ms})",
-                self.name, self.owner
-            )?,
-            OpKind::Lock {
-                ttl_ms,
-                wait_ms,
-                claim: Claim::Permit { permits },
-            } => write!(
-                f,
-                "lock({}, {}, 1 of {permits} permits, ttl {ttl_ms}, wait {wait_ms})",
-                self.name, self.owner
-            )?,
+                claim,
+            } => {
+                let what = match claim {
+                    Claim::Exclusive => String::new(),
+                    Claim::Permit { permits } => format!("1 of {permits} permits, "),
+                    other => format!("{}, ", other.as_str()),
+                };
+                write!(
+                    f,
+                    "lock({}, {}, {what}ttl {ttl_ms}, wait {wait_ms})",
+                    self.name, self.owner
+                )?
+            }
             OpKind::Extend { ttl_ms } => {
                 write!(f, "extend({}, {}, ttl {ttl_ms})", self.name, self.owner)?
             }
