@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Engine, EngineOptions, Grant, Key, LeaseInfo,
-    ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NullJournal, Recovered,
+    ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NameState, NullJournal,
+    Recovered,
 };
 use lockd_testing::model::{self, Op};
 use lockd_testing::{MemoryFactory, StoreFactory};
@@ -21,7 +22,7 @@ const CASES: u32 = 8_000;
 
 #[test]
 fn memory_store_matches_the_model() {
-    model::check_against_model("memory", CASES, false, || MemoryFactory);
+    model::check_against_model("memory", CASES, false, true, || MemoryFactory);
 }
 
 /// A hand-written sequence through every rule, so a broken generator or
@@ -294,6 +295,18 @@ impl LockBackend for Faulty {
         prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<ListedLock>, LockError>> {
         self.inner.list(namespace, prefix)
+    }
+
+    fn describe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<NameState, LockError>> {
+        self.inner.describe(key)
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
+        self.inner.force_unlock(key)
+    }
+
+    fn supports_claims(&self) -> bool {
+        self.inner.supports_claims()
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {

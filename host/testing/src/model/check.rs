@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use lockd_core::LockError;
+use lockd_core::{Claim, LockError};
 
 use super::ops::*;
 use super::reference::*;
@@ -36,6 +36,7 @@ impl Model {
                 expires_at_ms,
                 durability,
                 lease,
+                claim,
             } => {
                 let Ok(Reply::Granted(grant)) = outcome else {
                     return mismatch("a free lock was not granted (rule 3)", &expect);
@@ -67,17 +68,27 @@ impl Model {
                     .entry(name.clone())
                     .or_default()
                     .push(grant.fencing_token);
-                self.holders.insert(
-                    name.clone(),
-                    Holder {
-                        owner: owner.clone(),
-                        token: grant.fencing_token,
-                        expires_at_ms: *expires_at_ms,
-                        durability: *durability,
-                        lease: *lease,
-                        acquired_at_ms: self.now_ms,
-                    },
-                );
+                let (now, delay) = (self.now_ms, self.lock_delay_ms);
+                let holders = self.holders.entry(name.clone()).or_default();
+                // Grants that ended and hold no place back are gone.
+                holders.retain(|h| h.is_live(now) || h.delayed_until(now, delay).is_some());
+                let t = &mut self.tally;
+                t.beside += u64::from(!holders.is_empty());
+                match claim {
+                    Claim::Shared => t.shared += 1,
+                    Claim::Permit { .. } => t.permits += 1,
+                    _ => {}
+                }
+                holders.push(Holder {
+                    owner: owner.clone(),
+                    token: grant.fencing_token,
+                    expires_at_ms: *expires_at_ms,
+                    durability: *durability,
+                    lease: *lease,
+                    acquired_at_ms: now,
+                    claim: *claim,
+                    forced_at_ms: None,
+                });
             }
             Expect::FreshLease {
                 ttl_ms,
@@ -114,6 +125,22 @@ impl Model {
             }
         }
         let fresh = matches!(expect, Expect::Fresh { .. });
+        // Rules 12 and 13: a well-formed lock refused for its mode or kind.
+        let refused_claim = matches!(
+            (&expect, call),
+            (Expect::Invalid, Call::Lock { name, owner, ttl_ms, claim, .. })
+                if self.valid(name, Some(owner), Some(*ttl_ms))
+                    && claim.permits().is_none_or(|n| (1..=lockd_core::MAX_PERMITS).contains(&n))
+        );
+        self.tally.claim_refused += u64::from(refused_claim);
+        if let Err(lockd_core::LockError::Busy(info)) = outcome {
+            let held = self
+                .holders
+                .values()
+                .flatten()
+                .any(|h| h.token == info.fencing_token && h.is_live(self.now_ms));
+            self.tally.busy_delayed += u64::from(!held);
+        }
         let fresh_in_lease = matches!(expect, Expect::Fresh { lease: Some(_), .. });
         let extend_of_leased = matches!(
             (&expect, call),
@@ -144,6 +171,12 @@ impl Model {
             Ok(Reply::Found(None)) => t.reads_free += 1,
             Ok(Reply::Listed(l)) if l.is_empty() => t.reads_free += 1,
             Ok(Reply::Listed(_)) => t.reads_held += 1,
+            Ok(Reply::Described(state)) => {
+                t.described += 1;
+                t.described_several += u64::from(state.holders.len() > 1);
+                t.described_delayed += u64::from(state.delay_until_ms.is_some());
+            }
+            Ok(Reply::Forced(_)) => t.forced += 1,
             Ok(Reply::Sent) => {}
             Ok(Reply::LeaseGranted(_)) => t.leases_granted += 1,
             Ok(Reply::LeaseRefreshed(_)) => t.lease_refreshes += 1,

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use lockd_core::Durability;
+use lockd_core::{Claim, Durability};
 
 use super::ops::*;
 
@@ -21,6 +21,23 @@ fn ttl() -> impl Strategy<Value = u64> {
 /// one before it expires; a few milliseconds now and then for the boundary.
 fn lease_ttl() -> impl Strategy<Value = u64> {
     prop_oneof![3 => MAX_GEN_TTL_MS / 4..=MAX_GEN_TTL_MS, 1 => 1..=5u64]
+}
+
+/// Shared, or a permit: three times in four the name's habit (the first
+/// name shared, the second a semaphore of 2, the third of 3), so that
+/// holders meet and one too many is refused; otherwise any of them or a
+/// semaphore of 1, which the name's kind or size often refuses.
+fn claim_for(name: usize) -> impl Strategy<Value = Claim> {
+    let habit = match name % 3 {
+        0 => Claim::Shared,
+        1 => Claim::Permit { permits: 2 },
+        _ => Claim::Permit { permits: 3 },
+    };
+    prop_oneof![
+        6 => Just(habit),
+        1 => Just(Claim::Shared),
+        1 => (1..=3u32).prop_map(|permits| Claim::Permit { permits }),
+    ]
 }
 
 fn advance() -> impl Strategy<Value = u64> {
@@ -47,6 +64,7 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
         Just(InvalidCall::GrantLease),
         Just(InvalidCall::LockInLease),
         Just(InvalidCall::RefreshLease),
+        Just(InvalidCall::Permits),
     ];
     // Mostly the latest leases; one in eight the unknown id.
     let lease = 0..=UNKNOWN_LEASE;
@@ -63,6 +81,13 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
         8 => (name.clone(), caller.clone(), ttl(), durability()).prop_map(
             |(name, owner, ttl_ms, durability)| Op::Lock { name, owner, ttl_ms, durability }
         ),
+        // Longer ttls, as for leases, so that several holders meet.
+        6 => (name.clone().prop_flat_map(|n| (Just(n), claim_for(n))), caller.clone(), lease_ttl(), durability())
+            .prop_map(|((name, claim), owner, ttl_ms, durability)| {
+                Op::LockAs { name, owner, claim, ttl_ms, durability }
+            }),
+        1 => name.clone().prop_map(|name| Op::Describe { name }),
+        1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         4 => (name.clone(), caller.clone(), token.clone())
             .prop_map(|(name, owner, token)| Op::Unlock { name, owner, token }),
         3 => (name.clone(), caller, ttl())

@@ -62,6 +62,42 @@
 //!     `invalid_argument` (after rule 7's `not_held` and `not_owner`).
 //!     A lease's locks expire with it (rule 1, one shared expiry).
 //!
+//! 12. **Shared and permits** (docs/contract.md C21, C22). A name has a
+//!     list of grants, each with its own owner, token, expiry, durability
+//!     and claim (exclusive, shared, or a permit of a semaphore of N).
+//!     `unlock`, `extend`, a re-lock and a detached release act on the
+//!     caller's own live grant (rules 4, 6, 7, 9): `not_held` when nobody
+//!     holds the name, `not_owner` when others do. An owner asking for
+//!     another mode than it holds: `invalid_argument`. A fresh request is
+//!     granted when it fits beside the name's *members* (its live grants
+//!     and the places held back by rule 15): exclusive when there are none,
+//!     shared when all are shared, a permit when fewer than N; otherwise
+//!     `busy` with the most recent member (the highest token). `get` is the
+//!     most recent live grant; `describe` every live grant by token with
+//!     its claim and grant time, no waiters, and the latest end of a
+//!     held-back place; a listing shows a name's most recent grant, its
+//!     claim, and for a shared name or a semaphore every grant. Leases'
+//!     locks are exclusive: a shared or permit `lock` by a live lease's id
+//!     is `invalid_argument`. A restart keeps persistent live grants of
+//!     every claim (rule 10).
+//! 13. **Kinds.** While a name has members it is a lock (exclusive and
+//!     shared) or a semaphore of N: a permit of a lock, a lock of a
+//!     semaphore, or a permit of another N is `invalid_argument` (a lock
+//!     under a lease of a semaphore too). With no member left, the next
+//!     grant sets the kind again. A permit count outside 1 to 65 536 is
+//!     `invalid_argument` (rule 2).
+//! 14. **Force-unlock** (C19). `not_held` when nobody holds the name;
+//!     otherwise every live grant is released at once and the reply is the
+//!     most recent one.
+//! 15. **Lock-delay** (C23), when the run's namespace has one: a grant
+//!     that expired holds its place until its expiry plus the delay, one
+//!     force-released until the force plus the delay; a release by the
+//!     holder (unlock, detached release, lease revoke) holds nothing back.
+//!     A held-back place is a member for rules 12 and 13 (shown by `busy`
+//!     with the end of its delay as its expiry), not a holder for `get`,
+//!     `describe`'s holders, a listing, `unlock` or `extend`. A restart
+//!     ends every delay.
+//!
 //! Waiting (`wait > 0`) needs concurrency and is left to the conformance
 //! suite's FIFO tests; every generated `lock` uses wait 0.
 
@@ -70,8 +106,9 @@ mod generate;
 mod ops;
 mod reference;
 mod tally;
+mod transition;
 
-use lockd_core::{Limits, LockService, ManualClock};
+use lockd_core::{Limits, LockDelays, LockService, ManualClock};
 
 use crate::conformance::{StoreFactory, START_MS};
 
@@ -88,9 +125,27 @@ pub use tally::Tally;
 /// same data. Run it on a current-thread runtime, so no task of the store
 /// can hold a handle across the drop.
 pub async fn run(factory: &dyn StoreFactory, ops: &[Op]) -> Result<Tally, String> {
+    run_with_lock_delay(factory, ops, 0).await
+}
+
+/// [`run`] with a lock-delay of `lock_delay_ms` for the sequences'
+/// namespace (rule 15; 0 for none).
+pub async fn run_with_lock_delay(
+    factory: &dyn StoreFactory,
+    ops: &[Op],
+    lock_delay_ms: u64,
+) -> Result<Tally, String> {
     let clock = ManualClock::new(START_MS);
-    let mut model = Model::new(START_MS, factory.keeps_persistent_locks());
-    let open = || async { LockService::new(factory.open(clock.clone()).await, Limits::default()) };
+    let mut model =
+        Model::with_lock_delay(START_MS, factory.keeps_persistent_locks(), lock_delay_ms);
+    let delays = LockDelays {
+        default_ms: lock_delay_ms,
+        per_namespace: Default::default(),
+    };
+    let open = || async {
+        LockService::new(factory.open(clock.clone()).await, Limits::default())
+            .with_lock_delays(delays.clone())
+    };
     let mut service = open().await;
     for (step, op) in ops.iter().enumerate() {
         match op {
@@ -117,8 +172,15 @@ pub async fn run(factory: &dyn StoreFactory, ops: &[Op]) -> Result<Tally, String
     Ok(model.tally())
 }
 
+/// The lock-delay of the sequences that run with one
+/// ([`check_against_model`]): a fifth of the longest generated ttl, so that
+/// calls often land inside a delay and after it.
+pub const MODEL_LOCK_DELAY_MS: u64 = MAX_GEN_TTL_MS / 5;
+
 /// Runs [`cases`]`(default_cases)` generated sequences ([`ops`]`(restarts)`)
-/// against a fresh store from `factory` each, reports the tally under
+/// against a fresh store from `factory` each (with `lock_delays`, every
+/// other one under a lock-delay of [`MODEL_LOCK_DELAY_MS`]), reports the
+/// tally under
 /// `label` (stderr and [`report`](crate::report)), and asserts
 /// the generator reached every rule, since a run that never exercised a rule
 /// proves little. Returns the tally for store-specific checks.
@@ -130,8 +192,10 @@ pub fn check_against_model<F: StoreFactory>(
     label: &str,
     default_cases: u32,
     restarts: bool,
+    lock_delays: bool,
     factory: impl Fn() -> F,
 ) -> Tally {
+    use proptest::prelude::{prop_oneof, Just, Strategy};
     use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
     // Current-thread: no store task can hold a handle across a restart.
@@ -142,10 +206,15 @@ pub fn check_against_model<F: StoreFactory>(
     let mut runner = TestRunner::new(Config::with_cases(cases));
     let tally = std::sync::Mutex::new(Tally::default());
     let started = std::time::Instant::now();
-    let result = runner.run(&ops(restarts), |ops: Vec<Op>| {
+    let delay = if lock_delays {
+        prop_oneof![Just(0), Just(MODEL_LOCK_DELAY_MS)].boxed()
+    } else {
+        Just(0).boxed()
+    };
+    let result = runner.run(&(ops(restarts), delay), |(ops, delay): (Vec<Op>, u64)| {
         let seen = runtime
-            .block_on(run(&factory(), &ops))
-            .map_err(TestCaseError::fail)?;
+            .block_on(run_with_lock_delay(&factory(), &ops, delay))
+            .map_err(|e| TestCaseError::fail(format!("lock-delay {delay} ms: {e}")))?;
         tally.lock().unwrap_or_else(|e| e.into_inner()).add(&seen);
         Ok(())
     });
@@ -181,5 +250,16 @@ pub fn check_against_model<F: StoreFactory>(
         "{tally}"
     );
     assert!(tally.leases_expired_holding > 0, "{tally}");
+    assert!(
+        tally.shared > 0 && tally.permits > 0 && tally.beside > 0 && tally.claim_refused > 0,
+        "{tally}"
+    );
+    assert!(tally.described_several > 0 && tally.forced > 0, "{tally}");
+    if lock_delays {
+        assert!(
+            tally.busy_delayed > 0 && tally.described_delayed > 0,
+            "{tally}"
+        );
+    }
     tally
 }

@@ -1,10 +1,9 @@
 //! The operations of a sequence ([`Op`]), the calls they resolve to
 //! ([`Call`]), and making a call on a [`LockService`] ([`execute`]).
 
-use lockd_core::Claim;
 use lockd_core::{
-    Durability, Grant, LeaseGrant, LeaseInfo, ListedLock, LockError, LockInfo, LockOptions,
-    LockService,
+    Claim, Durability, Grant, LeaseGrant, LeaseInfo, ListedLock, LockError, LockInfo, LockOptions,
+    LockService, NameState,
 };
 
 /// The one namespace sequences use (isolation is the conformance suite's).
@@ -99,6 +98,10 @@ pub enum InvalidCall {
     /// `refresh_lease`: every bad argument becomes a bad lease id (empty or
     /// over-long).
     RefreshLease,
+    /// `lock` of a permit: every bad argument becomes a permit count out of
+    /// 1 to 65 536 (empty-kind ones 0, long-kind ones 65 537, `HugeTtl`
+    /// `u32::MAX`).
+    Permits,
 }
 
 /// One step of a sequence. Indices pick from [`names`] and [`owners`]
@@ -114,6 +117,20 @@ pub enum Op {
         name: usize,
         /// Index into [`owners`].
         owner: usize,
+        /// Lease length.
+        ttl_ms: u64,
+        /// Durability asked for.
+        durability: Durability,
+    },
+    /// `lock` with wait 0 taking the name shared, or a permit of it
+    /// (docs/contract.md C21, C22); [`Op::Lock`] takes it exclusive.
+    LockAs {
+        /// Index into [`names`].
+        name: usize,
+        /// Index into [`owners`].
+        owner: usize,
+        /// Shared, or a permit of a semaphore of this many.
+        claim: Claim,
         /// Lease length.
         ttl_ms: u64,
         /// Durability asked for.
@@ -139,6 +156,16 @@ pub enum Op {
     },
     /// `get`.
     Get {
+        /// Index into [`names`].
+        name: usize,
+    },
+    /// `describe`: every holder, the queue, a lock-delay.
+    Describe {
+        /// Index into [`names`].
+        name: usize,
+    },
+    /// An operator's `force_unlock`.
+    ForceUnlock {
         /// Index into [`names`].
         name: usize,
     },
@@ -249,6 +276,18 @@ pub enum Call {
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
+        /// What it takes of the name.
+        claim: Claim,
+    },
+    /// [`LockService::describe`].
+    Describe {
+        /// Name.
+        name: String,
+    },
+    /// [`LockService::force_unlock`].
+    ForceUnlock {
+        /// Name.
+        name: String,
     },
     /// [`LockService::unlock`].
     Unlock {
@@ -326,6 +365,10 @@ pub enum Reply {
     Found(Option<LockInfo>),
     /// From `list`.
     Listed(Vec<ListedLock>),
+    /// From `describe`.
+    Described(NameState),
+    /// From `force_unlock`: the most recent holder it released.
+    Forced(LockInfo),
     /// From `release_detached`, which answers nothing.
     Sent,
     /// From `grant_lease`.
@@ -349,9 +392,10 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
             owner,
             ttl_ms,
             durability,
+            claim,
         } => {
             let options = LockOptions {
-                claim: Claim::Exclusive,
+                claim: *claim,
                 lock_delay_ms: 0,
                 wait_ms: 0,
                 durability: *durability,
@@ -376,6 +420,14 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
             .await
             .map(Reply::Granted),
         Call::Get { name } => service.get(NAMESPACE, name).await.map(Reply::Found),
+        Call::Describe { name } => service
+            .describe(NAMESPACE, name)
+            .await
+            .map(Reply::Described),
+        Call::ForceUnlock { name } => service
+            .force_unlock(NAMESPACE, name)
+            .await
+            .map(Reply::Forced),
         Call::List => service.list(NAMESPACE, "").await.map(Reply::Listed),
         Call::ReleaseDetached { name, owner, token } => {
             service.release_detached(NAMESPACE, name, owner, *token);

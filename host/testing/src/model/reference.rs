@@ -1,10 +1,9 @@
 //! The reference model ([`Model`]): its state, how a call resolves, and
 //! what each call may answer (module docs, "The rules").
 
-use lockd_core::Claim;
 use std::collections::BTreeMap;
 
-use lockd_core::{Durability, Grant, LeaseInfo, Limits, ListedLock, LockError, LockInfo};
+use lockd_core::{Claim, Durability, Limits, LockInfo};
 
 use super::ops::*;
 use super::tally::Tally;
@@ -21,6 +20,11 @@ pub(super) struct Holder {
     pub(super) lease: Option<usize>,
     /// When this grant was made; a restart's time for a recovered lock.
     pub(super) acquired_at_ms: u64,
+    /// Exclusive, shared or a permit (rule 12).
+    pub(super) claim: Claim,
+    /// When an operator force-released it (rule 14): no longer held, its
+    /// place held back from then under a lock-delay.
+    pub(super) forced_at_ms: Option<u64>,
 }
 
 impl Holder {
@@ -30,6 +34,40 @@ impl Holder {
             fencing_token: self.token,
             expires_at_ms: self.expires_at_ms,
             durability: self.durability,
+        }
+    }
+
+    /// Rule 1: held at `now` (not expired, not force-released).
+    pub(super) fn is_live(&self, now: u64) -> bool {
+        self.forced_at_ms.is_none() && now < self.expires_at_ms
+    }
+
+    /// Rule 15: the end of the place an ended grant holds back under a
+    /// lock-delay of `delay_ms`, if it holds one at `now`. A release by the
+    /// holder removes the holder at once, so only an expiry or a
+    /// force-release reach here.
+    pub(super) fn delayed_until(&self, now: u64, delay_ms: u64) -> Option<u64> {
+        if self.is_live(now) || delay_ms == 0 {
+            return None;
+        }
+        let ended = self.forced_at_ms.unwrap_or(self.expires_at_ms);
+        let until = ended.saturating_add(delay_ms);
+        (now < until).then_some(until)
+    }
+}
+
+/// What a name is while it has members (rule 13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Lock,
+    Semaphore(u32),
+}
+
+impl Kind {
+    pub(super) fn of(claim: Claim) -> Kind {
+        match claim {
+            Claim::Permit { permits } => Kind::Semaphore(permits),
+            _ => Kind::Lock,
         }
     }
 }
@@ -73,6 +111,7 @@ pub(super) enum Expect {
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<usize>,
+        claim: Claim,
     },
     /// A new lease (rule 11): this expiry, and an id checked by form and
     /// novelty.
@@ -90,8 +129,11 @@ pub struct Model {
     /// Whether persistent holders survive [`Model::restart`].
     pub(super) keeps_persistent: bool,
     pub(super) limits: Limits,
-    /// By name. May hold expired holders; [`Model::live`] filters them.
-    pub(super) holders: BTreeMap<String, Holder>,
+    /// By name, in token order. May hold ended grants (expired, or
+    /// force-released); [`Model::live`] filters them.
+    pub(super) holders: BTreeMap<String, Vec<Holder>>,
+    /// The namespace's lock-delay (rule 15); 0 for none.
+    pub(super) lock_delay_ms: u64,
     /// Every token granted per name, oldest first.
     pub(super) tokens: BTreeMap<String, Vec<u64>>,
     /// The highest token seen, ever (restarts included).
@@ -107,13 +149,20 @@ pub struct Model {
 
 impl Model {
     /// A model at `now_ms`, for a store that keeps persistent locks across
-    /// restarts or not.
+    /// restarts or not, with no lock-delay.
     pub fn new(now_ms: u64, keeps_persistent: bool) -> Self {
+        Model::with_lock_delay(now_ms, keeps_persistent, 0)
+    }
+
+    /// [`Model::new`] for a service whose namespace has a lock-delay of
+    /// `lock_delay_ms` (docs/contract.md#c23-lock-delay).
+    pub fn with_lock_delay(now_ms: u64, keeps_persistent: bool, lock_delay_ms: u64) -> Self {
         Model {
             now_ms,
             keeps_persistent,
             limits: Limits::default(),
             holders: BTreeMap::new(),
+            lock_delay_ms,
             tokens: BTreeMap::new(),
             highest_token: 0,
             guards: Vec::new(),
@@ -128,16 +177,72 @@ impl Model {
         self.tally
     }
 
-    /// Rule 1: the holder of `name`, if live.
-    pub(super) fn live(&self, name: &str) -> Option<&Holder> {
+    /// Rule 1: the live holders of `name`, in token order.
+    pub(super) fn live_holders(&self, name: &str) -> Vec<&Holder> {
+        let now = self.now_ms;
         self.holders
             .get(name)
-            .filter(|h| self.now_ms < h.expires_at_ms)
+            .into_iter()
+            .flatten()
+            .filter(|h| h.is_live(now))
+            .collect()
     }
 
-    pub(super) fn live_mut(&mut self, name: &str) -> Option<&mut Holder> {
+    /// The most recent live holder of `name` (what `get` answers).
+    pub(super) fn live(&self, name: &str) -> Option<&Holder> {
+        self.live_holders(name).last().copied()
+    }
+
+    /// The live holder of `name` whose owner is `owner`.
+    pub(super) fn live_of_mut(&mut self, name: &str, owner: &str) -> Option<&mut Holder> {
         let now = self.now_ms;
-        self.holders.get_mut(name).filter(|h| now < h.expires_at_ms)
+        self.holders
+            .get_mut(name)?
+            .iter_mut()
+            .find(|h| h.is_live(now) && h.owner == owner)
+    }
+
+    /// Rules 13 and 15: what takes a place of `name`: its live holders and
+    /// the places held back by a lock-delay, in token order, each with the
+    /// info a `busy` shows of it (a held-back place's expiry is the end of
+    /// its delay).
+    pub(super) fn members(&self, name: &str) -> Vec<(&Holder, LockInfo)> {
+        let (now, delay) = (self.now_ms, self.lock_delay_ms);
+        self.holders
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|h| {
+                if h.is_live(now) {
+                    return Some((h, h.info()));
+                }
+                let until = h.delayed_until(now, delay)?;
+                Some((
+                    h,
+                    LockInfo {
+                        expires_at_ms: until,
+                        ..h.info()
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Rule 13: what `name` is while it has members.
+    pub(super) fn kind(&self, name: &str) -> Option<Kind> {
+        let members = self.members(name);
+        let (first, _) = members.first()?;
+        Some(Kind::of(first.claim))
+    }
+
+    /// Removes the holder of `name` with this owner and token.
+    pub(super) fn remove_holder(&mut self, name: &str, owner: &str, token: u64) {
+        if let Some(holders) = self.holders.get_mut(name) {
+            holders.retain(|h| !(h.owner == owner && h.token == token));
+            if holders.is_empty() {
+                self.holders.remove(name);
+            }
+        }
     }
 
     /// Rule 11: whether lease `handle` is live.
@@ -153,9 +258,10 @@ impl Model {
 
     /// The names of the live locks held under lease `handle`, sorted.
     pub(super) fn lease_locks(&self, handle: usize) -> Vec<String> {
+        let now = self.now_ms;
         self.holders
             .iter()
-            .filter(|(_, h)| h.lease == Some(handle) && self.now_ms < h.expires_at_ms)
+            .filter(|(_, hs)| hs.iter().any(|h| h.lease == Some(handle) && h.is_live(now)))
             .map(|(name, _)| name.clone())
             .collect()
     }
@@ -175,13 +281,15 @@ impl Model {
     pub fn restart(&mut self) {
         let now = self.now_ms;
         let keeps = self.keeps_persistent;
-        self.holders.retain(|_, h| {
-            keeps && h.durability == Durability::Persistent && now < h.expires_at_ms
-        });
-        // A recovered lock's grant time is the restart's.
-        for h in self.holders.values_mut() {
-            h.acquired_at_ms = now;
+        // Places held back by a lock-delay end too (rule 15).
+        for holders in self.holders.values_mut() {
+            holders.retain(|h| keeps && h.durability == Durability::Persistent && h.is_live(now));
+            // A recovered lock's grant time is the restart's.
+            for h in holders.iter_mut() {
+                h.acquired_at_ms = now;
+            }
         }
+        self.holders.retain(|_, hs| !hs.is_empty());
         for lease in &mut self.leases {
             if !(keeps && lease.durability == Durability::Persistent && now < lease.expires_at_ms) {
                 lease.ended = true;
@@ -189,7 +297,7 @@ impl Model {
         }
         self.tally.ops += 1;
         self.tally.restarts += 1;
-        self.tally.survived_restart += self.holders.len() as u64;
+        self.tally.survived_restart += self.holders.values().map(|hs| hs.len() as u64).sum::<u64>();
         self.tally.leases_survived_restart += (0..self.leases.len())
             .filter(|&i| self.lease_live(i))
             .count() as u64;
@@ -220,6 +328,7 @@ impl Model {
             HOLDER => self
                 .holders
                 .get(&name(n))
+                .and_then(|hs| hs.last())
                 .map_or_else(|| owner(0), |h| h.owner.clone()),
             o => owner(o),
         };
@@ -234,6 +343,20 @@ impl Model {
                 owner: caller(n, o),
                 ttl_ms,
                 durability,
+                claim: Claim::Exclusive,
+            },
+            Op::LockAs {
+                name: n,
+                owner: o,
+                claim,
+                ttl_ms,
+                durability,
+            } => Call::Lock {
+                name: name(n),
+                owner: caller(n, o),
+                ttl_ms,
+                durability,
+                claim,
             },
             Op::Unlock {
                 name: n,
@@ -257,6 +380,8 @@ impl Model {
                 ttl_ms,
             },
             Op::Get { name: n } => Call::Get { name: name(n) },
+            Op::Describe { name: n } => Call::Describe { name: name(n) },
+            Op::ForceUnlock { name: n } => Call::ForceUnlock { name: name(n) },
             Op::List => Call::List,
             Op::GuardAcquire {
                 name: n,
@@ -267,6 +392,7 @@ impl Model {
                 owner: format!("guard-{}", self.guards_made),
                 ttl_ms,
                 durability,
+                claim: Claim::Exclusive,
             },
             Op::GuardRelease { guard } => {
                 let g = &self.guards[self.guard_index(guard)?];
@@ -385,6 +511,23 @@ impl Model {
                     },
                 }
             }
+            InvalidCall::Permits => {
+                return Call::Lock {
+                    name,
+                    owner,
+                    ttl_ms: 1_000,
+                    durability: Durability::Persistent,
+                    claim: Claim::Permit {
+                        permits: match bad {
+                            BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
+                            BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => {
+                                lockd_core::MAX_PERMITS + 1
+                            }
+                            BadArg::HugeTtl => u32::MAX,
+                        },
+                    },
+                }
+            }
             InvalidCall::RefreshLease => {
                 return Call::RefreshLease {
                     lease_id: match bad {
@@ -420,6 +563,7 @@ impl Model {
                 owner,
                 ttl_ms,
                 durability: Durability::Persistent,
+                claim: Claim::Exclusive,
             },
             InvalidCall::Unlock => Call::Unlock {
                 name,
@@ -432,8 +576,11 @@ impl Model {
                 ttl_ms,
             },
             InvalidCall::Get => Call::Get { name },
-            InvalidCall::GrantLease | InvalidCall::LockInLease | InvalidCall::RefreshLease => {
-                unreachable!("lease calls are made above")
+            InvalidCall::GrantLease
+            | InvalidCall::LockInLease
+            | InvalidCall::RefreshLease
+            | InvalidCall::Permits => {
+                unreachable!("made above")
             }
         }
     }
@@ -445,208 +592,5 @@ impl Model {
             owner.is_none_or(|o| !o.is_empty() && o.len() <= self.limits.max_owner_bytes);
         let ttl_ok = ttl_ms.is_none_or(|t| t >= 1 && t <= self.limits.max_ttl_ms);
         name_ok && owner_ok && ttl_ok
-    }
-
-    /// Rules 2–9: what the store must answer to `call`, with the model's
-    /// state changed accordingly — except a fresh grant, whose token only
-    /// the reply can tell; [`Model::check`] installs it.
-    pub(super) fn transition(&mut self, call: &Call) -> Expect {
-        let now = self.now_ms;
-        match call {
-            Call::Lock {
-                name,
-                owner,
-                ttl_ms,
-                durability,
-            } => {
-                if !self.valid(name, Some(owner), Some(*ttl_ms)) {
-                    return Expect::Invalid;
-                }
-                // Rule 11: by a live lease's id, a lock under that lease.
-                if let Some(lease) = self.live_lease_by_id(owner) {
-                    return self.lock_in_lease(name, lease);
-                }
-                let expires_at_ms = now + ttl_ms;
-                match self.live_mut(name) {
-                    // Rule 4: same token, new expiry, durability unchanged.
-                    Some(h) if h.owner == *owner => {
-                        h.expires_at_ms = expires_at_ms;
-                        Expect::Exactly(Ok(Reply::Granted(Grant {
-                            fencing_token: h.token,
-                            expires_at_ms,
-                        })))
-                    }
-                    // Rule 5.
-                    Some(h) => Expect::Exactly(Err(LockError::Busy(h.info()))),
-                    // Rule 3.
-                    None => Expect::Fresh {
-                        name: name.clone(),
-                        owner: owner.clone(),
-                        expires_at_ms,
-                        durability: *durability,
-                        lease: None,
-                    },
-                }
-            }
-            Call::Unlock { name, owner, token } => {
-                if !self.valid(name, Some(owner), None) {
-                    return Expect::Invalid;
-                }
-                // Rule 6.
-                match self.live(name) {
-                    None => Expect::Exactly(Err(LockError::NotHeld)),
-                    Some(h) if h.owner != *owner || token.is_some_and(|t| t != h.token) => {
-                        Expect::Exactly(Err(LockError::NotOwner))
-                    }
-                    Some(_) => {
-                        self.holders.remove(name);
-                        Expect::Exactly(Ok(Reply::Unlocked))
-                    }
-                }
-            }
-            Call::Extend {
-                name,
-                owner,
-                ttl_ms,
-            } => {
-                if !self.valid(name, Some(owner), Some(*ttl_ms)) {
-                    return Expect::Invalid;
-                }
-                // Rule 7.
-                match self.live_mut(name) {
-                    None => Expect::Exactly(Err(LockError::NotHeld)),
-                    Some(h) if h.owner != *owner => Expect::Exactly(Err(LockError::NotOwner)),
-                    // Rule 11: its expiry is the lease's.
-                    Some(h) if h.lease.is_some() => Expect::Invalid,
-                    Some(h) => {
-                        h.expires_at_ms = now + ttl_ms;
-                        Expect::Exactly(Ok(Reply::Granted(Grant {
-                            fencing_token: h.token,
-                            expires_at_ms: h.expires_at_ms,
-                        })))
-                    }
-                }
-            }
-            // Rule 8.
-            Call::Get { name } => {
-                if !self.valid(name, None, None) {
-                    return Expect::Invalid;
-                }
-                Expect::Exactly(Ok(Reply::Found(self.live(name).map(Holder::info))))
-            }
-            Call::List => {
-                let live = self
-                    .holders
-                    .iter()
-                    .filter(|(_, h)| now < h.expires_at_ms)
-                    .map(|(name, h)| ListedLock {
-                        claim: Claim::Exclusive,
-                        holders: Vec::new(),
-                        name: name.clone(),
-                        info: h.info(),
-                        acquired_at_ms: Some(h.acquired_at_ms),
-                        // The model never queues (waits are the conformance
-                        // suite's).
-                        waiters: 0,
-                    })
-                    .collect();
-                Expect::Exactly(Ok(Reply::Listed(live)))
-            }
-            // Rule 9 (drop).
-            Call::ReleaseDetached { name, owner, token } => {
-                if self
-                    .live(name)
-                    .is_some_and(|h| h.owner == *owner && h.token == *token)
-                {
-                    self.holders.remove(name);
-                }
-                Expect::Exactly(Ok(Reply::Sent))
-            }
-            // Rule 11.
-            Call::GrantLease { ttl_ms, durability } => {
-                if !self.valid("n", None, Some(*ttl_ms)) {
-                    return Expect::Invalid;
-                }
-                Expect::FreshLease {
-                    ttl_ms: *ttl_ms,
-                    expires_at_ms: now + ttl_ms,
-                    durability: *durability,
-                }
-            }
-            Call::LockInLease { name, lease_id } => {
-                if !self.valid(name, Some(lease_id), None) {
-                    return Expect::Invalid;
-                }
-                match self.live_lease_by_id(lease_id) {
-                    Some(lease) => self.lock_in_lease(name, lease),
-                    None => Expect::Exactly(Err(LockError::NotHeld)),
-                }
-            }
-            Call::RefreshLease { lease_id } => {
-                if !self.valid("n", Some(lease_id), None) {
-                    return Expect::Invalid;
-                }
-                let Some(lease) = self.live_lease_by_id(lease_id) else {
-                    return Expect::Exactly(Err(LockError::NotHeld));
-                };
-                let expires_at_ms = now + self.leases[lease].ttl_ms;
-                self.leases[lease].expires_at_ms = expires_at_ms;
-                for h in self.holders.values_mut() {
-                    if h.lease == Some(lease) && now < h.expires_at_ms {
-                        h.expires_at_ms = expires_at_ms;
-                    }
-                }
-                Expect::Exactly(Ok(Reply::LeaseRefreshed(expires_at_ms)))
-            }
-            Call::RevokeLease { lease_id } => {
-                if !self.valid("n", Some(lease_id), None) {
-                    return Expect::Invalid;
-                }
-                let Some(lease) = self.live_lease_by_id(lease_id) else {
-                    return Expect::Exactly(Err(LockError::NotHeld));
-                };
-                let locks = self.lease_locks(lease);
-                for name in &locks {
-                    self.holders.remove(name);
-                }
-                self.leases[lease].ended = true;
-                Expect::Exactly(Ok(Reply::LeaseRevoked(locks.len() as u64)))
-            }
-            Call::GetLease { lease_id } => {
-                if !self.valid("n", Some(lease_id), None) {
-                    return Expect::Invalid;
-                }
-                let info = self.live_lease_by_id(lease_id).map(|lease| {
-                    let l = &self.leases[lease];
-                    LeaseInfo {
-                        ttl_ms: l.ttl_ms,
-                        expires_at_ms: l.expires_at_ms,
-                        durability: l.durability,
-                        locks: self.lease_locks(lease),
-                    }
-                });
-                Expect::Exactly(Ok(Reply::LeaseFound(info)))
-            }
-        }
-    }
-
-    /// Rule 11: `lock` of `name` under the live lease `lease`, wait 0.
-    pub(super) fn lock_in_lease(&mut self, name: &str, lease: usize) -> Expect {
-        let l = &self.leases[lease];
-        match self.live(name) {
-            // Held under it already: its grant, unchanged.
-            Some(h) if h.owner == l.id => Expect::Exactly(Ok(Reply::Granted(Grant {
-                fencing_token: h.token,
-                expires_at_ms: h.expires_at_ms,
-            }))),
-            Some(h) => Expect::Exactly(Err(LockError::Busy(h.info()))),
-            None => Expect::Fresh {
-                name: name.to_string(),
-                owner: l.id.clone(),
-                expires_at_ms: l.expires_at_ms,
-                durability: l.durability,
-                lease: Some(lease),
-            },
-        }
     }
 }

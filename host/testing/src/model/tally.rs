@@ -56,6 +56,27 @@ pub struct Tally {
     pub leases_expired_holding: u64,
     /// Leases that were live across a restart.
     pub leases_survived_restart: u64,
+    /// Fresh shared grants (rule 12); also counted in `fresh`.
+    pub shared: u64,
+    /// Fresh permits (rule 12); also counted in `fresh`.
+    pub permits: u64,
+    /// Fresh grants made while the name had other members (live holders
+    /// or places held back).
+    pub beside: u64,
+    /// Well-formed locks refused `invalid_argument` for their mode or kind
+    /// (rules 12, 13, and a lease's lock taken shared).
+    pub claim_refused: u64,
+    /// `describe` answers; of them, with several holders, and with a
+    /// lock-delay in force.
+    pub described: u64,
+    /// `describe` answers with several holders.
+    pub described_several: u64,
+    /// `describe` answers with a lock-delay in force.
+    pub described_delayed: u64,
+    /// Successful force-unlocks (rule 14).
+    pub forced: u64,
+    /// `busy` answers naming a place held back by a lock-delay (rule 15).
+    pub busy_delayed: u64,
 }
 
 impl Tally {
@@ -86,6 +107,15 @@ impl Tally {
         self.lease_not_live += other.lease_not_live;
         self.leases_expired_holding += other.leases_expired_holding;
         self.leases_survived_restart += other.leases_survived_restart;
+        self.shared += other.shared;
+        self.permits += other.permits;
+        self.beside += other.beside;
+        self.claim_refused += other.claim_refused;
+        self.described += other.described;
+        self.described_several += other.described_several;
+        self.described_delayed += other.described_delayed;
+        self.forced += other.forced;
+        self.busy_delayed += other.busy_delayed;
     }
 }
 
@@ -98,7 +128,10 @@ impl fmt::Display for Tally {
              {} restarts ({} locks carried across); leases: {} granted, {} locks taken under one, \
              {} refreshes ({} locks moved), {} revokes ({} locks released), {} live reads, \
              {} unlocks by lease id, {} extends refused, {} calls on a dead lease, \
-             {} expired holding locks, {} carried across a restart",
+             {} expired holding locks, {} carried across a restart; \
+             claims: {} shared, {} permits, {} granted beside other members, {} refused \
+             for their mode or kind; {} describes ({} with several holders, {} with a delay); \
+             {} force-unlocks; {} busy naming a place held back",
             self.ops,
             self.fresh,
             self.relocks,
@@ -123,7 +156,16 @@ impl fmt::Display for Tally {
             self.lease_extend_refused,
             self.lease_not_live,
             self.leases_expired_holding,
-            self.leases_survived_restart
+            self.leases_survived_restart,
+            self.shared,
+            self.permits,
+            self.beside,
+            self.claim_refused,
+            self.described,
+            self.described_several,
+            self.described_delayed,
+            self.forced,
+            self.busy_delayed
         )
     }
 }
