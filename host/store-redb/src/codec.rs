@@ -313,9 +313,22 @@ mod tests {
         version[0] = 2;
         assert!(decode_share(&version, "o").is_err());
         let mut unknown = shared.clone();
-        unknown[17] = 3;
+        unknown[17] = 4;
         let why = decode_share(&unknown, "o").unwrap_err();
-        assert!(why.contains("claim is 3"), "{why}");
+        assert!(why.contains("claim is 4"), "{why}");
+        // A leader's value runs to the end and must be UTF-8.
+        let leader = Record {
+            value: Some("10.0.0.7:8080 ü".to_string()),
+            claim: Claim::Leader,
+            owner: "candidate".to_string(),
+            token: 9,
+            expires_at_ms: 10,
+        };
+        let encoded = encode_share(&leader).unwrap();
+        assert_eq!(decode_share(&encoded, "candidate"), Ok(leader));
+        let mut not_utf8 = encoded;
+        not_utf8.push(0xff);
+        assert!(decode_share(&not_utf8, "candidate").is_err());
         let mut exclusive = shared;
         exclusive[17] = 0;
         assert!(decode_share(&exclusive, "o").is_err());
