@@ -621,3 +621,90 @@ pub async fn leaders_survive_restart(factory: &dyn StoreFactory) {
     assert_eq!(leader.info.expires_at_ms, START_MS + 60_000);
     invalid(s.lock(NS, "boss", "b", 1_000, exclusive(0)).await);
 }
+
+/// C21 with C3: readers queued behind a writer are granted together when
+/// it leaves, and a writer queued after them waits for them all; a reader
+/// that times out or goes away leaves the queue without holding anything.
+pub async fn readers_behind_a_writer_enter_together(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let w0 = s.lock(NS, "q", "w0", 60_000, exclusive(0)).await.unwrap();
+    let r1 = spawn_lock(&s, "q", "r1", shared(30_000));
+    settle_tasks().await;
+    let gone = spawn_lock(&s, "q", "gone", shared(30_000));
+    settle_tasks().await;
+    let r2 = spawn_lock(&s, "q", "r2", shared(30_000));
+    settle_tasks().await;
+    let w1 = spawn_lock(&s, "q", "w1", exclusive(30_000));
+    settle_tasks().await;
+    let r3 = spawn_lock(&s, "q", "r3", shared(30_000));
+    settle_tasks().await;
+    let short = {
+        let s = s.clone();
+        tokio::spawn(async move { s.lock(NS, "q", "short", 60_000, shared(100)).await })
+    };
+    settle_tasks().await;
+    gone.abort();
+    let _ = gone.await;
+    assert_eq!(s.describe(NS, "q").await.unwrap().waiters, 5);
+    clock.advance(100);
+    assert_eq!(busy_owner(short.await.unwrap()), "w0");
+    s.unlock(NS, "q", "w0", Some(w0.fencing_token))
+        .await
+        .unwrap();
+    let g1 = r1.await.unwrap().unwrap();
+    let g2 = r2.await.unwrap().unwrap();
+    assert!(w0.fencing_token < g1.fencing_token && g1.fencing_token < g2.fencing_token);
+    settle_tasks().await;
+    assert!(!w1.is_finished() && !r3.is_finished());
+    assert_eq!(
+        holders(&s, "q").await,
+        [
+            ("r1".to_string(), Claim::Shared),
+            ("r2".to_string(), Claim::Shared)
+        ]
+    );
+    s.unlock(NS, "q", "r1", None).await.unwrap();
+    settle_tasks().await;
+    assert!(!w1.is_finished(), "the writer entered beside r2");
+    s.unlock(NS, "q", "r2", None).await.unwrap();
+    let gw = w1.await.unwrap().unwrap();
+    settle_tasks().await;
+    assert!(!r3.is_finished());
+    s.unlock(NS, "q", "w1", Some(gw.fencing_token))
+        .await
+        .unwrap();
+    let g3 = r3.await.unwrap().unwrap();
+    assert!(g3.fencing_token > gw.fencing_token);
+    assert_eq!(holders(&s, "q").await, [("r3".to_string(), Claim::Shared)]);
+}
+
+/// C16 with C21: a lease's (exclusive) lock waits behind shared holders
+/// and is granted under the lease, with the lease's expiry, when they
+/// leave; revoking the lease releases it.
+pub async fn a_lease_lock_waits_behind_readers(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.lock(NS, "lr", "reader", 60_000, shared(0)).await.unwrap();
+    let lease = s
+        .grant_lease(NS, 20_000, Durability::Persistent)
+        .await
+        .unwrap();
+    let waiting = {
+        let s = s.clone();
+        let id = lease.id.clone();
+        tokio::spawn(async move { s.lock_in_lease(NS, "lr", &id, 30_000).await })
+    };
+    settle_tasks().await;
+    s.unlock(NS, "lr", "reader", None).await.unwrap();
+    let g = waiting.await.unwrap().unwrap();
+    assert_eq!(g.expires_at_ms, lease.expires_at_ms);
+    let info = s
+        .get(NS, "lr")
+        .await
+        .unwrap()
+        .expect("held under the lease");
+    assert_eq!(info.owner, lease.id);
+    assert_eq!(s.revoke_lease(NS, &lease.id).await.unwrap(), 1);
+    assert_eq!(s.get(NS, "lr").await.unwrap(), None);
+}

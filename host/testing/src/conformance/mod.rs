@@ -43,6 +43,8 @@ macro_rules! claims_conformance_tests {
             candidates_lead_in_turn,
             elections_keep_to_their_names,
             leaders_survive_restart,
+            readers_behind_a_writer_enter_together,
+            a_lease_lock_waits_behind_readers,
         );
     };
 }
