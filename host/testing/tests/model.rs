@@ -219,6 +219,13 @@ enum Bug {
     /// `lock_in_lease` under a lease that is not live is granted anyway (a
     /// plain lock by the lease id, for the lease's ttl).
     DeadLeaseLocks,
+    /// `get` of a name with several holders answers the oldest, not the
+    /// most recent grant (docs/contract.md#c21-shared).
+    GetAnswersOldestHolder,
+    /// The namespace's lock-delay never reaches the store: an expired or
+    /// force-released grant frees its place at once
+    /// (docs/contract.md#c23-lock-delay).
+    IgnoresLockDelay,
 }
 
 struct Faulty {
@@ -237,6 +244,13 @@ impl LockBackend for Faulty {
         ttl_ms: u64,
         options: LockOptions,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let options = match self.bug {
+            Bug::IgnoresLockDelay => LockOptions {
+                lock_delay_ms: 0,
+                ..options
+            },
+            _ => options,
+        };
         self.inner.lock(key, owner, ttl_ms, options)
     }
 
@@ -274,6 +288,10 @@ impl LockBackend for Faulty {
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         Box::pin(async move {
+            if matches!(self.bug, Bug::GetAnswersOldestHolder) {
+                let state = self.inner.describe(key).await?;
+                return Ok(state.holders.first().map(|h| h.info.clone()));
+            }
             let info = self.inner.get(key).await?;
             if !matches!(self.bug, Bug::GetIgnoresExpiry) {
                 return Ok(info);
@@ -367,6 +385,13 @@ impl LockBackend for Faulty {
         lease_id: &'a str,
         options: LockOptions,
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let options = match self.bug {
+            Bug::IgnoresLockDelay => LockOptions {
+                lock_delay_ms: 0,
+                ..options
+            },
+            _ => options,
+        };
         if !matches!(self.bug, Bug::DeadLeaseLocks) {
             return self.inner.lock_in_lease(key, lease_id, options);
         }
@@ -421,6 +446,12 @@ impl StoreFactory for Bug {
 /// Runs up to 2,000 sequences against `bug` and returns the minimal failing
 /// one's report; panics if none fails.
 fn caught(bug: Bug, restarts: bool) -> String {
+    caught_under_lock_delay(bug, restarts, 0)
+}
+
+/// [`caught`], the sequences' namespace with a lock-delay of
+/// `lock_delay_ms`.
+fn caught_under_lock_delay(bug: Bug, restarts: bool, lock_delay_ms: u64) -> String {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -431,7 +462,7 @@ fn caught(bug: Bug, restarts: bool) -> String {
     };
     let result = TestRunner::new(config).run(&model::ops(restarts), |ops: Vec<Op>| {
         runtime
-            .block_on(model::run(&bug, &ops))
+            .block_on(model::run_with_lock_delay(&bug, &ops, lock_delay_ms))
             .map(drop)
             .map_err(TestCaseError::fail)
     });
@@ -476,4 +507,16 @@ fn a_revoke_that_leaves_a_lock_held_is_caught() {
 fn a_lock_under_a_dead_lease_is_caught() {
     let reason = caught(Bug::DeadLeaseLocks, false);
     assert!(reason.contains("LockInLease"), "{reason}");
+}
+
+#[test]
+fn get_answering_an_older_holder_is_caught() {
+    let reason = caught(Bug::GetAnswersOldestHolder, false);
+    assert!(reason.contains("Found"), "{reason}");
+}
+
+#[test]
+fn a_lock_delay_not_kept_is_caught() {
+    let reason = caught_under_lock_delay(Bug::IgnoresLockDelay, false, model::MODEL_LOCK_DELAY_MS);
+    assert!(reason.contains("Busy"), "{reason}");
 }
