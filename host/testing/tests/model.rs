@@ -197,6 +197,89 @@ fn a_fixed_lease_sequence_matches_the_model() {
     assert_eq!(tally.invalid, 2, "{tally}");
 }
 
+/// A hand-written sequence through rules 12 to 15 under a lock-delay:
+/// readers together and a writer refused, no change of mode, a lock is no
+/// semaphore, permits up to the size, force-unlock of every permit, the
+/// places they hold back, a new size once the name is idle, and expired
+/// readers holding back a writer but not a reader.
+#[test]
+fn a_fixed_claims_sequence_matches_the_model() {
+    use lockd_core::Claim::{Permit, Shared};
+    use lockd_core::Durability::Persistent;
+    use lockd_testing::model::TokenArg;
+    let take = |name, owner, claim| Op::LockAs {
+        name,
+        owner,
+        claim,
+        ttl_ms: 1_000,
+        durability: Persistent,
+    };
+    let lock = |name, owner| Op::Lock {
+        name,
+        owner,
+        ttl_ms: 1_000,
+        durability: Persistent,
+    };
+    let two = Permit { permits: 2 };
+    let ops = vec![
+        take(0, 0, Shared),
+        take(0, 1, Shared),
+        lock(0, 2),
+        // A reader asking to write; a permit of a lock.
+        lock(0, 0),
+        take(0, 2, two),
+        Op::Get { name: 0 },
+        Op::Describe { name: 0 },
+        take(1, 0, two),
+        take(1, 1, two),
+        take(1, 2, two),
+        take(1, 2, Permit { permits: 3 }),
+        Op::Unlock {
+            name: 1,
+            owner: 0,
+            token: TokenArg::None,
+        },
+        take(1, 2, two),
+        Op::ForceUnlock { name: 1 },
+        // Both permits' places are held back for the delay.
+        take(1, 0, two),
+        Op::Describe { name: 1 },
+        Op::Advance {
+            ms: model::MODEL_LOCK_DELAY_MS,
+        },
+        take(1, 0, Permit { permits: 3 }),
+        // The readers expired 100 ms ago: held back from writers only.
+        Op::Advance { ms: 700 },
+        take(0, 2, Shared),
+        lock(0, 0),
+        Op::Describe { name: 0 },
+        Op::List,
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let tally = runtime
+        .block_on(model::run_with_lock_delay(
+            &MemoryFactory,
+            &ops,
+            model::MODEL_LOCK_DELAY_MS,
+        ))
+        .unwrap();
+    assert_eq!((tally.shared, tally.permits), (3, 4), "{tally}");
+    assert_eq!(tally.claim_refused, 3, "{tally}");
+    assert_eq!((tally.busy, tally.busy_delayed), (4, 1), "{tally}");
+    assert_eq!(tally.forced, 1, "{tally}");
+    assert_eq!(
+        (
+            tally.described,
+            tally.described_several,
+            tally.described_delayed
+        ),
+        (3, 1, 2),
+        "{tally}"
+    );
+}
+
 // Negative controls: each injects one bug the model must catch, so a model
 // that accepted anything could not pass.
 
