@@ -310,6 +310,9 @@ impl Engine {
                 lease,
             },
         );
+        // Even for an ephemeral holder: a persistent release of the name
+        // before it may still be on its way to the disk.
+        self.note_journal_pos(shard, at);
         self.purge.note_deadline(expires_at_ms);
         let grant = Grant {
             fencing_token: token,
@@ -355,7 +358,40 @@ impl Engine {
             at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
             acquired_at_ms: None,
         });
+        self.note_journal_pos(shard, at);
         (grant, ticket)
+    }
+
+    /// Records where the journal is after the last op of the lock at `at`.
+    fn note_journal_pos(&self, shard: &mut Shard, at: usize) {
+        // The low half: `name_barrier` rebuilds the whole from the journal's
+        // current position, which is less than 2^32 ops ahead of any op
+        // that may still be waiting for the disk.
+        shard.at_mut(at).journal_pos = self.journal.submitted() as u32;
+    }
+
+    /// The barrier a reply that shows `key` waits behind: the name's last
+    /// op durable (docs/contract.md#c10-durability). A name the shard does
+    /// not have may have been removed by an op still waiting: it waits
+    /// for everything submitted so far.
+    pub(super) fn name_barrier(&self, key: &Key) -> Ticket {
+        let (shard, hash) = self.shard(key);
+        let position = match shard.find(hash, key) {
+            Some(at) => {
+                let now = self.journal.submitted();
+                let behind = (now as u32).wrapping_sub(shard.at(at).journal_pos);
+                now.saturating_sub(u64::from(behind))
+            }
+            None => match shard.groups.get(key) {
+                Some(group) => group.journal_pos,
+                None => {
+                    drop(shard);
+                    return self.journal.flushed();
+                }
+            },
+        };
+        drop(shard);
+        self.journal.flushed_through(position)
     }
 
     /// Removes the holder of the lock at `at`, named `key` (journaling the

@@ -109,6 +109,9 @@ pub(super) struct Group {
     pub(super) waiters: VecDeque<Waiter>,
     /// Its entry in the shard's `group_deadlines`.
     deadline: Option<u64>,
+    /// The journal's position after the name's last op (see
+    /// `Engine::name_barrier`).
+    pub(super) journal_pos: u64,
 }
 
 impl Group {
@@ -119,6 +122,7 @@ impl Group {
             members: Vec::new(),
             waiters: VecDeque::new(),
             deadline: None,
+            journal_pos: 0,
         }
     }
 
@@ -281,6 +285,7 @@ impl Engine {
         });
         let grant = member.grant();
         group.members.push(member);
+        group.journal_pos = self.journal.submitted();
         self.purge.note_deadline(expires_at_ms);
         (grant, ticket)
     }
@@ -299,10 +304,13 @@ impl Engine {
         });
     }
 
-    /// Ends the live member `i` of `group` by `why`: publishes it, uncounts
-    /// it, and, for an expiry or a force-release under a lock-delay, keeps
-    /// its place until `ended_at + delay`. Answers its record's delete (for
-    /// a persistent member) and whether the place stays at `i`.
+    /// Ends the live member `i` of `group` by `why`: submits its record's
+    /// delete (for a persistent member, unless `journaled` already did, in
+    /// a batch), then publishes it (the event waits for the ops submitted
+    /// before it), uncounts it, and, for an expiry or a force-release under
+    /// a lock-delay, keeps its place until `ended_at + delay`. Answers the
+    /// delete's ticket and whether the place stays at `i`.
+    #[allow(clippy::too_many_arguments)]
     fn end_member(
         &self,
         group: &mut Group,
@@ -311,10 +319,20 @@ impl Engine {
         now: u64,
         why: EventKind,
         ended_at: u64,
-    ) -> (Option<JournalOp>, bool) {
+        journaled: bool,
+    ) -> (Ticket, bool) {
         let member = &group.members[i];
-        let delete = (member.durability == Durability::Persistent)
-            .then(|| JournalOp::DeleteShare(key.clone(), member.owner.to_string()));
+        let ticket = if journaled || member.durability == Durability::Ephemeral {
+            Ticket::ready()
+        } else {
+            let ticket = self.journal.submit(JournalOp::DeleteShare(
+                key.clone(),
+                member.owner.to_string(),
+            ));
+            group.journal_pos = self.journal.submitted();
+            ticket
+        };
+        let member = &group.members[i];
         group
             .namespace
             .record_hold(now.saturating_sub(member.acquired_at_ms));
@@ -329,16 +347,11 @@ impl Engine {
             let member = &mut group.members[i];
             member.delayed = true;
             member.expires_at_ms = until;
-            (delete, true)
+            (ticket, true)
         } else {
             group.members.remove(i);
-            (delete, false)
+            (ticket, false)
         }
-    }
-
-    /// Submits `op`, if any.
-    fn submit_some(&self, op: Option<JournalOp>) -> Ticket {
-        op.map_or_else(Ticket::ready, |op| self.journal.submit(op))
     }
 
     /// Brings the group `key` up to `now`: ends expired members (keeping
@@ -362,8 +375,8 @@ impl Engine {
                 // Nobody waits on this delete: a record found expired at
                 // the next start is dropped anyway.
                 let (delete, kept) =
-                    self.end_member(group, i, key, now, EventKind::Expired, expired_at);
-                drop(self.submit_some(delete));
+                    self.end_member(group, i, key, now, EventKind::Expired, expired_at, false);
+                drop(delete);
                 i += usize::from(kept);
             }
         }
@@ -418,6 +431,7 @@ impl Engine {
                 drop(self.journal_if_persistent(member.durability, || {
                     JournalOp::DeleteShare(key.clone(), member.owner.to_string())
                 }));
+                group.journal_pos = self.journal.submitted();
             }
         }
     }
@@ -479,6 +493,7 @@ impl Engine {
             delayed: true,
             value: None,
         });
+        group.journal_pos = self.journal.submitted();
         shard.groups.insert(key.clone(), group);
         if let Some(due) = shard.refile(key) {
             self.purge.note_deadline(due);
@@ -544,6 +559,7 @@ impl Engine {
                 JournalOp::PutShare(key.clone(), member.record(self))
             });
             self.emit_member(EventKind::Extended, key, member, now);
+            group.journal_pos = self.journal.submitted();
             if let Some(due) = shard.refile(key) {
                 self.purge.note_deadline(due);
             }
@@ -601,8 +617,7 @@ impl Engine {
             .held_by(owner)
             .filter(|&i| token.is_none_or(|t| t == group.members[i].token))
             .ok_or(LockError::NotOwner)?;
-        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
-        let ticket = self.submit_some(delete);
+        let (ticket, _) = self.end_member(group, i, key, now, EventKind::Released, now, false);
         self.settle_group(shard, key, now);
         Ok(ticket)
     }
@@ -630,6 +645,7 @@ impl Engine {
         });
         self.emit_member(EventKind::Extended, key, member, now);
         let grant = member.grant();
+        group.journal_pos = self.journal.submitted();
         if let Some(due) = shard.refile(key) {
             self.purge.note_deadline(due);
         }
@@ -650,7 +666,18 @@ impl Engine {
         let Some(latest) = group.live().last().map(Member::info) else {
             return Err(LockError::NotHeld);
         };
-        let mut deletes = Vec::new();
+        // One commit for them all, submitted before their events.
+        let mut deletes: Vec<JournalOp> = group
+            .live()
+            .filter(|m| m.durability == Durability::Persistent)
+            .map(|m| JournalOp::DeleteShare(key.clone(), m.owner.to_string()))
+            .collect();
+        let ticket = match deletes.len() {
+            0 => Ticket::ready(),
+            1 => self.journal.submit(deletes.pop().expect("one")),
+            _ => self.journal.submit(JournalOp::Batch(deletes)),
+        };
+        group.journal_pos = self.journal.submitted();
         let mut i = 0;
         while i < group.members.len() {
             if group.members[i].delayed {
@@ -665,15 +692,10 @@ impl Engine {
                 token = member.token,
                 "lock force-released"
             );
-            let (delete, kept) = self.end_member(group, i, key, now, EventKind::ForceReleased, now);
-            deletes.extend(delete);
+            let (_, kept) =
+                self.end_member(group, i, key, now, EventKind::ForceReleased, now, true);
             i += usize::from(kept);
         }
-        let ticket = match deletes.len() {
-            0 => Ticket::ready(),
-            1 => self.journal.submit(deletes.pop().expect("one")),
-            _ => self.journal.submit(JournalOp::Batch(deletes)),
-        };
         self.settle_group(shard, key, now);
         Ok((latest, ticket))
     }
@@ -696,8 +718,8 @@ impl Engine {
         else {
             return;
         };
-        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
-        drop(self.submit_some(delete));
+        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now, false);
+        drop(delete);
         self.settle_group(shard, key, now);
     }
 
@@ -732,6 +754,7 @@ impl Engine {
             JournalOp::PutShare(key.clone(), member.record(self))
         });
         self.emit_member(EventKind::Proclaimed, key, member, now);
+        group.journal_pos = self.journal.submitted();
         Ok(ticket)
     }
 

@@ -165,6 +165,10 @@ pub(super) struct Lock {
     /// only while there is a holder.
     text: Box<str>,
     name_len: u32,
+    /// The journal's position after this name's last op (its low 32 bits:
+    /// see `Engine::name_barrier`): a read of the name waits until that
+    /// much of the journal is durable.
+    pub(super) journal_pos: u32,
     holder: Option<Holder>,
     /// First in, first served.
     pub(super) waiters: Queue,
@@ -400,6 +404,7 @@ impl Shard {
             namespace: namespace(),
             text: text.into_boxed_str(),
             name_len,
+            journal_pos: 0,
             holder: None,
             waiters: Queue::default(),
         });
