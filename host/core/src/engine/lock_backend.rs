@@ -364,7 +364,7 @@ impl LockBackend for Engine {
                     None => {}
                 }
             }
-            for group in shard.groups.values() {
+            for group in shard.groups.map.values() {
                 let row = by_namespace
                     .entry(group.namespace.name.clone())
                     .or_insert_with(|| NamespaceStats {
