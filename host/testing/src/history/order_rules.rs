@@ -72,13 +72,7 @@ impl Checker<'_> {
             .iter()
             .copied()
             .filter(|&i| ops[i].alive().is_some())
-            .filter(|&i| {
-                !several
-                    || matches!(
-                        (&ops[i].kind, &ops[i].outcome),
-                        (OpKind::Lock { .. }, Outcome::Ok { .. })
-                    )
-            })
+            .filter(|&i| !several || self.certainly_fresh(ids, i))
             .collect();
         answers.sort_by_key(|&i| ops[i].invoke_ms);
         let mut next = 0;
@@ -111,6 +105,31 @@ impl Checker<'_> {
                 message: format!("{why}: {op}, after {}", ops[a]),
             });
         }
+    }
+
+    /// Whether `b`, on a name with several holders, is an acknowledged
+    /// `lock` that certainly made a fresh grant: no acknowledged setting of
+    /// its owner and token completed before it was invoked (else it is a
+    /// relock, whose token may be older than a grant made since), and no
+    /// `lock` of its owner on the name of unknown outcome was invoked before
+    /// it (which may have made the grant earlier).
+    fn certainly_fresh(&self, ids: &[usize], b: usize) -> bool {
+        let ops = self.ops;
+        let op = &ops[b];
+        let (OpKind::Lock { .. }, Outcome::Ok { token, .. }) = (&op.kind, &op.outcome) else {
+            return false;
+        };
+        !ids.iter().map(|&i| &ops[i]).any(|o| {
+            o.owner == op.owner
+                && o.invoke_ms < op.invoke_ms
+                && match &o.outcome {
+                    Outcome::Ok { token: t, .. } => {
+                        t == token && o.is_setting() && o.complete_ms <= op.invoke_ms
+                    }
+                    Outcome::Unknown => matches!(o.kind, OpKind::Lock { .. }),
+                    _ => false,
+                }
+        })
     }
 
     /// Rule 4.

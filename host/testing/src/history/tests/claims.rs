@@ -47,6 +47,8 @@ fn a_legitimate_semaphore_history_is_clean() {
     h.op(2_200, 2_210, "d", permit(5_000), busy("b", 11, 6_405));
     h.op(2_300, 2_310, "d", permit(5_000), ok(13, 7_305));
     h.op(2_400, 2_405, "", OpKind::Get, found("d", 13, 7_305));
+    // b's relock answers its own, older token after d's grant.
+    h.op(2_500, 2_510, "b", permit(5_000), ok(11, 7_505));
     h.assert_clean();
     let coverage = check_report(&h.0).coverage;
     assert_eq!(coverage.shared_names, 1);
@@ -56,6 +58,17 @@ fn a_legitimate_semaphore_history_is_clean() {
     assert!(coverage.calls_judged_after_kill > 0, "{coverage}");
     let summary = h.0.summary();
     assert!(summary.contains("permit     busy       3"), "{summary}");
+}
+
+/// Negative control: a fresh permit whose token is below one acknowledged
+/// before it was asked for.
+#[test]
+fn a_fresh_permit_with_an_older_token_is_caught() {
+    let mut h = H::default();
+    h.op(1_000, 1_010, "a", permit(500), ok(10, 1_505));
+    h.op(1_100, 1_110, "a", unlock(10), Outcome::Unlocked);
+    h.op(1_200, 1_210, "b", permit(500), ok(9, 1_705));
+    assert_eq!(h.rules(), vec![Rule::TokenOrder]);
 }
 
 /// Readers together, a writer `busy` until the last reader leaves (naming
