@@ -167,9 +167,12 @@
 //! - Rule 2: an exclusive grant's certain window meets no other certain
 //!   window of the name, and no exclusive grant is acknowledged inside a
 //!   shared grant's or a permit's.
-//! - Rule 3 compares grants only: a fresh grant's token is above every
-//!   token acknowledged before it; a `get` or `busy` may show an older
-//!   grant still held once a newer one was released.
+//! - Rule 3 compares fresh grants only: a `lock` answered `Ok` with no
+//!   earlier acknowledgement of its owner and token, and no earlier `lock`
+//!   of its owner of unknown outcome, carries a token above every token
+//!   acknowledged before it was invoked. A relock answers its own grant's
+//!   token, and a `get` or `busy` the most recent grant still held: both
+//!   may be older than a grant acknowledged since.
 //!
 //! 7. **Never more holders than permits** ([`Rule::OverPermits`]). At no
 //!    instant do more permits' certain windows of one semaphore overlap
