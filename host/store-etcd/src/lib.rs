@@ -126,6 +126,7 @@ mod etcd_lease;
 mod events;
 mod keys;
 mod local;
+mod name;
 mod options;
 mod probe;
 mod recent;
@@ -138,7 +139,7 @@ use std::sync::Arc;
 
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockBackend,
-    LockError, LockEvent, LockInfo, LockOptions, NamespaceStats,
+    LockError, LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
 };
 
 pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
@@ -257,6 +258,16 @@ impl LockBackend for EtcdBackend {
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         Box::pin(self.inner.get(key))
+    }
+
+    fn describe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<NameState, LockError>> {
+        Box::pin(self.inner.describe(key))
+    }
+
+    /// Shared locks, semaphores and lock-delays, kept in each name's one
+    /// record for every host (docs/scale-out.md).
+    fn supports_claims(&self) -> bool {
+        true
     }
 
     fn list<'a>(

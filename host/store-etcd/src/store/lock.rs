@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use lockd_core::{Grant, Key, LockError, LockOptions};
+use lockd_core::{Claim, Grant, Key, LockError, LockOptions};
 
 use super::grant::{Attempt, Grants};
 use super::keyspace::Keyspace;
@@ -113,7 +113,15 @@ impl LockCalls {
             }
             let w = self
                 .queue
-                .enqueue(key, owner, ttl_ms, options.durability, None)
+                .enqueue(
+                    key,
+                    owner,
+                    ttl_ms,
+                    options.durability,
+                    None,
+                    options.claim,
+                    options.lock_delay_ms,
+                )
                 .await?;
             // In the queue: the next local caller may go.
             drop(turn.take());
@@ -156,6 +164,13 @@ impl LockCalls {
         mut turn: Turn,
         caller: &mut Caller,
     ) -> Result<(Grant, bool), LockError> {
+        if options.claim != Claim::Exclusive {
+            return Err(LockError::InvalidArgument(format!(
+                "shared locks and permits are not taken under a lease: take {:?} with an \
+                 owner of its own",
+                key.name
+            )));
+        }
         let wait_until = self.start(key, options.wait_ms, &mut turn, caller).await?;
         let lock_key = self.ks.layout.lock_key(key);
         let queue = self.ks.layout.queue_prefix(key);
@@ -173,7 +188,7 @@ impl LockCalls {
         loop {
             let attempt = self
                 .leases
-                .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options)
                 .await?;
             let (holder, lease) = match attempt {
                 LeaseAttempt::Granted(g, fresh) => return live((g, fresh)),
@@ -190,6 +205,8 @@ impl LockCalls {
                     lease.ttl_ms,
                     lease.durability.into(),
                     Some(lease_id),
+                    Claim::Exclusive,
+                    options.lock_delay_ms,
                 )
                 .await?;
             drop(turn.take());
@@ -213,7 +230,7 @@ impl LockCalls {
                 Ok(WaitEnd::TimedOut) => {
                     let last = self
                         .leases
-                        .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                        .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options)
                         .await?;
                     return match last {
                         LeaseAttempt::Granted(g, fresh) => live((g, fresh)),

@@ -39,7 +39,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
-    LockEvent, LockInfo, LockOptions, NamespaceStats,
+    LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
 };
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
@@ -346,6 +346,12 @@ impl Inner {
         self.settle_pending(|k| k == key).await;
         let result = self.grants.get(key).await;
         log_unavailable("get", key, result)
+    }
+
+    pub(crate) async fn describe(&self, key: &Key) -> Result<NameState, LockError> {
+        self.settle_pending(|k| k == key).await;
+        let result = self.grants.describe(key).await;
+        log_unavailable("describe", key, result)
     }
 
     pub(crate) async fn list(
