@@ -139,7 +139,11 @@ pub(crate) fn lock_events(
     let mut extended = Vec::new();
     for p in prev.iter().filter(|p| p.rec.ended_at_ms.is_none()) {
         match new.iter().find(|n| n.token == p.token) {
-            None => ended.push(ev(end_kind(p, None, why, now, alone), p, p.rec.acquired_at_ms)),
+            None => ended.push(ev(
+                end_kind(p, None, why, now, alone),
+                p,
+                p.rec.acquired_at_ms,
+            )),
             Some(n) if n.rec.ended_at_ms.is_some() => ended.push(ev(
                 end_kind(p, n.rec.ended_at_ms, why, now, alone),
                 p,
@@ -243,11 +247,31 @@ mod tests {
         moved.rec.expires_at_ms = 200;
         moved.mod_revision = 11;
         assert_eq!(
-            kinds(&lock_events(&key, std::slice::from_ref(&a), std::slice::from_ref(&moved), None, now)), [(EventKind::Extended, "a", 10)]
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                std::slice::from_ref(&moved),
+                None,
+                now
+            )),
+            [(EventKind::Extended, "a", 10)]
         );
-        assert!(lock_events(&key, std::slice::from_ref(&a), std::slice::from_ref(&a), None, now).is_empty());
+        assert!(lock_events(
+            &key,
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&a),
+            None,
+            now
+        )
+        .is_empty());
         let b = held("b", 12, 300, Some("w-1"));
-        let handed = lock_events(&key, std::slice::from_ref(&a), std::slice::from_ref(&b), Some(Why::Released), now);
+        let handed = lock_events(
+            &key,
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            Some(Why::Released),
+            now,
+        );
         assert_eq!(
             kinds(&handed),
             [
@@ -268,17 +292,35 @@ mod tests {
         );
         // A marker decides, whatever the clock says.
         assert_eq!(
-            kinds(&lock_events(&key, std::slice::from_ref(&a), &[], Some(Why::Expired), 0)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                &[],
+                Some(Why::Expired),
+                0
+            )),
             [(EventKind::Expired, "a", 10)]
         );
         assert_eq!(
-            kinds(&lock_events(&key, std::slice::from_ref(&a), &[], Some(Why::Forced), 0)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                &[],
+                Some(Why::Forced),
+                0
+            )),
             [(EventKind::ForceReleased, "a", 10)]
         );
         // A fresh grant over an expired record: both.
         let c = held("a", 20, 400, None);
         assert_eq!(
-            kinds(&lock_events(&key, std::slice::from_ref(&a), std::slice::from_ref(&c), None, 150)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                std::slice::from_ref(&c),
+                None,
+                150
+            )),
             [
                 (EventKind::Expired, "a", 10),
                 (EventKind::Acquired, "a", 20)

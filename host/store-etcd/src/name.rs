@@ -312,10 +312,7 @@ mod tests {
         assert!(n.in_the_way(Claim::Shared, 50).is_some());
         // "b" expired at 100 with a delay of 30: one permit fewer until 130.
         assert!(n.in_the_way(p, 110).is_none());
-        let n2 = name(vec![
-            grant("a", 5, 200, p, 0),
-            grant("b", 7, 100, p, 30),
-        ]);
+        let n2 = name(vec![grant("a", 5, 200, p, 0), grant("b", 7, 100, p, 30)]);
         let busy = n2.in_the_way(p, 110).unwrap();
         assert_eq!((busy.owner.as_str(), busy.expires_at_ms), ("b", 130));
         assert!(n2.in_the_way(p, 130).is_none());
@@ -327,7 +324,10 @@ mod tests {
         let (kept, changed) = n2.tidied(110);
         assert!(changed);
         assert_eq!(kept.len(), 2);
-        assert_eq!(kept.iter().find(|r| r.owner == "b").unwrap().ended_at_ms, Some(100));
+        assert_eq!(
+            kept.iter().find(|r| r.owner == "b").unwrap().ended_at_ms,
+            Some(100)
+        );
         let (kept, _) = n2.tidied(140);
         assert_eq!(kept.len(), 1);
     }

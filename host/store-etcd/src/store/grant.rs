@@ -145,7 +145,16 @@ impl Grants {
         if options.quota.is_none() {
             let absent = unchanged(lock_key, None);
             if let Some(g) = self
-                .grant_fresh(lock_key, queue, absent, None, Vec::new(), owner, ttl_ms, options)
+                .grant_fresh(
+                    lock_key,
+                    queue,
+                    absent,
+                    None,
+                    Vec::new(),
+                    owner,
+                    ttl_ms,
+                    options,
+                )
                 .await?
             {
                 return Ok(Attempt::Granted(g, true));
@@ -176,7 +185,13 @@ impl Grants {
                 // nobody queued.
                 let expires_at_ms = deadline(now, ttl_ms)?;
                 if let Refresh::Done(g) = self
-                    .refresh(lock_key, queue, name.expect("a grant was found"), h, expires_at_ms)
+                    .refresh(
+                        lock_key,
+                        queue,
+                        name.expect("a grant was found"),
+                        h,
+                        expires_at_ms,
+                    )
                     .await?
                 {
                     return Ok(Attempt::Granted(g, false));
@@ -202,7 +217,9 @@ impl Grants {
             // Over an expired holder: its end is marked expired.
             let marker = self.ks.marked(Why::Expired, name);
             if let Some(g) = self
-                .grant_fresh(lock_key, queue, as_read, name, marker, owner, ttl_ms, options)
+                .grant_fresh(
+                    lock_key, queue, as_read, name, marker, owner, ttl_ms, options,
+                )
                 .await?
             {
                 return Ok(Attempt::Granted(g, true));
@@ -496,7 +513,10 @@ impl Grants {
     /// between the expiry and the head's own hand-off, that would show a
     /// free moment no caller could use. During a lock-delay nobody holds it.
     pub(super) async fn get(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
-        Ok(self.read(key).await?.and_then(|(n, now)| n.latest(now).map(Held::info)))
+        Ok(self
+            .read(key)
+            .await?
+            .and_then(|(n, now)| n.latest(now).map(Held::info)))
     }
 
     /// Everything about `key`: every live grant with its claim, the queue's

@@ -33,7 +33,9 @@ use lockd_core::{
 use super::grant::check_quota;
 use super::keyspace::Keyspace;
 use super::queue::{Queue, WATCH_RETRY};
-use super::txn::{nobody_queued, read_lease, unchanged, unchanged_at, waiter_unchanged, LeaseEdits};
+use super::txn::{
+    nobody_queued, read_lease, unchanged, unchanged_at, waiter_unchanged, LeaseEdits,
+};
 use crate::events::Why;
 use crate::name::Name;
 use crate::record::{from_json, to_json, Held, LeaseRecord, LockRecord, Queued};

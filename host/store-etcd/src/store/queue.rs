@@ -225,8 +225,7 @@ impl Queue {
             let lease_key = self.ks.layout.lease_key(&key.namespace, &h.rec.owner);
             edits.remove_lock(lease_key, &key.name).await?;
         }
-        let Some((rec, session)) = self.grant_for_waiter(&key, head, now, &mut edits).await?
-        else {
+        let Some((rec, session)) = self.grant_for_waiter(&key, head, now, &mut edits).await? else {
             self.drop_waiter(head).await?;
             return Ok(false);
         };
