@@ -193,6 +193,7 @@ impl BusyReply {
 
 #[cfg(test)]
 mod tests {
+    use lockd_core::Claim;
     use lockd_core::LockError;
 
     use super::*;
@@ -271,6 +272,8 @@ mod tests {
             r#"{"fencing_token":7,"owner":"w1","status":"released"}"#
         );
         let list = ListReply::new(vec![lockd_core::ListedLock {
+            claim: Claim::Exclusive,
+            holders: Vec::new(),
             name: "a".to_string(),
             info,
             acquired_at_ms: Some(40),

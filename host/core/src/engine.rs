@@ -33,7 +33,6 @@
 //! sweeps expired holders at their deadlines) and `lock_backend` (the
 //! [`LockBackend`](crate::LockBackend) face, answering in wall-clock time).
 
-use crate::types::Claim;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -41,9 +40,11 @@ use crate::clock::{deadline, Clock};
 use crate::error::LockError;
 use crate::journal::{Journal, JournalOp, Record, Ticket};
 use crate::types::{
-    Durability, EventKind, Grant, Key, ListedLock, LockEvent, LockInfo, LockOptions,
+    Claim, Durability, EventKind, Grant, Holding, Key, ListedLock, LockEvent, LockInfo,
+    LockOptions, NameState,
 };
 
+mod groups;
 mod leases;
 mod lock_backend;
 mod outbox;
@@ -157,7 +158,7 @@ impl Engine {
         expires_at_ms: u64,
         durability: Durability,
         lease: Option<Arc<LeaseCell>>,
-        quota: Option<u64>,
+        (quota, lock_delay_ms): (Option<u64>, u64),
         now: u64,
     ) -> Result<(Grant, Ticket), LockError> {
         let at = shard.find_or_insert(hash, key, owner, || self.namespaces.get(&key.namespace));
@@ -165,6 +166,7 @@ impl Engine {
             shard.forget_if_idle(at);
             return Err(e);
         }
+        shard.at(at).namespace.note_lock_delay(lock_delay_ms);
         let (grant, ticket) =
             self.install_counted(shard, at, key, owner, expires_at_ms, durability, lease, now);
         self.emit(EventKind::Acquired, shard.at(at), key);
@@ -200,7 +202,7 @@ impl Engine {
                     expires_at_ms,
                     lease.durability,
                     Some(lease.clone()),
-                    options.quota,
+                    (options.quota, options.lock_delay_ms),
                     now,
                 )
                 .inspect_err(|_| lease.detach(&key.name))
@@ -213,7 +215,7 @@ impl Engine {
                 deadline(now, ttl_ms)?,
                 options.durability,
                 None,
-                options.quota,
+                (options.quota, options.lock_delay_ms),
                 now,
             ),
         }
@@ -365,10 +367,26 @@ impl Engine {
             self.journal_if_persistent(holder.durability, || JournalOp::Delete(key.clone()));
         self.emit_left(why, key, &lock.namespace, lock.owner(), holder, now);
         lock.namespace.remove();
-        if let Some(lease) = shard.take_holder(at).and_then(|holder| holder.lease) {
+        // Under a lock-delay an expired or force-released grant keeps its
+        // place (docs/contract.md#c23-lock-delay), from when it ended.
+        let delayed_until = match why {
+            EventKind::Expired => Some(holder.expires_at_ms()),
+            EventKind::ForceReleased => Some(now),
+            _ => None,
+        }
+        .map(|ended| ended.saturating_add(lock.namespace.lock_delay_ms()))
+        .filter(|&until| until > now);
+        let ended = lock.info().expect("held");
+        let holder = shard.take_holder(at).expect("held");
+        if let Some(lease) = &holder.lease {
             lease.detach(&key.name);
         }
-        self.hand_off(shard, at, key, now);
+        match delayed_until {
+            Some(until) => {
+                self.delay_in_group(shard, at, key, ended, holder.acquired_at_ms, until);
+            }
+            None => self.hand_off(shard, at, key, now),
+        }
         ticket
     }
 
@@ -393,6 +411,22 @@ impl Engine {
     /// Where the held lock `key` is, after settling it.
     fn settle_held(&self, shard: &mut Shard, key: &Key, hash: u64, now: u64) -> Option<usize> {
         self.settle(shard, key, hash, now)
+            .filter(|&at| shard.at(at).holder().is_some())
+    }
+
+    /// Settles `key` wherever it is, the table or the groups, and answers
+    /// where its exclusive holder is in the table, if it has one. After it
+    /// the name is in one place, which stays so for the caller (it holds
+    /// the shard mutex): settling a group may move the name to the table
+    /// and grant it, and an expiry under a lock-delay moves it to a group.
+    fn settle_all(&self, shard: &mut Shard, key: &Key, hash: u64, now: u64) -> Option<usize> {
+        let held = self.settle_held(shard, key, hash, now);
+        if held.is_some() || shard.groups.is_empty() {
+            return held;
+        }
+        self.settle_group(shard, key, now);
+        shard
+            .find(hash, key)
             .filter(|&at| shard.at(at).holder().is_some())
     }
 
@@ -457,16 +491,53 @@ impl Engine {
         options: LockOptions,
         lease: Option<&Arc<LeaseCell>>,
     ) -> Result<Attempt, LockError> {
+        if lease.is_some() && options.claim != Claim::Exclusive {
+            return Err(LockError::InvalidArgument(format!(
+                "{:?}: a lease's locks are exclusive; take a shared lock or a permit without a lease",
+                key.name
+            )));
+        }
         let (mut guard, hash) = self.shard(key);
-        let shard = &mut *guard;
         let now = self.clock.now_ms();
-        let Some(at) = self.settle_held(shard, key, hash, now) else {
+        self.decide(&mut guard, key, hash, owner, ttl_ms, options, lease, now)
+    }
+
+    /// [`Engine::try_lock`] under the shard mutex.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        hash: u64,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        lease: Option<&Arc<LeaseCell>>,
+        now: u64,
+    ) -> Result<Attempt, LockError> {
+        let Some(at) = self.settle_all(shard, key, hash, now) else {
+            if options.claim != Claim::Exclusive
+                || (!shard.groups.is_empty() && shard.groups.contains_key(key))
+            {
+                return self.lock_in_group(shard, key, owner, ttl_ms, options, now);
+            }
             let (grant, ticket) =
                 self.install_fresh(shard, key, hash, owner, ttl_ms, options, lease, now)?;
             return Ok(Attempt::Granted(grant, ticket));
         };
         let lock = shard.at(at);
-        if let Some(holder) = lock.held_by(owner) {
+        if options.claim != Claim::Exclusive {
+            // Held exclusive, in the table: a lock.
+            groups::check_kind(key, None, options.claim)?;
+            if lock.held_by(owner).is_some() {
+                return Err(groups::no_change_of_mode(
+                    key,
+                    owner,
+                    Claim::Exclusive,
+                    options.claim,
+                ));
+            }
+        } else if let Some(holder) = lock.held_by(owner) {
             if options.refuse_relock && lease.is_none() {
                 return Err(LockError::Busy(lock.info().expect("held")));
             }
@@ -501,12 +572,12 @@ impl Engine {
         owner: &str,
         token: Option<u64>,
     ) -> Result<(), LockError> {
-        let ticket = {
+        let ticket = 'decided: {
             let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
-            let Some(at) = self.settle_held(shard, key, hash, now) else {
-                return Err(LockError::NotHeld);
+            let Some(at) = self.settle_all(shard, key, hash, now) else {
+                break 'decided self.unlock_in_group(shard, key, owner, token, now)?;
             };
             let holds = shard
                 .at(at)
@@ -521,13 +592,13 @@ impl Engine {
     }
 
     async fn extend_impl(&self, key: &Key, owner: &str, ttl_ms: u64) -> Result<Grant, LockError> {
-        let (grant, ticket) = {
+        let (grant, ticket) = 'decided: {
             let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
             let expires_at_ms = deadline(now, ttl_ms)?;
-            let Some(at) = self.settle_held(shard, key, hash, now) else {
-                return Err(LockError::NotHeld);
+            let Some(at) = self.settle_all(shard, key, hash, now) else {
+                break 'decided self.extend_in_group(shard, key, owner, expires_at_ms, now)?;
             };
             let lock = shard.at(at);
             let Some(holder) = lock.held_by(owner) else {
@@ -547,15 +618,15 @@ impl Engine {
     }
 
     async fn force_unlock_impl(&self, key: &Key) -> Result<LockInfo, LockError> {
-        let (info, ticket) = {
+        let (info, ticket) = 'decided: {
             let (mut guard, hash) = self.shard(key);
             let shard = &mut *guard;
             let now = self.clock.now_ms();
             let Some((at, info)) = self
-                .settle(shard, key, hash, now)
+                .settle_all(shard, key, hash, now)
                 .and_then(|at| Some((at, shard.at(at).info()?)))
             else {
-                return Err(LockError::NotHeld);
+                break 'decided self.force_in_group(shard, key, now)?;
             };
             tracing::warn!(
                 namespace = &*key.namespace,
@@ -576,8 +647,32 @@ impl Engine {
     fn get_impl(&self, key: &Key) -> Option<LockInfo> {
         let (mut guard, hash) = self.shard(key);
         let now = self.clock.now_ms();
-        let at = self.settle(&mut guard, key, hash, now)?;
-        guard.at(at).info()
+        match self.settle_all(&mut guard, key, hash, now) {
+            Some(at) => guard.at(at).info(),
+            None => self.get_in_group(&guard, key),
+        }
+    }
+
+    /// Everything about `key`, in the engine's clock.
+    fn describe_impl(&self, key: &Key) -> NameState {
+        let (mut guard, hash) = self.shard(key);
+        let now = self.clock.now_ms();
+        match self.settle_all(&mut guard, key, hash, now) {
+            Some(at) => {
+                let lock = guard.at(at);
+                let holder = lock.holder().expect("held");
+                NameState {
+                    holders: vec![Holding {
+                        info: lock.info().expect("held"),
+                        claim: Claim::Exclusive,
+                        acquired_at_ms: Some(holder.acquired_at_ms),
+                    }],
+                    waiters: lock.waiters.len() as u64,
+                    delay_until_ms: None,
+                }
+            }
+            None => self.describe_group(&guard, key).unwrap_or_default(),
+        }
     }
 
     fn list_impl(&self, namespace: &str, prefix: &str) -> Vec<ListedLock> {
@@ -593,10 +688,18 @@ impl Engine {
                     out.push(ListedLock {
                         name: lock.name().to_string(),
                         info: lock.info().expect("held"),
-                        acquired_at_ms: Some(self.clock.to_wall_ms(h.acquired_at_ms)),
+                        acquired_at_ms: Some(h.acquired_at_ms),
                         waiters: lock.waiters.len() as u64,
+                        claim: Claim::Exclusive,
+                        holders: Vec::new(),
                     });
                 }
+            }
+            for (key, group) in &shard.groups {
+                if *key.namespace != *namespace || !key.name.starts_with(prefix) {
+                    continue;
+                }
+                out.extend(self.list_group(key, group, now));
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -607,7 +710,8 @@ impl Engine {
         let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        let Some(at) = self.settle(shard, key, hash, now) else {
+        let Some(at) = self.settle_all(shard, key, hash, now) else {
+            self.release_in_group(shard, key, owner, token, now);
             return;
         };
         let holds = shard
@@ -626,9 +730,12 @@ impl Engine {
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.iter()
+                let table = s
+                    .iter()
                     .filter(|l| l.holder().is_some_and(|h| h.expires_at_ms() > now))
-                    .count()
+                    .count();
+                let groups: usize = s.groups.values().map(|g| g.live_count(now)).sum();
+                table + groups
             })
             .sum()
     }
@@ -639,7 +746,8 @@ impl Engine {
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                s.iter().map(|l| l.waiters.len()).sum::<usize>()
+                let table = s.iter().map(|l| l.waiters.len()).sum::<usize>();
+                table + s.groups.values().map(|g| g.waiters.len()).sum::<usize>()
             })
             .sum()
     }
@@ -691,6 +799,15 @@ impl Sweep for Engine {
                 // granted in its place gets a later one: this loop ends.
                 let key = shard.at(at).key();
                 drop(self.remove_holder(shard, at, &key, now, EventKind::Expired));
+            }
+            // Groups: settling one ends what expired and refiles it at a
+            // later deadline, or forgets it: this loop ends too.
+            while let Some((due, key)) = shard.next_group_deadline() {
+                if due > now {
+                    earliest = earliest.min(due);
+                    break;
+                }
+                self.settle_group(shard, &key, now);
             }
         }
         earliest.min(self.expire_leases(now))

@@ -148,6 +148,12 @@ pub struct ListedLock {
     pub acquired_at_ms: Option<u64>,
     /// Callers waiting in its queue.
     pub waiters: u64,
+    /// What `info`'s grant holds: for a name held shared or a semaphore,
+    /// `info` is its most recent grant and `holders` has them all.
+    pub claim: Claim,
+    /// Every holder, by token, when the name is held shared or is a
+    /// semaphore; empty for an exclusive lock (`info` is its holder).
+    pub holders: Vec<Holding>,
 }
 
 /// One holder of a name, with what it holds (docs/contract.md#c21-shared).

@@ -11,7 +11,6 @@
 //! Lock order: shard mutexes (ascending), then one lease's `state`, then the
 //! lease table. Nothing takes a shard while holding a `state` or the table.
 
-use crate::types::Claim;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -22,7 +21,7 @@ use crate::backend::BoxFuture;
 use crate::clock::{deadline, Clock};
 use crate::error::LockError;
 use crate::journal::{JournalOp, LeaseRecord};
-use crate::types::{Durability, EventKind, Key, LeaseInfo, LockEvent};
+use crate::types::{Claim, Durability, EventKind, Key, LeaseInfo, LockEvent};
 
 /// Every lease id starts with this; a cheap test keeps the plain `lock` path
 /// from looking up the lease table.

@@ -12,7 +12,8 @@ use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
-    Durability, Grant, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+    Durability, Grant, Holding, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
+    NameState,
 };
 
 impl Engine {
@@ -64,6 +65,11 @@ impl Engine {
             Ok(acknowledged) => Ok(acknowledged),
             refused => self.shown(refused).await,
         }
+    }
+
+    fn wall_holding(&self, holding: &mut Holding) {
+        holding.info.expires_at_ms = self.clock.to_wall_ms(holding.info.expires_at_ms);
+        holding.acquired_at_ms = holding.acquired_at_ms.map(|at| self.clock.to_wall_ms(at));
     }
 
     fn wall_info(&self, info: LockInfo) -> LockInfo {
@@ -128,8 +134,25 @@ impl LockBackend for Engine {
         let mut locks = self.list_impl(namespace, prefix);
         for lock in &mut locks {
             lock.info.expires_at_ms = self.clock.to_wall_ms(lock.info.expires_at_ms);
+            lock.acquired_at_ms = lock.acquired_at_ms.map(|at| self.clock.to_wall_ms(at));
+            for holding in &mut lock.holders {
+                self.wall_holding(holding);
+            }
         }
         Box::pin(self.shown(Ok(locks)))
+    }
+
+    fn describe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<NameState, LockError>> {
+        let mut state = self.describe_impl(key);
+        for holding in &mut state.holders {
+            self.wall_holding(holding);
+        }
+        state.delay_until_ms = state.delay_until_ms.map(|at| self.clock.to_wall_ms(at));
+        Box::pin(self.shown(Ok(state)))
+    }
+
+    fn supports_claims(&self) -> bool {
+        true
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
@@ -229,6 +252,18 @@ impl LockBackend for Engine {
                     None => {}
                 }
             }
+            for group in shard.groups.values() {
+                let row = by_namespace
+                    .entry(group.namespace.name.clone())
+                    .or_insert_with(|| NamespaceStats {
+                        namespace: group.namespace.name.to_string(),
+                        ..NamespaceStats::default()
+                    });
+                row.waiters += group.waiters.len() as u64;
+                let (persistent, ephemeral) = group.held_by_durability(now);
+                row.persistent += persistent;
+                row.ephemeral += ephemeral;
+            }
         }
         let mut rows: Vec<NamespaceStats> = by_namespace.into_values().collect();
         rows.sort_by(|a, b| a.namespace.cmp(&b.namespace));
@@ -292,13 +327,29 @@ impl<T: ShowsTokens> ShowsTokens for Option<T> {
 
 impl ShowsTokens for Vec<ListedLock> {
     fn highest_token(&self) -> u64 {
-        self.iter().map(|l| l.info.fencing_token).max().unwrap_or(0)
+        self.iter()
+            .flat_map(|l| {
+                std::iter::once(l.info.fencing_token)
+                    .chain(l.holders.iter().map(|h| h.info.fencing_token))
+            })
+            .max()
+            .unwrap_or(0)
     }
 }
 
 impl ShowsTokens for Vec<NamespaceStats> {
     fn highest_token(&self) -> u64 {
         0
+    }
+}
+
+impl ShowsTokens for NameState {
+    fn highest_token(&self) -> u64 {
+        self.holders
+            .iter()
+            .map(|h| h.info.fencing_token)
+            .max()
+            .unwrap_or(0)
     }
 }
 

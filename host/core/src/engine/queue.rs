@@ -16,10 +16,10 @@ use tokio::sync::oneshot;
 
 use super::leases::LeaseCell;
 use super::table::{Handoff, Queued, Shard, Waiter};
-use super::Engine;
+use super::{Attempt, Engine};
 use crate::error::LockError;
 use crate::journal::{JournalOp, Ticket};
-use crate::types::{EventKind, Grant, Key, LockOptions};
+use crate::types::{Claim, EventKind, Grant, Key, LockOptions};
 
 impl Engine {
     /// Queues `owner` behind the holder of the lock at `at`, for up to
@@ -35,21 +35,39 @@ impl Engine {
         lease: Option<&Arc<LeaseCell>>,
         now: u64,
     ) -> Queued {
+        let (waiter, queued) = self.new_waiter(owner, ttl_ms, options, lease, now);
+        let lock = shard.at_mut(at);
+        lock.namespace.note_lock_delay(options.lock_delay_ms);
+        lock.waiters.push_back(waiter);
+        queued
+    }
+
+    /// A waiter for a queue, and the queued call's side of it.
+    pub(super) fn new_waiter(
+        &self,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        lease: Option<&Arc<LeaseCell>>,
+        now: u64,
+    ) -> (Waiter, Queued) {
         let id = self.next_waiter_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        shard.at_mut(at).waiters.push_back(Waiter {
+        let waiter = Waiter {
             id,
             owner: owner.to_string(),
+            claim: options.claim,
             ttl_ms,
             durability: options.durability,
             lease: lease.cloned(),
             tx,
-        });
-        Queued {
+        };
+        let queued = Queued {
             id,
             rx,
             wait_until: now.saturating_add(options.wait_ms),
-        }
+        };
+        (waiter, queued)
     }
 
     /// Grants the free lock at `at`, named `key`, to its first live waiter,
@@ -66,6 +84,11 @@ impl Engine {
             };
             if waiter.tx.is_closed() {
                 continue;
+            }
+            if waiter.claim == Claim::Shared {
+                // Shared holders live in a group (the `groups` module).
+                self.table_to_group(shard, at, key, waiter, now);
+                return;
             }
             let expires_at_ms = match &waiter.lease {
                 // A lease that ended while its caller waited gets nothing.
@@ -147,7 +170,8 @@ impl Engine {
     }
 
     /// A queued call's wait ran out. A hand-off may have raced the timer: if
-    /// so, it wins; otherwise the caller leaves the queue with `busy`.
+    /// so, it wins; otherwise the caller leaves the queue with `busy`, or
+    /// takes the name if it is free for it at that moment.
     fn time_out(
         &self,
         key: &Key,
@@ -160,25 +184,33 @@ impl Engine {
         let (mut guard, hash) = self.shard(key);
         let shard = &mut *guard;
         let now = self.clock.now_ms();
-        self.settle(shard, key, hash, now);
+        self.settle_all(shard, key, hash, now);
         if let Ok(handoff) = waiting.rx.try_recv() {
             let handoff = handoff?;
             return Ok((handoff.grant, handoff.ticket));
         }
-        remove_waiter(shard, key, hash, waiting.id);
-        match shard.find(hash, key).and_then(|at| shard.at(at).info()) {
-            Some(info) => Err(LockError::Busy(info)),
-            // Free with nobody ahead (a live waiter ahead would hold it).
-            None => self.install_fresh(shard, key, hash, owner, ttl_ms, options, lease, now),
+        self.leave_queue(shard, key, hash, waiting.id, now);
+        let options = LockOptions {
+            wait_ms: 0,
+            ..options
+        };
+        match self.decide(shard, key, hash, owner, ttl_ms, options, lease, now)? {
+            Attempt::Granted(grant, ticket) | Attempt::Refreshed(grant, ticket) => {
+                Ok((grant, ticket))
+            }
+            Attempt::Queued(_) => unreachable!("a call that may not wait is never queued"),
         }
     }
-}
 
-/// Takes the waiter `id` out of the queue of `key`.
-fn remove_waiter(shard: &mut Shard, key: &Key, hash: u64, id: u64) {
-    if let Some(at) = shard.find(hash, key) {
-        shard.at_mut(at).waiters.retain(|w| w.id != id);
-        shard.forget_if_idle(at);
+    /// Takes the waiter `id` out of the queue of `key`, wherever the name
+    /// is.
+    pub(super) fn leave_queue(&self, shard: &mut Shard, key: &Key, hash: u64, id: u64, now: u64) {
+        if let Some(at) = shard.find(hash, key) {
+            shard.at_mut(at).waiters.retain(|w| w.id != id);
+            shard.forget_if_idle(at);
+        } else {
+            self.leave_group_queue(shard, key, id, now);
+        }
     }
 }
 
@@ -200,7 +232,9 @@ impl Drop for Waiting<'_> {
             return;
         }
         let (mut guard, hash) = self.engine.shard(self.key);
-        remove_waiter(&mut guard, self.key, hash, self.id);
+        let now = self.engine.clock.now_ms();
+        self.engine
+            .leave_queue(&mut guard, self.key, hash, self.id, now);
         drop(guard);
         if let Ok(Ok(handoff)) = self.rx.try_recv() {
             self.engine

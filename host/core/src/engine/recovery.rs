@@ -18,7 +18,7 @@ use super::tokens::TokenAllocator;
 use super::{Engine, EngineOptions};
 use crate::clock::{Clock, SystemClock};
 use crate::journal::{Journal, JournalOp, NullJournal, Record, Recovered};
-use crate::types::{Durability, Key};
+use crate::types::{Claim, Durability, Key};
 
 impl Engine {
     /// The `memory` store: nothing survives a restart, and tokens are seeded
@@ -111,6 +111,10 @@ impl Engine {
             engine.purge.note_deadline(record.expires_at_ms);
         }
         let mut highest_recorded = None;
+        for (key, record) in std::mem::take(&mut recovered.shares) {
+            highest_recorded = highest_recorded.max(Some(record.token));
+            engine.recover_share_record(key, record, now);
+        }
         let mut last_namespace: Option<Arc<Namespace>> = None;
         let rows = std::mem::take(&mut recovered.locks)
             .into_iter()
@@ -148,6 +152,25 @@ impl Engine {
         }
         purge::start(&runtime, &engine, engine.purge.clone());
         Ok(engine)
+    }
+
+    /// Installs one recovered holder of a name held shared or of a
+    /// semaphore, or drops its record if it expired while the store was
+    /// closed.
+    fn recover_share_record(&self, key: Key, mut record: Record, now: u64) {
+        record.expires_at_ms = self.clock.monotonic_of_wall_ms(record.expires_at_ms);
+        if record.expires_at_ms <= now || record.claim == Claim::Exclusive {
+            // Expired while we were down (or not a share: no store writes
+            // one): free, and no longer worth keeping.
+            drop(
+                self.journal
+                    .submit(JournalOp::DeleteShare(key, record.owner)),
+            );
+            return;
+        }
+        let namespace = self.namespaces.get(&key.namespace);
+        let (mut shard, _) = self.shard(&key);
+        self.recover_share(&mut shard, key, record, &namespace, now);
     }
 
     /// Installs one recovered lock of `namespace`, or drops its record if it

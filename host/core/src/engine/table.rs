@@ -15,7 +15,7 @@
 //! Positions change only when a lock is removed ([`Shard::remove`]); the
 //! engine never keeps one across a removal.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -25,11 +25,12 @@ use hashbrown::HashTable;
 use rustc_hash::FxHasher;
 use tokio::sync::oneshot;
 
+use super::groups::Group;
 use super::leases::LeaseCell;
 use crate::error::LockError;
 use crate::journal::Ticket;
 use crate::metrics::{Histogram, HoldTimes};
-use crate::types::{Durability, Grant, Key, LockInfo};
+use crate::types::{Claim, Durability, Grant, Key, LockInfo};
 
 /// The engine's hasher for maps keyed by its own strings.
 pub(super) type FxBuild = BuildHasherDefault<FxHasher>;
@@ -51,6 +52,10 @@ pub(super) struct Namespace {
     /// How long its grants were held (`lockd_hold_seconds`): recorded as
     /// each ends, so that no event is built for it.
     hold_times: Histogram,
+    /// Its lock-delay (docs/contract.md#c23-lock-delay), as the last grant
+    /// or waiter of the namespace brought it from the service's
+    /// configuration; read when a grant expires or is force-released.
+    lock_delay_ms: AtomicU64,
 }
 
 impl Namespace {
@@ -77,6 +82,20 @@ impl Namespace {
                     self.name
                 ))
             })
+    }
+
+    /// Keeps the namespace's lock-delay, as a call brought it. A store
+    /// only when it changed: this is on every fresh grant.
+    pub(super) fn note_lock_delay(&self, delay_ms: u64) {
+        if self.lock_delay_ms.load(Ordering::Relaxed) != delay_ms {
+            self.lock_delay_ms.store(delay_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// How long a grant that expired or was force-released holds its place
+    /// back.
+    pub(super) fn lock_delay_ms(&self) -> u64 {
+        self.lock_delay_ms.load(Ordering::Relaxed)
     }
 
     /// Counts a grant that ended after `held_ms`.
@@ -119,6 +138,7 @@ impl Namespaces {
                     name: name.clone(),
                     held: AtomicU64::new(0),
                     hold_times: Histogram::default(),
+                    lock_delay_ms: AtomicU64::new(0),
                 })
             })
             .clone()
@@ -239,6 +259,8 @@ pub(super) struct NewHolder<'a> {
 pub(super) struct Waiter {
     pub(super) id: u64,
     pub(super) owner: String,
+    /// Exclusive or shared in a lock's queue; a permit in a semaphore's.
+    pub(super) claim: Claim,
     pub(super) ttl_ms: u64,
     pub(super) durability: Durability,
     /// Waiting under a lease: granted with the lease's expiry, and refused
@@ -300,6 +322,11 @@ impl Queue {
     pub(super) fn is_empty(&self) -> bool {
         self.0.is_none()
     }
+
+    /// Its waiters, first first.
+    pub(super) fn into_deque(self) -> VecDeque<Waiter> {
+        self.0.map(|queue| *queue).unwrap_or_default()
+    }
 }
 
 /// The locks of one shard. See the module docs for the layout.
@@ -309,6 +336,11 @@ pub(super) struct Shard {
     locks: Vec<Lock>,
     /// A min-heap on the deadline; one entry per holder.
     deadlines: Vec<(u64, u32)>,
+    /// Names held shared, semaphores and names under a lock-delay (the
+    /// `groups` module); never a name that is in `locks` too.
+    pub(super) groups: HashMap<Key, Group, FxBuild>,
+    /// Each group's earliest deadline, for the purge task.
+    pub(super) group_deadlines: BTreeSet<(u64, Key)>,
 }
 
 impl Shard {

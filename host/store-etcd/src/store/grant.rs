@@ -9,6 +9,7 @@
 //! wrote ([`RecentGrants`]), so their owner's unlock is one conditional
 //! delete.
 
+use lockd_core::Claim;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
@@ -629,6 +630,8 @@ impl Grants {
                 continue;
             };
             out.push(ListedLock {
+                claim: Claim::Exclusive,
+                holders: Vec::new(),
                 waiters: waiters.get(&name).copied().unwrap_or(0),
                 acquired_at_ms: h.rec.acquired_at_ms,
                 name,

@@ -1,6 +1,7 @@
 //! The reference model ([`Model`]): its state, how a call resolves, and
 //! what each call may answer (module docs, "The rules").
 
+use lockd_core::Claim;
 use std::collections::BTreeMap;
 
 use lockd_core::{Durability, Grant, LeaseInfo, Limits, ListedLock, LockError, LockInfo};
@@ -539,6 +540,8 @@ impl Model {
                     .iter()
                     .filter(|(_, h)| now < h.expires_at_ms)
                     .map(|(name, h)| ListedLock {
+                        claim: Claim::Exclusive,
+                        holders: Vec::new(),
                         name: name.clone(),
                         info: h.info(),
                         acquired_at_ms: Some(h.acquired_at_ms),

@@ -1,0 +1,727 @@
+//! Names held shared, semaphores, and places held back by a lock-delay
+//! (docs/contract.md C21 to C23): a shard's `groups`.
+//!
+//! The table (`table`) is laid out for the common case, a name with one
+//! exclusive holder. A name lives here instead while it has a shared
+//! holder, a permit holder or a delayed place:
+//! - a key is in the table or in `groups`, never in both;
+//! - a group's members are live shared or permit grants and delayed places
+//!   (the place of a grant that expired or was force-released, until its
+//!   delay ends), never a live exclusive grant, never a lease's lock;
+//! - after [`Engine::settle_group`] a group has a member. When its members
+//!   are gone, its queue's head (if it fits) has been granted; a lock's
+//!   group whose first waiter asks for the name alone moves back to the
+//!   table, which grants it, and a group nobody waits for is forgotten;
+//! - its `deadline` is its members' earliest expiry, filed in the shard's
+//!   `group_deadlines` for the purge task.
+//!
+//! Members are kept in token order (tokens rise, and a member is appended
+//! when granted), so the last live one is the name's most recent grant.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::table::{key_hash, Handoff, Namespace, Shard, Waiter};
+use super::{Attempt, Engine};
+use crate::clock::deadline;
+use crate::error::LockError;
+use crate::journal::{JournalOp, Record, Ticket};
+use crate::types::{
+    Claim, Durability, EventKind, Grant, Holding, Key, ListedLock, LockEvent, LockInfo,
+    LockOptions, NameState,
+};
+
+/// One grant of a group, or the place a lock-delay holds back.
+pub(super) struct Member {
+    owner: Arc<str>,
+    claim: Claim,
+    token: u64,
+    /// For a delayed place, the end of its delay.
+    expires_at_ms: u64,
+    acquired_at_ms: u64,
+    durability: Durability,
+    /// A place held back by a lock-delay: nobody holds it, and nobody
+    /// else gets it until `expires_at_ms`.
+    delayed: bool,
+}
+
+impl Member {
+    fn info(&self) -> LockInfo {
+        LockInfo {
+            owner: self.owner.to_string(),
+            fencing_token: self.token,
+            expires_at_ms: self.expires_at_ms,
+            durability: self.durability,
+        }
+    }
+
+    fn grant(&self) -> Grant {
+        Grant {
+            fencing_token: self.token,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+
+    fn record(&self, engine: &Engine) -> Record {
+        Record {
+            owner: self.owner.to_string(),
+            token: self.token,
+            expires_at_ms: engine.clock.to_wall_ms(self.expires_at_ms),
+            claim: self.claim,
+        }
+    }
+}
+
+/// A name held shared, a semaphore, or a name under a lock-delay.
+pub(super) struct Group {
+    pub(super) namespace: Arc<Namespace>,
+    /// A semaphore's size; `None` for a lock.
+    permits: Option<u32>,
+    /// In token order.
+    members: Vec<Member>,
+    pub(super) waiters: VecDeque<Waiter>,
+    /// Its entry in the shard's `group_deadlines`.
+    deadline: Option<u64>,
+}
+
+impl Group {
+    pub(super) fn new(namespace: Arc<Namespace>, permits: Option<u32>) -> Group {
+        Group {
+            namespace,
+            permits,
+            members: Vec::new(),
+            waiters: VecDeque::new(),
+            deadline: None,
+        }
+    }
+
+    /// Whether a grant of `claim` fits beside the members (delayed places
+    /// count as the grants they were).
+    fn admits(&self, claim: Claim) -> bool {
+        match claim {
+            Claim::Exclusive => self.members.is_empty(),
+            Claim::Shared => self.members.iter().all(|m| m.claim == Claim::Shared),
+            Claim::Permit { permits } => self.members.len() < permits as usize,
+        }
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| !m.delayed)
+    }
+
+    /// The live member whose owner is `owner`.
+    fn held_by(&self, owner: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| !m.delayed && *m.owner == *owner)
+    }
+
+    /// The end of the latest delay in force.
+    fn delay_until(&self) -> Option<u64> {
+        self.members
+            .iter()
+            .filter(|m| m.delayed)
+            .map(|m| m.expires_at_ms)
+            .max()
+    }
+
+    pub(super) fn live_count(&self, now: u64) -> usize {
+        self.live().filter(|m| m.expires_at_ms > now).count()
+    }
+
+    /// Live members by durability, for the gauges: (persistent, ephemeral).
+    pub(super) fn held_by_durability(&self, now: u64) -> (u64, u64) {
+        self.live()
+            .filter(|m| m.expires_at_ms > now)
+            .fold((0, 0), |(p, e), m| match m.durability {
+                Durability::Persistent => (p + 1, e),
+                Durability::Ephemeral => (p, e + 1),
+            })
+    }
+
+    /// `invalid_argument` unless `claim` is something this name can give:
+    /// a lock's modes for a lock, this many permits for a semaphore.
+    fn check_claim(&self, key: &Key, claim: Claim) -> Result<(), LockError> {
+        check_kind(key, self.permits, claim)
+    }
+}
+
+/// `invalid_argument` unless `claim` fits a name that is a semaphore of
+/// `permits` (or a lock, for `None`): docs/contract.md#c22-semaphores.
+pub(super) fn check_kind(key: &Key, permits: Option<u32>, claim: Claim) -> Result<(), LockError> {
+    match (permits, claim) {
+        (None, Claim::Permit { .. }) => Err(LockError::InvalidArgument(format!(
+            "{:?} is held or awaited as a lock, not a semaphore: take it without permits, or use another name",
+            key.name
+        ))),
+        (Some(have), Claim::Permit { permits }) if have != permits => {
+            Err(LockError::InvalidArgument(format!(
+                "semaphore {:?} has {have} permits, not {permits}: a semaphore's size is set by its first acquire and stays while any permit is held or awaited",
+                key.name
+            )))
+        }
+        (Some(have), Claim::Exclusive | Claim::Shared) => Err(LockError::InvalidArgument(format!(
+            "{:?} is a semaphore of {have} permits: take a permit (permits = {have}), or use another name",
+            key.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `invalid_argument` for an owner that holds `name` one way and asks for
+/// it another (docs/contract.md#c21-shared: no upgrade, no downgrade).
+pub(super) fn no_change_of_mode(key: &Key, owner: &str, holds: Claim, asks: Claim) -> LockError {
+    LockError::InvalidArgument(format!(
+        "owner {owner:?} holds {:?} {} and asks for it {}: a holder's mode never changes; release it first",
+        key.name,
+        holds.as_str(),
+        asks.as_str()
+    ))
+}
+
+impl Shard {
+    /// Files the group `key`'s earliest deadline after its members
+    /// changed. Answers it.
+    fn refile(&mut self, key: &Key) -> Option<u64> {
+        let group = self.groups.get_mut(key)?;
+        let earliest = group.members.iter().map(|m| m.expires_at_ms).min();
+        if earliest != group.deadline {
+            if let Some(old) = group.deadline {
+                self.group_deadlines.remove(&(old, key.clone()));
+            }
+            if let Some(new) = earliest {
+                self.group_deadlines.insert((new, key.clone()));
+            }
+            group.deadline = earliest;
+        }
+        earliest
+    }
+
+    /// Takes the group `key` out, deadline and all.
+    fn take_group(&mut self, key: &Key) -> Option<Group> {
+        let group = self.groups.remove(key)?;
+        if let Some(due) = group.deadline {
+            self.group_deadlines.remove(&(due, key.clone()));
+        }
+        Some(group)
+    }
+
+    /// The earliest group deadline and its name.
+    pub(super) fn next_group_deadline(&self) -> Option<(u64, Key)> {
+        self.group_deadlines.first().cloned()
+    }
+}
+
+impl Engine {
+    /// Appends a grant of `claim` to `group`: a token, the record if
+    /// persistent. The caller has counted it in the namespace.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        group: &mut Group,
+        key: &Key,
+        owner: &str,
+        claim: Claim,
+        expires_at_ms: u64,
+        durability: Durability,
+        now: u64,
+    ) -> (Grant, Ticket) {
+        let member = Member {
+            owner: Arc::from(owner),
+            claim,
+            token: self.tokens.issue(),
+            expires_at_ms,
+            acquired_at_ms: now,
+            durability,
+            delayed: false,
+        };
+        let ticket = self.journal_if_persistent(durability, || {
+            JournalOp::PutShare(key.clone(), member.record(self))
+        });
+        let grant = member.grant();
+        group.members.push(member);
+        self.purge.note_deadline(expires_at_ms);
+        (grant, ticket)
+    }
+
+    fn emit_member(&self, kind: EventKind, key: &Key, member: &Member, now: u64) {
+        let ended = kind.ends_a_grant();
+        self.events.emit(|| LockEvent {
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            owner: member.owner.clone(),
+            fencing_token: member.token,
+            at_ms: self.clock.to_wall_ms(now),
+            acquired_at_ms: ended.then(|| self.clock.to_wall_ms(member.acquired_at_ms)),
+            claim: member.claim,
+        });
+    }
+
+    /// Ends the live member `i` of `group` by `why`: publishes it, uncounts
+    /// it, and, for an expiry or a force-release under a lock-delay, keeps
+    /// its place until `ended_at + delay`. Answers its record's delete (for
+    /// a persistent member) and whether the place stays at `i`.
+    fn end_member(
+        &self,
+        group: &mut Group,
+        i: usize,
+        key: &Key,
+        now: u64,
+        why: EventKind,
+        ended_at: u64,
+    ) -> (Option<JournalOp>, bool) {
+        let member = &group.members[i];
+        let delete = (member.durability == Durability::Persistent)
+            .then(|| JournalOp::DeleteShare(key.clone(), member.owner.to_string()));
+        group
+            .namespace
+            .record_hold(now.saturating_sub(member.acquired_at_ms));
+        group.namespace.remove();
+        self.emit_member(why, key, member, now);
+        let delay = match why {
+            EventKind::Expired | EventKind::ForceReleased => group.namespace.lock_delay_ms(),
+            _ => 0,
+        };
+        let until = ended_at.saturating_add(delay);
+        if delay > 0 && until > now {
+            let member = &mut group.members[i];
+            member.delayed = true;
+            member.expires_at_ms = until;
+            (delete, true)
+        } else {
+            group.members.remove(i);
+            (delete, false)
+        }
+    }
+
+    /// Submits `op`, if any.
+    fn submit_some(&self, op: Option<JournalOp>) -> Ticket {
+        op.map_or_else(Ticket::ready, |op| self.journal.submit(op))
+    }
+
+    /// Brings the group `key` up to `now`: ends expired members (keeping
+    /// their places under a lock-delay) and delays that ended, serves its
+    /// queue from the head, and moves the name back to the table, or
+    /// forgets it, when nothing in it needs a group. The caller holds the
+    /// shard mutex.
+    pub(super) fn settle_group(&self, shard: &mut Shard, key: &Key, now: u64) {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return;
+        };
+        let mut i = 0;
+        while i < group.members.len() {
+            let member = &group.members[i];
+            if member.expires_at_ms > now {
+                i += 1;
+            } else if member.delayed {
+                group.members.remove(i);
+            } else {
+                let expired_at = member.expires_at_ms;
+                // Nobody waits on this delete: a record found expired at
+                // the next start is dropped anyway.
+                let (delete, kept) =
+                    self.end_member(group, i, key, now, EventKind::Expired, expired_at);
+                drop(self.submit_some(delete));
+                i += usize::from(kept);
+            }
+        }
+        self.serve(group, key, now);
+        if group.members.is_empty() {
+            let group = shard.take_group(key).expect("present");
+            if !group.waiters.is_empty() {
+                // The first live waiter asks for the name alone: the table
+                // grants it.
+                self.to_table(shard, key, group, now);
+            }
+            return;
+        }
+        if let Some(due) = shard.refile(key) {
+            self.purge.note_deadline(due);
+        }
+    }
+
+    /// Grants the group's queue from its head for as long as the head fits
+    /// beside the members: consecutive shared waiters together, permits
+    /// while some are free. An exclusive head stops the queue; with no
+    /// members left it is the table's to grant.
+    fn serve(&self, group: &mut Group, key: &Key, now: u64) {
+        while let Some(head) = group.waiters.front() {
+            if head.tx.is_closed() {
+                group.waiters.pop_front();
+                continue;
+            }
+            if head.claim == Claim::Exclusive || !group.admits(head.claim) {
+                return;
+            }
+            let waiter = group.waiters.pop_front().expect("a head");
+            // A hand-off is counted, never refused by a quota.
+            group.namespace.add();
+            let expires_at_ms = now.saturating_add(waiter.ttl_ms);
+            let (grant, ticket) = self.admit(
+                group,
+                key,
+                &waiter.owner,
+                waiter.claim,
+                expires_at_ms,
+                waiter.durability,
+                now,
+            );
+            if waiter.tx.send(Ok(Handoff { grant, ticket })).is_ok() {
+                let member = group.members.last().expect("just admitted");
+                self.emit_member(EventKind::HandedOff, key, member, now);
+            } else {
+                // The waiter left between the check and the send: undo.
+                let member = group.members.pop().expect("just admitted");
+                group.namespace.remove();
+                drop(self.journal_if_persistent(member.durability, || {
+                    JournalOp::DeleteShare(key.clone(), member.owner.to_string())
+                }));
+            }
+        }
+    }
+
+    /// Puts the waiters of a group with no members back in the table,
+    /// whose hand-off grants the first of them.
+    fn to_table(&self, shard: &mut Shard, key: &Key, group: Group, now: u64) {
+        let hash = key_hash(&key.namespace, &key.name);
+        let at = shard.find_or_insert(hash, key, "", || group.namespace.clone());
+        let lock = shard.at_mut(at);
+        for waiter in group.waiters {
+            lock.waiters.push_back(waiter);
+        }
+        self.hand_off(shard, at, key, now);
+    }
+
+    /// The free lock at `at` in the table has a shared waiter at its head:
+    /// the name becomes a group, which grants it (and the shared waiters
+    /// right behind it).
+    pub(super) fn table_to_group(
+        &self,
+        shard: &mut Shard,
+        at: usize,
+        key: &Key,
+        head: Waiter,
+        now: u64,
+    ) {
+        let lock = shard.remove(at);
+        let mut group = Group::new(lock.namespace, None);
+        group.waiters = lock.waiters.into_deque();
+        group.waiters.push_front(head);
+        shard.groups.insert(key.clone(), group);
+        self.settle_group(shard, key, now);
+    }
+
+    /// The holder of a lock in the table expired or was force-released
+    /// under a lock-delay: the name becomes a group whose one member is
+    /// the delayed place, until `until`, with the lock's waiters.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn delay_in_group(
+        &self,
+        shard: &mut Shard,
+        at: usize,
+        key: &Key,
+        ended: LockInfo,
+        acquired_at_ms: u64,
+        until: u64,
+    ) {
+        let lock = shard.remove(at);
+        let mut group = Group::new(lock.namespace, None);
+        group.waiters = lock.waiters.into_deque();
+        group.members.push(Member {
+            owner: Arc::from(ended.owner),
+            claim: Claim::Exclusive,
+            token: ended.fencing_token,
+            expires_at_ms: until,
+            acquired_at_ms,
+            durability: ended.durability,
+            delayed: true,
+        });
+        shard.groups.insert(key.clone(), group);
+        if let Some(due) = shard.refile(key) {
+            self.purge.note_deadline(due);
+        }
+    }
+
+    /// `lock` on a name that is a group, or a shared lock or a permit of a
+    /// free name (`group` absent): C21, C22. The caller settled the name
+    /// and holds the shard mutex.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lock_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+        now: u64,
+    ) -> Result<Attempt, LockError> {
+        let claim = options.claim;
+        if !shard.groups.contains_key(key) {
+            // Free: the first grant makes the group.
+            let expires_at_ms = deadline(now, ttl_ms)?;
+            let mut group = Group::new(self.namespaces.get(&key.namespace), claim.permits());
+            group.namespace.try_add(options.quota)?;
+            group.namespace.note_lock_delay(options.lock_delay_ms);
+            let (grant, ticket) = self.admit(
+                &mut group,
+                key,
+                owner,
+                claim,
+                expires_at_ms,
+                options.durability,
+                now,
+            );
+            self.emit_member(EventKind::Acquired, key, &group.members[0], now);
+            shard.groups.insert(key.clone(), group);
+            shard.refile(key);
+            return Ok(Attempt::Granted(grant, ticket));
+        }
+        let group = shard.groups.get_mut(key).expect("present");
+        group.check_claim(key, claim)?;
+        group.namespace.note_lock_delay(options.lock_delay_ms);
+        if let Some(i) = group.held_by(owner) {
+            let member = &mut group.members[i];
+            if member.claim != claim {
+                return Err(no_change_of_mode(key, owner, member.claim, claim));
+            }
+            if options.refuse_relock {
+                return Err(LockError::Busy(member.info()));
+            }
+            // C2: the same token, a new expiry, the durability it has.
+            member.expires_at_ms = deadline(now, ttl_ms)?;
+            let grant = member.grant();
+            let member = &group.members[i];
+            let ticket = self.journal_if_persistent(member.durability, || {
+                JournalOp::PutShare(key.clone(), member.record(self))
+            });
+            self.emit_member(EventKind::Extended, key, member, now);
+            if let Some(due) = shard.refile(key) {
+                self.purge.note_deadline(due);
+            }
+            return Ok(Attempt::Refreshed(grant, ticket));
+        }
+        if group.waiters.is_empty() && claim != Claim::Exclusive && group.admits(claim) {
+            let expires_at_ms = deadline(now, ttl_ms)?;
+            group.namespace.try_add(options.quota)?;
+            let (grant, ticket) = self.admit(
+                group,
+                key,
+                owner,
+                claim,
+                expires_at_ms,
+                options.durability,
+                now,
+            );
+            let member = group.members.last().expect("just admitted");
+            self.emit_member(EventKind::Acquired, key, member, now);
+            shard.refile(key);
+            return Ok(Attempt::Granted(grant, ticket));
+        }
+        // Refused: a settled group that refuses has a member in the way.
+        let in_the_way = group.members.last().expect("a settled group has a member");
+        if options.wait_ms == 0 {
+            return Err(LockError::Busy(in_the_way.info()));
+        }
+        let (waiter, queued) = self.new_waiter(owner, ttl_ms, options, None, now);
+        group.waiters.push_back(waiter);
+        Ok(Attempt::Queued(queued))
+    }
+
+    /// `unlock` of a group's member (C4, C5 for one grant of many).
+    pub(super) fn unlock_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: &str,
+        token: Option<u64>,
+        now: u64,
+    ) -> Result<Ticket, LockError> {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return Err(LockError::NotHeld);
+        };
+        if group.live().next().is_none() {
+            return Err(LockError::NotHeld);
+        }
+        let i = group
+            .held_by(owner)
+            .filter(|&i| token.is_none_or(|t| t == group.members[i].token))
+            .ok_or(LockError::NotOwner)?;
+        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
+        let ticket = self.submit_some(delete);
+        self.settle_group(shard, key, now);
+        Ok(ticket)
+    }
+
+    /// `extend` of a group's member (C6).
+    pub(super) fn extend_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: &str,
+        expires_at_ms: u64,
+        now: u64,
+    ) -> Result<(Grant, Ticket), LockError> {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return Err(LockError::NotHeld);
+        };
+        if group.live().next().is_none() {
+            return Err(LockError::NotHeld);
+        }
+        let i = group.held_by(owner).ok_or(LockError::NotOwner)?;
+        group.members[i].expires_at_ms = expires_at_ms;
+        let member = &group.members[i];
+        let ticket = self.journal_if_persistent(member.durability, || {
+            JournalOp::PutShare(key.clone(), member.record(self))
+        });
+        self.emit_member(EventKind::Extended, key, member, now);
+        let grant = member.grant();
+        if let Some(due) = shard.refile(key) {
+            self.purge.note_deadline(due);
+        }
+        Ok((grant, ticket))
+    }
+
+    /// Force-unlock of a group: every live member in one step (one
+    /// commit), answering the most recent (C19, C21).
+    pub(super) fn force_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        now: u64,
+    ) -> Result<(LockInfo, Ticket), LockError> {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return Err(LockError::NotHeld);
+        };
+        let Some(latest) = group.live().last().map(Member::info) else {
+            return Err(LockError::NotHeld);
+        };
+        let mut deletes = Vec::new();
+        let mut i = 0;
+        while i < group.members.len() {
+            if group.members[i].delayed {
+                i += 1;
+                continue;
+            }
+            let member = &group.members[i];
+            tracing::warn!(
+                namespace = &*key.namespace,
+                name = &*key.name,
+                owner = &*member.owner,
+                token = member.token,
+                "lock force-released"
+            );
+            let (delete, kept) = self.end_member(group, i, key, now, EventKind::ForceReleased, now);
+            deletes.extend(delete);
+            i += usize::from(kept);
+        }
+        let ticket = match deletes.len() {
+            0 => Ticket::ready(),
+            1 => self.journal.submit(deletes.pop().expect("one")),
+            _ => self.journal.submit(JournalOp::Batch(deletes)),
+        };
+        self.settle_group(shard, key, now);
+        Ok((latest, ticket))
+    }
+
+    /// A detached release of a group's member (C15).
+    pub(super) fn release_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        owner: &str,
+        token: u64,
+        now: u64,
+    ) {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return;
+        };
+        let Some(i) = group
+            .held_by(owner)
+            .filter(|&i| group.members[i].token == token)
+        else {
+            return;
+        };
+        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
+        drop(self.submit_some(delete));
+        self.settle_group(shard, key, now);
+    }
+
+    /// The group's most recent live grant (`get`).
+    pub(super) fn get_in_group(&self, shard: &Shard, key: &Key) -> Option<LockInfo> {
+        shard.groups.get(key)?.live().last().map(Member::info)
+    }
+
+    /// The group's full state, in the engine's clock.
+    pub(super) fn describe_group(&self, shard: &Shard, key: &Key) -> Option<NameState> {
+        let group = shard.groups.get(key)?;
+        Some(NameState {
+            holders: group.live().map(|m| self.holding(m)).collect(),
+            waiters: group.waiters.len() as u64,
+            delay_until_ms: group.delay_until(),
+        })
+    }
+
+    fn holding(&self, member: &Member) -> Holding {
+        Holding {
+            info: member.info(),
+            claim: member.claim,
+            acquired_at_ms: Some(member.acquired_at_ms),
+        }
+    }
+
+    /// The listing's entry of a group with a live member, in the engine's
+    /// clock.
+    pub(super) fn list_group(&self, key: &Key, group: &Group, now: u64) -> Option<ListedLock> {
+        let live: Vec<&Member> = group.live().filter(|m| m.expires_at_ms > now).collect();
+        let latest = live.last()?;
+        Some(ListedLock {
+            name: key.name.to_string(),
+            info: latest.info(),
+            acquired_at_ms: Some(latest.acquired_at_ms),
+            waiters: group.waiters.len() as u64,
+            claim: latest.claim,
+            holders: live.iter().map(|m| self.holding(m)).collect(),
+        })
+    }
+
+    /// Takes the waiter `id` out of the group `key`'s queue, and serves the
+    /// queue: a waiter that left the head may have held back others.
+    pub(super) fn leave_group_queue(&self, shard: &mut Shard, key: &Key, id: u64, now: u64) {
+        if let Some(group) = shard.groups.get_mut(key) {
+            group.waiters.retain(|w| w.id != id);
+            self.settle_group(shard, key, now);
+        }
+    }
+
+    /// Installs a recovered persistent share holder (a shared grant or a
+    /// permit); `expires_at_ms` is in the engine's clock and in the future.
+    pub(super) fn recover_share(
+        &self,
+        shard: &mut Shard,
+        key: Key,
+        record: Record,
+        namespace: &Arc<Namespace>,
+        now: u64,
+    ) {
+        let group = shard
+            .groups
+            .entry(key.clone())
+            .or_insert_with(|| Group::new(namespace.clone(), record.claim.permits()));
+        // Recovered holders count against quotas but are never refused.
+        group.namespace.add();
+        group.members.push(Member {
+            owner: Arc::from(record.owner),
+            claim: record.claim,
+            token: record.token,
+            expires_at_ms: record.expires_at_ms,
+            acquired_at_ms: now,
+            durability: Durability::Persistent,
+            delayed: false,
+        });
+        group.members.sort_by_key(|m| m.token);
+        if let Some(due) = shard.refile(&key) {
+            self.purge.note_deadline(due);
+        }
+    }
+}
