@@ -1,7 +1,7 @@
 //! The values stored at lock, waiter and lease keys: small JSON objects,
 //! readable with `etcdctl get --prefix /lockd/`.
 
-use lockd_core::{Claim, Durability, Grant, LeaseInfo, LockError, LockInfo};
+use lockd_core::{Claim, Durability, Grant, Holding, LeaseInfo, LockError, LockInfo};
 use serde::{Deserialize, Serialize};
 
 /// Format version of the records.
@@ -354,6 +354,15 @@ impl Held {
         rec.token = Some(self.token);
         rec.others = Vec::new();
         rec
+    }
+
+    /// How a listing or `describe` shows it.
+    pub(crate) fn holding(&self) -> Holding {
+        Holding {
+            info: self.info(),
+            claim: self.rec.claim(),
+            acquired_at_ms: self.rec.acquired_at_ms,
+        }
     }
 
     /// How `busy` shows it: a delay with its end as the expiry.

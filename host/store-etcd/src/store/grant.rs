@@ -9,12 +9,11 @@
 //! wrote ([`RecentGrants`]), so their owner's unlock is one conditional
 //! delete.
 
-use lockd_core::Claim;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use lockd_core::{
-    deadline, Claim, Grant, Holding, Key, ListedLock, LockError, LockInfo, LockOptions, NameState,
+    deadline, Claim, Grant, Key, ListedLock, LockError, LockInfo, LockOptions, NameState,
 };
 
 use super::keyspace::Keyspace;
@@ -543,14 +542,7 @@ impl Grants {
             });
         };
         Ok(NameState {
-            holders: name
-                .live(now)
-                .map(|h| Holding {
-                    info: h.info(),
-                    claim: h.rec.claim(),
-                    acquired_at_ms: h.rec.acquired_at_ms,
-                })
-                .collect(),
+            holders: name.live(now).map(Held::holding).collect(),
             waiters,
             delay_until_ms: name.delay_until(now),
         })
@@ -629,9 +621,14 @@ impl Grants {
             let Some(name) = self.ks.layout.name_of(namespace, kv.key()) else {
                 continue;
             };
+            let claim = h.rec.claim();
+            let holders = match claim {
+                Claim::Exclusive => Vec::new(),
+                _ => n.live(now).map(Held::holding).collect(),
+            };
             out.push(ListedLock {
-                claim: Claim::Exclusive,
-                holders: Vec::new(),
+                claim,
+                holders,
                 waiters: waiters.get(&name).copied().unwrap_or(0),
                 acquired_at_ms: h.rec.acquired_at_ms,
                 name,

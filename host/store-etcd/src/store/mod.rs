@@ -348,7 +348,10 @@ impl Inner {
         log_unavailable("get", key, result)
     }
 
+    /// Everything about `key`; this backend's `lock` calls on it made so
+    /// far are queued (or ended) first, so their waiters count.
     pub(crate) async fn describe(&self, key: &Key) -> Result<NameState, LockError> {
+        self.settle_turns(key).await;
         self.settle_pending(|k| k == key).await;
         let result = self.grants.describe(key).await;
         log_unavailable("describe", key, result)
