@@ -15,6 +15,8 @@
 //! each token it read into the record, so a later transaction, which moves
 //! `mod_revision`, keeps them.
 
+use std::collections::HashSet;
+
 use lockd_core::{Claim, LockError, LockInfo};
 
 use crate::record::{from_json, Held, LockRecord};
@@ -57,6 +59,14 @@ impl Name {
             mod_revision,
             grants,
         })
+    }
+
+    /// The name without the ephemeral grants of sessions not in `alive`:
+    /// their hosts are gone, and so are they (docs/contract.md#c10-durability).
+    pub(crate) fn without_dead(mut self, alive: &HashSet<i64>) -> Name {
+        self.grants
+            .retain(|g| g.rec.session.is_none_or(|s| alive.contains(&s)));
+        self
     }
 
     /// The grants live at `now`, by token.

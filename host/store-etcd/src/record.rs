@@ -76,6 +76,11 @@ pub(crate) struct LockRecord {
     /// expiry when the grant has a delay to serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<u64>,
+    /// For an ephemeral grant: the session of the host it belongs to. It
+    /// holds only while that session's key lives (see `name.rs`), since
+    /// beside other grants its key is not on that session's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<i64>,
     /// The name's other grants (shared holders, permits, delays being
     /// served), each with its token; this record is the most recent one.
     /// Empty for an exclusive lock, whose key holds its grant alone.
@@ -227,8 +232,17 @@ impl LockRecord {
             permits: None,
             lock_delay_ms: 0,
             ended_at_ms: None,
+            session: None,
             others: Vec::new(),
         }
+    }
+
+    /// The same record, an ephemeral grant of the session `session`.
+    pub(crate) fn on_session(mut self, session: Option<i64>) -> Self {
+        if Durability::from(self.durability) == Durability::Ephemeral {
+            self.session = session;
+        }
+        self
     }
 
     /// The same record with `claim` and `lock_delay_ms`.

@@ -264,11 +264,12 @@ impl Grants {
     ) -> Result<Option<Grant>, LockError> {
         let now = self.ks.clock.now_ms();
         let expires_at_ms = deadline(now, ttl_ms)?;
+        let session = Some(self.ks.etcd_leases.session());
         let rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None)
-            .claiming(options.claim, options.lock_delay_ms);
+            .claiming(options.claim, options.lock_delay_ms)
+            .on_session(session);
         let keep = current.map(|n| n.tidied(now).0).unwrap_or_default();
         let when = vec![key_as_seen, nobody_queued(queue)];
-        let session = Some(self.ks.etcd_leases.session());
         let written = self
             .ks
             .put_grant(lock_key, when, keep, rec, session, now, extra)
@@ -606,6 +607,23 @@ impl Grants {
                 ),
             )
             .await?;
+        // The live sessions, at the same revision (ephemeral grants of
+        // others are gone).
+        let sessions = self
+            .ks
+            .etcd
+            .range(
+                "list sessions",
+                self.ks.layout.all_sessions(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_revision(resp.header().map_or(0, |h| h.revision())),
+                ),
+            )
+            .await?;
+        let alive = self.ks.sessions(Some(&sessions));
         let mut waiters: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
         for kv in queues.kvs() {
             if let Some(name) = self.ks.layout.queued_name_of(namespace, kv.key()) {
@@ -614,7 +632,7 @@ impl Grants {
         }
         let mut out = Vec::new();
         for kv in resp.kvs() {
-            let n = Name::from_kv(kv)?;
+            let n = Name::from_kv(kv)?.without_dead(&alive);
             let Some(h) = n.latest(now) else {
                 continue;
             };

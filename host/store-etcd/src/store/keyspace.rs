@@ -3,9 +3,10 @@
 //! clock that says when a record has expired; and the one-transaction
 //! writes several parts make.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use etcd_client::{Compare, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, GetResponse, PutOptions, Txn, TxnOp, WatchOptions};
 use lockd_core::{Clock, Durability, Key, LockError};
 
 use super::txn::{nobody_queued, unchanged};
@@ -42,6 +43,14 @@ impl Keyspace {
         self.etcd_leases
             .for_key(&self.etcd, durability, ttl_ms, session)
             .await
+    }
+
+    /// The live sessions a read of [`Layout::all_sessions`] found.
+    pub(super) fn sessions(&self, read: Option<&GetResponse>) -> HashSet<i64> {
+        read.map_or(&[][..], |r| r.kvs())
+            .iter()
+            .filter_map(|kv| self.layout.session_of(kv.key()))
+            .collect()
     }
 
     /// The lock named by one of this layout's lock keys.

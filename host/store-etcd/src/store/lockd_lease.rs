@@ -392,7 +392,8 @@ impl LockdLeases {
             let expires_at_ms = l.rec.expires_at_ms;
             let mut rec =
                 LockRecord::fresh(lease_id, now, expires_at_ms, l.rec.durability.into(), None)
-                    .claiming(Claim::Exclusive, options.lock_delay_ms);
+                    .claiming(Claim::Exclusive, options.lock_delay_ms)
+                    .on_session(l.rec.session);
             rec.lease = true;
             let keep = name.map(|n| n.tidied(now).0).unwrap_or_default();
             let mut listed = l.rec.clone();

@@ -132,8 +132,13 @@ impl Inner {
         );
         let layout = Layout::new(&options.prefix);
         check_permission(&etcd, &layout).await?;
-        let etcd_leases =
-            EtcdLeases::open(&etcd, options.session_ttl_secs(), options.lease_slack).await?;
+        let etcd_leases = EtcdLeases::open(
+            &etcd,
+            options.session_ttl_secs(),
+            options.lease_slack,
+            layout.all_sessions(),
+        )
+        .await?;
         let ks = Arc::new(Keyspace {
             etcd,
             layout,

@@ -120,6 +120,10 @@ impl Queue {
         let mut ops = vec![
             TxnOp::get(lock_key.to_vec(), None),
             TxnOp::get(queue.to_vec(), Some(first_waiter)),
+            TxnOp::get(
+                self.ks.layout.all_sessions(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ),
         ];
         if let Some(w) = me {
             ops.push(TxnOp::get(
@@ -141,17 +145,21 @@ impl Queue {
         let revision = resp.header().map_or(0, |h| h.revision());
         let gets = gets(&resp);
         let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
-        let lock = first(0).map(Name::from_kv).transpose()?;
+        let alive = self.ks.sessions(gets.get(2));
+        let lock = first(0)
+            .map(Name::from_kv)
+            .transpose()?
+            .map(|n| n.without_dead(&alive));
         let head = first(1).map(Queued::from_kv).transpose()?;
         let (own_present, ahead) = match me {
             Some(w) => {
-                let ahead = first(3)
+                let ahead = first(4)
                     .filter(|kv| {
                         kv.key() != w.key.as_slice() && kv.create_revision() < w.create_revision
                     })
                     .map(Queued::from_kv)
                     .transpose()?;
-                (first(2).is_some(), ahead)
+                (first(3).is_some(), ahead)
             }
             None => (false, None),
         };
@@ -263,7 +271,8 @@ impl Queue {
                 w.durability.into(),
                 Some(w.id.clone()),
             )
-            .claiming(w.claim(), w.lock_delay_ms);
+            .claiming(w.claim(), w.lock_delay_ms)
+            .on_session(Some(w.session));
             return Ok(Some((rec, Some(w.session))));
         };
         let lease_key = self.ks.layout.lease_key(&key.namespace, lease_id);
@@ -280,7 +289,8 @@ impl Queue {
             l.durability.into(),
             Some(w.id.clone()),
         )
-        .claiming(Claim::Exclusive, w.lock_delay_ms);
+        .claiming(Claim::Exclusive, w.lock_delay_ms)
+        .on_session(l.session);
         rec.lease = true;
         Ok(Some((rec, l.session)))
     }
