@@ -63,9 +63,14 @@ impl Name {
 
     /// The name without the ephemeral grants of sessions not in `alive`:
     /// their hosts are gone, and so are they (docs/contract.md#c10-durability).
+    /// A lone grant is left alone: its key lives on its session's lease and
+    /// goes with it (and a waiter of a host that keeps no session key, a
+    /// lockd from before claims, is handed a lone grant).
     pub(crate) fn without_dead(mut self, alive: &HashSet<i64>) -> Name {
-        self.grants
-            .retain(|g| g.rec.session.is_none_or(|s| alive.contains(&s)));
+        if self.grants.len() > 1 {
+            self.grants
+                .retain(|g| g.rec.session.is_none_or(|s| alive.contains(&s)));
+        }
         self
     }
 

@@ -94,6 +94,8 @@ pub(crate) struct LockRecord {
 pub(crate) enum StoredClaim {
     Shared,
     Permit,
+    /// Kept faithfully should one be stored; `lock` never takes one.
+    Leader,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -264,6 +266,7 @@ pub(crate) fn stored_claim(claim: Claim) -> (Option<StoredClaim>, Option<u32>) {
         Claim::Exclusive => (None, None),
         Claim::Shared => (Some(StoredClaim::Shared), None),
         Claim::Permit { permits } => (Some(StoredClaim::Permit), Some(permits)),
+        Claim::Leader => (Some(StoredClaim::Leader), None),
     }
 }
 
@@ -275,6 +278,7 @@ pub(crate) fn claim_of(claim: Option<StoredClaim>, permits: Option<u32>) -> Clai
         Some(StoredClaim::Permit) => Claim::Permit {
             permits: permits.unwrap_or(1),
         },
+        Some(StoredClaim::Leader) => Claim::Leader,
     }
 }
 

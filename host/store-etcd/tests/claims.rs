@@ -419,3 +419,48 @@ async fn a_record_written_before_claims_still_reads() {
         .unwrap();
     assert!(r.fencing_token > token);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_shared_holder_goes_with_its_host() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let a = host(&etcd, clock.clone(), LockDelays::default()).await;
+    let b = host(&etcd, clock, LockDelays::default()).await;
+    let ephemeral = LockOptions {
+        durability: Durability::Ephemeral,
+        ..claim(SHARED, 0)
+    };
+    a.lock(NS, "e", "ea", 60_000, ephemeral).await.unwrap();
+    let kept = b
+        .lock(NS, "e", "pb", 60_000, claim(SHARED, 0))
+        .await
+        .unwrap();
+    assert_eq!(b.describe(NS, "e").await.unwrap().holders.len(), 2);
+    drop(a); // host A ends: its session is revoked.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let owners: Vec<String> = b
+            .list(NS, "e")
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|l| l.holders.into_iter().map(|h| h.info.owner))
+            .collect();
+        if owners == ["pb"] {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the dead host's reader stayed: {owners:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let state = b.describe(NS, "e").await.unwrap();
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(state.holders[0].info.fencing_token, kept.fencing_token);
+    // The writer now waits for `pb` alone.
+    b.unlock(NS, "e", "pb", None).await.unwrap();
+    b.lock(NS, "e", "w", 60_000, claim(EXCLUSIVE, 0))
+        .await
+        .unwrap();
+}

@@ -73,19 +73,21 @@ impl Keyspace {
     }
 
     /// The etcd lease for a lock key holding `grants` at `now`: a lone
-    /// ephemeral grant lives on the session `session` (its host's), and
-    /// anything else on a persistent lease that outlasts the last grant,
-    /// delays included. (So an ephemeral grant beside others, or rewritten
-    /// by a host that does not know its session, outlives its host until
-    /// its expiry: docs/scale-out.md.)
+    /// ephemeral grant lives on its host's session (the one its record
+    /// names, else `session`), and anything else on a persistent lease that
+    /// outlasts the last grant, delays included. An ephemeral grant beside
+    /// others holds while its session's key lives (`Name::without_dead`).
     pub(super) async fn lease_for(
         &self,
         grants: &[LockRecord],
         now: u64,
         session: Option<i64>,
     ) -> Result<i64, LockError> {
-        if let ([one], Some(session)) = (grants, session) {
-            if Durability::from(one.durability) == Durability::Ephemeral {
+        if let [one] = grants {
+            let session = one.session.or(session);
+            if let Some(session) =
+                session.filter(|_| Durability::from(one.durability) == Durability::Ephemeral)
+            {
                 return Ok(session);
             }
         }
