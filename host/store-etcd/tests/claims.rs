@@ -464,3 +464,62 @@ async fn an_ephemeral_shared_holder_goes_with_its_host() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_on_two_hosts_never_overlap() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let hosts = [
+        host(&etcd, clock.clone(), LockDelays::default()).await,
+        host(&etcd, clock, LockDelays::default()).await,
+    ];
+    // Readers and writers at once, counted while they hold: a writer is
+    // alone, and readers do hold together.
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let host = hosts[i % 2].clone();
+        let (readers, writers, most_readers) =
+            (readers.clone(), writers.clone(), most_readers.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("c{i}");
+            let mode = if i % 4 == 0 { EXCLUSIVE } else { SHARED };
+            for _ in 0..3 {
+                let g = host
+                    .lock(NS, "rw", &owner, 60_000, claim(mode, 30_000))
+                    .await
+                    .unwrap();
+                if mode == EXCLUSIVE {
+                    assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                    assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                } else {
+                    let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                    most_readers.fetch_max(now, Ordering::SeqCst);
+                    assert_eq!(
+                        writers.load(Ordering::SeqCst),
+                        0,
+                        "a reader beside a writer"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if mode == EXCLUSIVE {
+                    writers.fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                }
+                host.unlock(NS, "rw", &owner, Some(g.fencing_token))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        most_readers.load(Ordering::SeqCst) >= 2,
+        "readers never held together"
+    );
+}

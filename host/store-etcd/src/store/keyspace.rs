@@ -77,12 +77,17 @@ impl Keyspace {
     /// names, else `session`), and anything else on a persistent lease that
     /// outlasts the last grant, delays included. An ephemeral grant beside
     /// others holds while its session's key lives (`Name::without_dead`).
+    /// No grant: no lease (0).
     pub(super) async fn lease_for(
         &self,
         grants: &[LockRecord],
         now: u64,
         session: Option<i64>,
     ) -> Result<i64, LockError> {
+        if grants.is_empty() {
+            // Nothing to write: the key is deleted.
+            return Ok(0);
+        }
         if let [one] = grants {
             let session = one.session.or(session);
             if let Some(session) =
