@@ -72,6 +72,7 @@ impl From<EventKind> for EventWord {
             EventKind::LeaseGranted => EventWord::LeaseGranted,
             EventKind::LeaseRevoked => EventWord::LeaseRevoked,
             EventKind::LeaseExpired => EventWord::LeaseExpired,
+            EventKind::Proclaimed => EventWord::Proclaimed,
         }
     }
 }

@@ -531,7 +531,7 @@ impl Engine {
             if options.claim != Claim::Exclusive
                 || (!shard.groups.is_empty() && shard.groups.contains_key(key))
             {
-                return self.lock_in_group(shard, key, owner, ttl_ms, options, value, now);
+                return self.lock_in_group(shard, key, owner, ttl_ms, options, (value, lease), now);
             }
             let (grant, ticket) =
                 self.install_fresh(shard, key, hash, owner, ttl_ms, options, lease, now)?;

@@ -12,8 +12,10 @@
 //!   key = `u16 BE namespace length | namespace | u32 BE name length | name
 //!   | owner`, so a name's holders sort together and no name and owner can
 //!   pass for another; value = `u8 version (1) | u64 BE token | u64 BE
-//!   expires_at_ms | u8 claim`, the claim `1` shared or `2` permit followed
-//!   by `u32 BE permits`. A `locks` row is always [`Claim::Exclusive`].
+//!   expires_at_ms | u8 claim`, the claim `1` shared, `2` permit followed
+//!   by `u32 BE permits`, or `3` an election's leader followed by the UTF-8
+//!   value it proclaimed (to the end). A `locks` row is always
+//!   [`Claim::Exclusive`].
 //! - `meta`: `tokens_reserved` = the highest token that may have been issued;
 //!   `log_segment` and `log_frame` = the last log segment and commit applied
 //!   (absent in a store that never had a log: none).
@@ -71,12 +73,14 @@ pub(crate) fn decode_record(bytes: &[u8]) -> Option<Record> {
         owner,
         token,
         expires_at_ms,
+        value: None,
     })
 }
 
 const SHARE_V1: u8 = 1;
 const CLAIM_SHARED: u8 = 1;
 const CLAIM_PERMIT: u8 = 2;
+const CLAIM_LEADER: u8 = 3;
 
 pub(crate) fn encode_share_key(key: &Key, owner: &str) -> Vec<u8> {
     let (ns, name) = (key.namespace.as_bytes(), key.name.as_bytes());
@@ -114,6 +118,10 @@ pub(crate) fn encode_share(record: &Record) -> Option<Vec<u8>> {
             out.push(CLAIM_PERMIT);
             out.extend_from_slice(&permits.to_be_bytes());
         }
+        Claim::Leader => {
+            out.push(CLAIM_LEADER);
+            out.extend_from_slice(record.value.as_deref().unwrap_or_default().as_bytes());
+        }
     }
     Some(out)
 }
@@ -132,6 +140,7 @@ pub(crate) fn decode_share(bytes: &[u8], owner: &str) -> Result<Record, String> 
             bytes.len()
         ));
     };
+    let mut value = None;
     let (claim, len) = match tag {
         CLAIM_SHARED => (Claim::Shared, 18),
         CLAIM_PERMIT => {
@@ -139,10 +148,16 @@ pub(crate) fn decode_share(bytes: &[u8], owner: &str) -> Result<Record, String> 
             let permits = u32::from_be_bytes(permits.try_into().unwrap_or_default());
             (Claim::Permit { permits }, 22)
         }
+        CLAIM_LEADER => {
+            let proclaimed = std::str::from_utf8(&bytes[18..])
+                .map_err(|_| "its leader's value is not UTF-8".to_string())?;
+            value = Some(proclaimed.to_string());
+            (Claim::Leader, bytes.len())
+        }
         other => {
             return Err(format!(
-                "its claim is {other}, which this lockd does not know (1 shared, 2 permit); \
-                 open it with the lockd that wrote it"
+                "its claim is {other}, which this lockd does not know (1 shared, 2 permit, \
+                 3 leader); open it with the lockd that wrote it"
             ))
         }
     };
@@ -154,6 +169,7 @@ pub(crate) fn decode_share(bytes: &[u8], owner: &str) -> Result<Record, String> 
         owner: owner.to_string(),
         token: u64::from_be_bytes(token.try_into().unwrap_or_default()),
         expires_at_ms: u64::from_be_bytes(expires.try_into().unwrap_or_default()),
+        value,
     })
 }
 
@@ -186,6 +202,7 @@ mod tests {
         let key = Key::new("ns/x", "name\0with nul and ünïcode");
         assert_eq!(decode_key(&encode_key(&key)), Some(key));
         let record = Record {
+            value: None,
             claim: Claim::Exclusive,
             owner: "o".repeat(256),
             token: u64::MAX,
@@ -209,6 +226,7 @@ mod tests {
             Claim::Permit { permits: u32::MAX },
         ] {
             let record = Record {
+                value: None,
                 claim,
                 owner: "ö".repeat(128),
                 token: u64::MAX,
@@ -224,6 +242,7 @@ mod tests {
             assert_eq!(decode_share(&value, &owner), Ok(record));
         }
         let exclusive = Record {
+            value: None,
             claim: Claim::Exclusive,
             owner: "o".to_string(),
             token: 1,
@@ -268,6 +287,7 @@ mod tests {
         assert_eq!(decode_share_key(&[0, 0, 0xff, 0xff, 0xff, 0xff]), None);
         assert_eq!(decode_share_key(&[0, 0, 0, 0, 0, 1, 0xff]), None);
         let shared = encode_share(&Record {
+            value: None,
             claim: Claim::Shared,
             owner: String::new(),
             token: 5,
@@ -275,6 +295,7 @@ mod tests {
         })
         .unwrap();
         let permit = encode_share(&Record {
+            value: None,
             claim: Claim::Permit { permits: 3 },
             owner: String::new(),
             token: 5,
@@ -292,9 +313,22 @@ mod tests {
         version[0] = 2;
         assert!(decode_share(&version, "o").is_err());
         let mut unknown = shared.clone();
-        unknown[17] = 3;
+        unknown[17] = 4;
         let why = decode_share(&unknown, "o").unwrap_err();
-        assert!(why.contains("claim is 3"), "{why}");
+        assert!(why.contains("claim is 4"), "{why}");
+        // A leader's value runs to the end and must be UTF-8.
+        let leader = Record {
+            value: Some("10.0.0.7:8080 ü".to_string()),
+            claim: Claim::Leader,
+            owner: "candidate".to_string(),
+            token: 9,
+            expires_at_ms: 10,
+        };
+        let encoded = encode_share(&leader).unwrap();
+        assert_eq!(decode_share(&encoded, "candidate"), Ok(leader));
+        let mut not_utf8 = encoded;
+        not_utf8.push(0xff);
+        assert!(decode_share(&not_utf8, "candidate").is_err());
         let mut exclusive = shared;
         exclusive[17] = 0;
         assert!(decode_share(&exclusive, "o").is_err());

@@ -203,6 +203,7 @@ async fn a_store_with_tokens_above_the_clock_keeps_rising() {
             JournalOp::Put(
                 Key::new("ns", name),
                 Record {
+                    value: None,
                     claim: Claim::Exclusive,
                     owner: "old-holder".to_string(),
                     token,
@@ -311,6 +312,7 @@ fn a_minute_from_now_ms() -> u64 {
 /// keeps it.
 fn share(owner: &str, token: u64, claim: Claim, expires_at_ms: u64) -> lockd_core::Record {
     lockd_core::Record {
+        value: None,
         claim,
         owner: owner.to_string(),
         token,

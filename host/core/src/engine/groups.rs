@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::leases::LeaseCell;
 use super::table::{key_hash, Handoff, Namespace, Shard, Waiter};
 use super::{Attempt, Engine};
 use crate::clock::deadline;
@@ -495,7 +496,7 @@ impl Engine {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
-        value: Option<&str>,
+        (value, lease): (Option<&str>, Option<&Arc<LeaseCell>>),
         now: u64,
     ) -> Result<Attempt, LockError> {
         let claim = options.claim;
@@ -567,10 +568,15 @@ impl Engine {
         }
         // Refused: a settled group that refuses has a member in the way.
         let in_the_way = group.members.last().expect("a settled group has a member");
+        if lease.is_some_and(|lease| !lease.is_live(now)) {
+            return Err(LockError::NotHeld);
+        }
         if options.wait_ms == 0 {
             return Err(LockError::Busy(in_the_way.info()));
         }
-        let (mut waiter, queued) = self.new_waiter(owner, ttl_ms, options, None, now);
+        // A lease's lock waits here too (exclusive: the table grants it,
+        // under the lease, once the group has no member left).
+        let (mut waiter, queued) = self.new_waiter(owner, ttl_ms, options, lease, now);
         waiter.value = value;
         group.waiters.push_back(waiter);
         Ok(Attempt::Queued(queued))

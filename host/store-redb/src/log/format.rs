@@ -323,6 +323,7 @@ mod tests {
     fn ops() -> Vec<JournalOp> {
         let key = Key::new("ns", "name\0ü");
         let record = Record {
+            value: None,
             claim: Claim::Exclusive,
             owner: "o".repeat(300),
             token: u64::MAX,
@@ -333,6 +334,7 @@ mod tests {
             expires_at_ms: 2,
         };
         let share = |claim| Record {
+            value: None,
             claim,
             owner: "reader ü".to_string(),
             token: 1 << 40,
@@ -445,6 +447,7 @@ mod tests {
     fn share_payloads_are_checked_strictly() {
         let key = Key::new("ns", "n");
         let share = Record {
+            value: None,
             claim: Claim::Permit { permits: 2 },
             owner: "o".to_string(),
             token: 1,
@@ -485,6 +488,7 @@ mod tests {
     fn records_that_would_change_their_claim_are_unstorable() {
         let key = Key::new("ns", "n");
         let with = |claim| Record {
+            value: None,
             claim,
             owner: "o".to_string(),
             token: 1,

@@ -19,6 +19,7 @@ fn keeping_the_log() -> LogConfig {
 
 fn record(token: u64) -> Record {
     Record {
+        value: None,
         claim: Claim::Exclusive,
         owner: format!("owner-{token}"),
         token,
@@ -29,6 +30,7 @@ fn record(token: u64) -> Record {
 /// One holder of a name held shared or of a semaphore.
 fn share(owner: &str, token: u64, claim: Claim) -> Record {
     Record {
+        value: None,
         claim,
         owner: owner.to_string(),
         token,

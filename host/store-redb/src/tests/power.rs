@@ -330,6 +330,7 @@ async fn drive_shares(journal: Arc<RedbJournal>) -> ToldShares {
                         let put = JournalOp::PutShare(
                             key,
                             Record {
+                                value: None,
                                 claim,
                                 owner: holder.1.clone(),
                                 token: record.0,
@@ -343,6 +344,7 @@ async fn drive_shares(journal: Arc<RedbJournal>) -> ToldShares {
                         let extend = JournalOp::PutShare(
                             key,
                             Record {
+                                value: None,
                                 claim,
                                 owner: holder.1.clone(),
                                 token,

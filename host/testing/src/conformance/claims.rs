@@ -224,7 +224,7 @@ pub async fn a_semaphore_never_exceeds_its_permits(factory: &dyn StoreFactory) {
     let again = s.lock(NS, "sem", "a", 1_000, permit(2, 0)).await.unwrap();
     assert_eq!(again.fencing_token, a.fencing_token, "one permit per owner");
     let message = invalid(s.lock(NS, "sem", "c", 1_000, permit(3, 0)).await);
-    assert!(message.contains("has 2 permits"), "{message}");
+    assert!(message.contains("2 permits"), "{message}");
     invalid(s.lock(NS, "sem", "c", 1_000, exclusive(0)).await);
     invalid(s.lock(NS, "sem", "c", 1_000, shared(0)).await);
     s.lock(NS, "plain", "o", 60_000, exclusive(0))
@@ -433,4 +433,278 @@ pub async fn shared_grants_and_permits_survive_restart(factory: &dyn StoreFactor
     s.unlock(NS, "rs", "a", None).await.unwrap();
     s.unlock(NS, "rs", "b", None).await.unwrap();
     s.lock(NS, "rs", "w", 1_000, exclusive(0)).await.unwrap();
+}
+
+fn campaign(wait_ms: u64) -> LockOptions {
+    LockOptions {
+        wait_ms,
+        ..LockOptions::default()
+    }
+}
+
+fn spawn_campaign(
+    s: &LockService,
+    candidate: &'static str,
+    value: &'static str,
+    ttl_ms: u64,
+) -> JoinHandle<Result<lockd_core::Grant, LockError>> {
+    let s = s.clone();
+    tokio::spawn(async move {
+        s.campaign(NS, "leader", candidate, value, ttl_ms, campaign(30_000))
+            .await
+    })
+}
+
+/// C24: candidates lead one at a time, first come first served; anyone
+/// learns the leader and its value; the leader proclaims, resigns, or
+/// lets its term expire, and the next in line leads.
+pub async fn candidates_lead_in_turn(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    assert_eq!(s.leader(NS, "leader").await.unwrap(), None);
+    let a = s
+        .campaign(NS, "leader", "a", "10.0.0.1:80", 60_000, campaign(0))
+        .await
+        .unwrap();
+    match s
+        .campaign(NS, "leader", "b", "10.0.0.2:80", 60_000, campaign(0))
+        .await
+    {
+        Err(LockError::Busy(info)) => assert_eq!(info.owner, "a"),
+        other => panic!("expected busy, got {other:?}"),
+    }
+    let b = spawn_campaign(&s, "b", "10.0.0.2:80", 1_000);
+    settle_tasks().await;
+    let c = spawn_campaign(&s, "c", "10.0.0.3:80", 60_000);
+    settle_tasks().await;
+    let leader = s.leader(NS, "leader").await.unwrap().expect("a leads");
+    assert_eq!(
+        (leader.info.owner.as_str(), leader.value.as_str()),
+        ("a", "10.0.0.1:80")
+    );
+    assert_eq!(leader.info.fencing_token, a.fencing_token);
+    assert_eq!(leader.since_ms, Some(START_MS));
+    // Proclaim: the leader, under its token, only.
+    s.proclaim(NS, "leader", "a", a.fencing_token, "10.0.0.1:81")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.proclaim(NS, "leader", "b", a.fencing_token, "x").await,
+        Err(LockError::NotOwner)
+    );
+    assert_eq!(
+        s.proclaim(NS, "leader", "a", a.fencing_token + 1, "x")
+            .await,
+        Err(LockError::NotOwner)
+    );
+    let leader = s.leader(NS, "leader").await.unwrap().expect("a leads");
+    assert_eq!(leader.value, "10.0.0.1:81");
+    assert_eq!(
+        leader.info.fencing_token, a.fencing_token,
+        "proclaim keeps the token"
+    );
+    let info = s.get(NS, "leader").await.unwrap().expect("led");
+    assert_eq!(info.owner, "a");
+    // a resigns: b, first in line, leads with its own value.
+    s.unlock(NS, "leader", "a", Some(a.fencing_token))
+        .await
+        .unwrap();
+    let gb = b.await.unwrap().unwrap();
+    assert!(gb.fencing_token > a.fencing_token);
+    let leader = s.leader(NS, "leader").await.unwrap().expect("b leads");
+    assert_eq!(
+        (leader.info.owner.as_str(), leader.value.as_str()),
+        ("b", "10.0.0.2:80")
+    );
+    assert!(!c.is_finished());
+    // b's term runs out without a renewal: c leads.
+    clock.advance(1_000);
+    let gc = c.await.unwrap().unwrap();
+    assert!(gc.fencing_token > gb.fencing_token);
+    assert_eq!(
+        holders(&s, "leader").await,
+        [("c".to_string(), Claim::Leader)]
+    );
+    s.unlock(NS, "leader", "c", None).await.unwrap();
+    assert_eq!(s.leader(NS, "leader").await.unwrap(), None);
+    assert_eq!(
+        s.proclaim(NS, "leader", "c", gc.fencing_token, "x").await,
+        Err(LockError::NotHeld)
+    );
+}
+
+/// C24: elections, locks and semaphores never share a name; values are
+/// bounded; the leadership is not taken by `lock`.
+pub async fn elections_keep_to_their_names(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.campaign(NS, "e", "a", "v", 60_000, campaign(0))
+        .await
+        .unwrap();
+    invalid(s.lock(NS, "e", "b", 1_000, exclusive(0)).await);
+    invalid(s.lock(NS, "e", "b", 1_000, shared(0)).await);
+    invalid(s.lock(NS, "e", "b", 1_000, permit(2, 0)).await);
+    invalid(
+        s.lock(NS, "free", "b", 1_000, claim(Claim::Leader, 0))
+            .await,
+    );
+    s.lock(NS, "l", "a", 60_000, exclusive(0)).await.unwrap();
+    s.lock(NS, "s", "a", 60_000, permit(2, 0)).await.unwrap();
+    for name in ["l", "s"] {
+        invalid(s.campaign(NS, name, "b", "v", 1_000, campaign(0)).await);
+        invalid(s.leader(NS, name).await);
+        invalid(s.proclaim(NS, name, "a", 1, "v").await);
+    }
+    let long = "v".repeat(lockd_core::MAX_VALUE_BYTES + 1);
+    invalid(
+        s.campaign(NS, "other", "b", &long, 1_000, campaign(0))
+            .await,
+    );
+    invalid(s.proclaim(NS, "e", "a", 1, &long).await);
+    assert_eq!(s.leader(NS, "other").await.unwrap(), None);
+    let leader = s.leader(NS, "e").await.unwrap().expect("a leads");
+    assert_eq!(leader.value, "v");
+}
+
+/// C24 with C10: a persistent leader is back after a restart with its
+/// token and the value it last proclaimed; the proclaim is an event.
+pub async fn leaders_survive_restart(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let a = {
+        let s = open(factory, &clock).await;
+        let mut events = s.events().expect("this store publishes events");
+        let a = s
+            .campaign(NS, "boss", "a", "first", 60_000, campaign(0))
+            .await
+            .unwrap();
+        s.proclaim(NS, "boss", "a", a.fencing_token, "second")
+            .await
+            .unwrap();
+        let mut kinds = Vec::new();
+        while kinds.len() < 2 {
+            let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+                .await
+                .expect("no event within 10 s")
+                .expect("the event stream ended or lagged");
+            if &*event.namespace == NS && &*event.name == "boss" {
+                kinds.push((event.kind, event.claim, event.fencing_token));
+            }
+        }
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Acquired, Claim::Leader, a.fencing_token),
+                (EventKind::Proclaimed, Claim::Leader, a.fencing_token)
+            ]
+        );
+        a
+    };
+    settle_tasks().await;
+    let s = open(factory, &clock).await;
+    if !factory.keeps_persistent_locks() {
+        assert_eq!(s.leader(NS, "boss").await.unwrap(), None);
+        return;
+    }
+    let leader = s
+        .leader(NS, "boss")
+        .await
+        .unwrap()
+        .expect("the leader survives");
+    assert_eq!(
+        (
+            leader.info.owner.as_str(),
+            leader.value.as_str(),
+            leader.info.fencing_token
+        ),
+        ("a", "second", a.fencing_token)
+    );
+    assert_eq!(leader.info.expires_at_ms, START_MS + 60_000);
+    invalid(s.lock(NS, "boss", "b", 1_000, exclusive(0)).await);
+}
+
+/// C21 with C3: readers queued behind a writer are granted together when
+/// it leaves, and a writer queued after them waits for them all; a reader
+/// that times out or goes away leaves the queue without holding anything.
+pub async fn readers_behind_a_writer_enter_together(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    let w0 = s.lock(NS, "q", "w0", 60_000, exclusive(0)).await.unwrap();
+    let r1 = spawn_lock(&s, "q", "r1", shared(30_000));
+    settle_tasks().await;
+    let gone = spawn_lock(&s, "q", "gone", shared(30_000));
+    settle_tasks().await;
+    let r2 = spawn_lock(&s, "q", "r2", shared(30_000));
+    settle_tasks().await;
+    let w1 = spawn_lock(&s, "q", "w1", exclusive(30_000));
+    settle_tasks().await;
+    let r3 = spawn_lock(&s, "q", "r3", shared(30_000));
+    settle_tasks().await;
+    let short = {
+        let s = s.clone();
+        tokio::spawn(async move { s.lock(NS, "q", "short", 60_000, shared(100)).await })
+    };
+    settle_tasks().await;
+    gone.abort();
+    let _ = gone.await;
+    assert_eq!(s.describe(NS, "q").await.unwrap().waiters, 5);
+    clock.advance(100);
+    assert_eq!(busy_owner(short.await.unwrap()), "w0");
+    s.unlock(NS, "q", "w0", Some(w0.fencing_token))
+        .await
+        .unwrap();
+    let g1 = r1.await.unwrap().unwrap();
+    let g2 = r2.await.unwrap().unwrap();
+    assert!(w0.fencing_token < g1.fencing_token && g1.fencing_token < g2.fencing_token);
+    settle_tasks().await;
+    assert!(!w1.is_finished() && !r3.is_finished());
+    assert_eq!(
+        holders(&s, "q").await,
+        [
+            ("r1".to_string(), Claim::Shared),
+            ("r2".to_string(), Claim::Shared)
+        ]
+    );
+    s.unlock(NS, "q", "r1", None).await.unwrap();
+    settle_tasks().await;
+    assert!(!w1.is_finished(), "the writer entered beside r2");
+    s.unlock(NS, "q", "r2", None).await.unwrap();
+    let gw = w1.await.unwrap().unwrap();
+    settle_tasks().await;
+    assert!(!r3.is_finished());
+    s.unlock(NS, "q", "w1", Some(gw.fencing_token))
+        .await
+        .unwrap();
+    let g3 = r3.await.unwrap().unwrap();
+    assert!(g3.fencing_token > gw.fencing_token);
+    assert_eq!(holders(&s, "q").await, [("r3".to_string(), Claim::Shared)]);
+}
+
+/// C16 with C21: a lease's (exclusive) lock waits behind shared holders
+/// and is granted under the lease, with the lease's expiry, when they
+/// leave; revoking the lease releases it.
+pub async fn a_lease_lock_waits_behind_readers(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(START_MS);
+    let s = open(factory, &clock).await;
+    s.lock(NS, "lr", "reader", 60_000, shared(0)).await.unwrap();
+    let lease = s
+        .grant_lease(NS, 20_000, Durability::Persistent)
+        .await
+        .unwrap();
+    let waiting = {
+        let s = s.clone();
+        let id = lease.id.clone();
+        tokio::spawn(async move { s.lock_in_lease(NS, "lr", &id, 30_000).await })
+    };
+    settle_tasks().await;
+    s.unlock(NS, "lr", "reader", None).await.unwrap();
+    let g = waiting.await.unwrap().unwrap();
+    assert_eq!(g.expires_at_ms, lease.expires_at_ms);
+    let info = s
+        .get(NS, "lr")
+        .await
+        .unwrap()
+        .expect("held under the lease");
+    assert_eq!(info.owner, lease.id);
+    assert_eq!(s.revoke_lease(NS, &lease.id).await.unwrap(), 1);
+    assert_eq!(s.get(NS, "lr").await.unwrap(), None);
 }

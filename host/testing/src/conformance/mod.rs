@@ -26,8 +26,8 @@ pub use restarts::*;
 pub use support::{StoreFactory, START_MS};
 pub use waiters::*;
 
-/// Generates one `#[tokio::test]` per case of shared locks, semaphores and
-/// lock-delay (docs/contract.md C21 to C23) for `$factory`, a store whose
+/// Generates one `#[tokio::test]` per case of shared locks, semaphores,
+/// lock-delay and elections (docs/contract.md C21 to C24) for `$factory`, a store whose
 /// `supports_claims()` is true.
 #[macro_export]
 macro_rules! claims_conformance_tests {
@@ -40,6 +40,11 @@ macro_rules! claims_conformance_tests {
             force_unlock_releases_every_shared_holder,
             lock_delay_holds_back_an_ended_grant,
             shared_grants_and_permits_survive_restart,
+            candidates_lead_in_turn,
+            elections_keep_to_their_names,
+            leaders_survive_restart,
+            readers_behind_a_writer_enter_together,
+            a_lease_lock_waits_behind_readers,
         );
     };
 }
