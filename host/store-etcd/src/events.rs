@@ -149,10 +149,14 @@ pub(crate) fn lock_events(
                 p,
                 p.rec.acquired_at_ms,
             )),
-            Some(n) if n.rec.expires_at_ms != p.rec.expires_at_ms => {
-                extended.push(ev(EventKind::Extended, n, None));
+            Some(n) => {
+                if n.rec.expires_at_ms != p.rec.expires_at_ms {
+                    extended.push(ev(EventKind::Extended, n, None));
+                }
+                if n.rec.value != p.rec.value {
+                    extended.push(ev(EventKind::Proclaimed, n, None));
+                }
             }
-            Some(_) => {}
         }
     }
     let came = new
@@ -325,6 +329,77 @@ mod tests {
                 (EventKind::Expired, "a", 10),
                 (EventKind::Acquired, "a", 20)
             ]
+        );
+    }
+
+    #[test]
+    fn each_grant_of_a_shared_name_is_told_apart_by_token() {
+        let key = Key::new("ns", "x");
+        let mut r1 = held("r1", 10, 100, None);
+        r1.rec.claim = Some(crate::record::StoredClaim::Shared);
+        let mut r2 = held("r2", 12, 100, Some("w-1"));
+        r2.rec.claim = Some(crate::record::StoredClaim::Shared);
+        let both = [r1.clone(), r2.clone()];
+        // One more reader: only its grant is news.
+        let came = lock_events(&key, std::slice::from_ref(&r1), &both, None, 50);
+        assert_eq!(kinds(&came), [(EventKind::HandedOff, "r2", 12)]);
+        assert_eq!(came[0].claim, Claim::Shared);
+        // A force-unlock of both: one event each.
+        let forced = lock_events(&key, &both, &[], Some(Why::Forced), 50);
+        assert_eq!(
+            kinds(&forced),
+            [
+                (EventKind::ForceReleased, "r1", 10),
+                (EventKind::ForceReleased, "r2", 12)
+            ]
+        );
+        // A release of r2 marked released, r1 found expired in passing.
+        let gone = lock_events(&key, &both, &[], Some(Why::Released), 100);
+        assert_eq!(
+            kinds(&gone),
+            [
+                (EventKind::Expired, "r1", 10),
+                (EventKind::Expired, "r2", 12)
+            ]
+        );
+        // Kept as a delay: ended at its expiry is expired, before it forced.
+        let mut delayed = r1.clone();
+        delayed.rec.ended_at_ms = Some(100);
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&delayed),
+                Some(Why::Expired),
+                100
+            )),
+            [(EventKind::Expired, "r1", 10)]
+        );
+        delayed.rec.ended_at_ms = Some(40);
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&delayed),
+                Some(Why::Forced),
+                40
+            )),
+            [(EventKind::ForceReleased, "r1", 10)]
+        );
+        // Nothing to tell once it ended.
+        assert!(lock_events(&key, std::slice::from_ref(&delayed), &[], None, 200).is_empty());
+        // A leader's new value.
+        let mut proclaimed = r1.clone();
+        proclaimed.rec.value = Some("v2".into());
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&proclaimed),
+                None,
+                50
+            )),
+            [(EventKind::Proclaimed, "r1", 10)]
         );
     }
 

@@ -210,23 +210,29 @@ impl Name {
     }
 }
 
-/// `invalid_argument` unless `claim` and `current` are both locks, or both
-/// permits of the same number.
+/// What a name is used as: a lock (exclusive or shared), a semaphore, or
+/// an election.
+fn kind(claim: Claim) -> &'static str {
+    match claim {
+        Claim::Exclusive | Claim::Shared => "a lock",
+        Claim::Permit { .. } => "a semaphore",
+        Claim::Leader => "an election",
+    }
+}
+
+/// `invalid_argument` unless `claim` and `current` are of one kind (both
+/// locks, both permits of the same number, or both of an election).
 pub(crate) fn check_same_kind(name: &str, claim: Claim, current: Claim) -> Result<(), LockError> {
     match (claim.permits(), current.permits()) {
-        (None, None) => Ok(()),
-        (Some(n), Some(m)) if n == m => Ok(()),
-        (Some(n), Some(m)) => Err(LockError::InvalidArgument(format!(
+        (Some(n), Some(m)) if n != m => Err(LockError::InvalidArgument(format!(
             "semaphore {name:?} has {m} permits, not {n}: ask with permits = {m}, \
              or wait until no permit is held or waited for"
         ))),
-        (Some(_), None) => Err(LockError::InvalidArgument(format!(
-            "{name:?} is held or waited for as a lock, not a semaphore: \
-             take it as a lock, or use another name"
-        ))),
-        (None, Some(m)) => Err(LockError::InvalidArgument(format!(
-            "{name:?} is a semaphore of {m} permits, not a lock: \
-             take a permit, or use another name"
+        _ if kind(claim) == kind(current) => Ok(()),
+        _ => Err(LockError::InvalidArgument(format!(
+            "{name:?} is held or waited for as {}, not {}: use it as {0}, or use another name",
+            kind(current),
+            kind(claim)
         ))),
     }
 }

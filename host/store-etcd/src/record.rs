@@ -76,6 +76,9 @@ pub(crate) struct LockRecord {
     /// expiry when the grant has a delay to serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<u64>,
+    /// For an election's leader: the value it proclaims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     /// For an ephemeral grant: the session of the host it belongs to. It
     /// holds only while that session's key lives (see `name.rs`), since
     /// beside other grants its key is not on that session's lease.
@@ -133,6 +136,9 @@ pub(crate) struct WaiterRecord {
     /// The lock-delay its grant will carry (its host's, for its namespace).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_delay_ms: u64,
+    /// For a candidate of an election: the value it will proclaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// The value of a lease key.
@@ -234,6 +240,7 @@ impl LockRecord {
             permits: None,
             lock_delay_ms: 0,
             ended_at_ms: None,
+            value: None,
             session: None,
             others: Vec::new(),
         }
@@ -302,6 +309,7 @@ impl WaiterRecord {
             claim: None,
             permits: None,
             lock_delay_ms: 0,
+            value: None,
         }
     }
 

@@ -523,3 +523,53 @@ async fn readers_and_writers_on_two_hosts_never_overlap() {
         "readers never held together"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_is_led_from_either_host() {
+    let etcd = EtcdCluster::start().unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let a = host(&etcd, clock.clone(), LockDelays::default()).await;
+    let b = host(&etcd, clock, LockDelays::default()).await;
+    let mut client = Client::connect(etcd.endpoints(), None).await.unwrap();
+    let options = claim(EXCLUSIVE, 30_000);
+    let ga = a
+        .campaign(NS, "boss", "a", "10.0.0.1:80", 60_000, options)
+        .await
+        .unwrap();
+    let follower = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.campaign(NS, "boss", "b", "10.0.0.2:80", 60_000, options)
+                .await
+        })
+    };
+    until_queued(&mut client, 1).await;
+    // Host B learns who leads, and the value A proclaims.
+    a.proclaim(NS, "boss", "a", ga.fencing_token, "10.0.0.1:81")
+        .await
+        .unwrap();
+    let leader = b.leader(NS, "boss").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            leader.info.owner.as_str(),
+            leader.value.as_str(),
+            leader.info.fencing_token
+        ),
+        ("a", "10.0.0.1:81", ga.fencing_token)
+    );
+    assert!(matches!(
+        b.lock(NS, "boss", "x", 60_000, claim(EXCLUSIVE, 0)).await,
+        Err(LockError::InvalidArgument(m)) if m.contains("election")
+    ));
+    // A resigns: B leads with its own value and a higher token.
+    a.unlock(NS, "boss", "a", Some(ga.fencing_token))
+        .await
+        .unwrap();
+    let gb = follower.await.unwrap().unwrap();
+    assert!(gb.fencing_token > ga.fencing_token);
+    let leader = a.leader(NS, "boss").await.unwrap().unwrap();
+    assert_eq!(
+        (leader.info.owner.as_str(), leader.value.as_str()),
+        ("b", "10.0.0.2:80")
+    );
+}

@@ -46,21 +46,8 @@ impl StoreFactory for Etcd {
 
 lockd_testing::conformance_tests!(Etcd::new());
 
-/// The cases of shared locks, semaphores and lock-delay (C21 to C23). The
-/// election cases of `claims_conformance_tests!` (C24) are not here: this
-/// store has no elections yet.
 mod claims {
     use super::Etcd;
 
-    lockd_testing::conformance_tests!(@cases Etcd::new();
-        shared_holders_exclude_the_exclusive,
-        an_exclusive_waiter_stops_later_readers,
-        shared_grants_are_each_their_own,
-        a_semaphore_never_exceeds_its_permits,
-        force_unlock_releases_every_shared_holder,
-        lock_delay_holds_back_an_ended_grant,
-        shared_grants_and_permits_survive_restart,
-        readers_behind_a_writer_enter_together,
-        a_lease_lock_waits_behind_readers,
-    );
+    lockd_testing::claims_conformance_tests!(Etcd::new());
 }

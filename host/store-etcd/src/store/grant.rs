@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use lockd_core::{
-    deadline, Claim, Grant, Key, ListedLock, LockError, LockInfo, LockOptions, NameState,
+    deadline, Claim, Grant, Key, Leader, ListedLock, LockError, LockInfo, LockOptions, NameState,
 };
 
 use super::keyspace::Keyspace;
@@ -135,6 +135,7 @@ impl Grants {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
     ) -> Result<Attempt, LockError> {
         if options.claim != Claim::Exclusive {
             self.refuse_lease_owner(key, owner).await?;
@@ -154,6 +155,7 @@ impl Grants {
                     owner,
                     ttl_ms,
                     options,
+                    value,
                 )
                 .await?
             {
@@ -191,6 +193,7 @@ impl Grants {
                         name.expect("a grant was found"),
                         h,
                         expires_at_ms,
+                        value,
                     )
                     .await?
                 {
@@ -218,7 +221,7 @@ impl Grants {
             let marker = self.ks.marked(Why::Expired, name);
             if let Some(g) = self
                 .grant_fresh(
-                    lock_key, queue, as_read, name, marker, owner, ttl_ms, options,
+                    lock_key, queue, as_read, name, marker, owner, ttl_ms, options, value,
                 )
                 .await?
             {
@@ -261,13 +264,15 @@ impl Grants {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
     ) -> Result<Option<Grant>, LockError> {
         let now = self.ks.clock.now_ms();
         let expires_at_ms = deadline(now, ttl_ms)?;
         let session = Some(self.ks.etcd_leases.session());
-        let rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None)
+        let mut rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None)
             .claiming(options.claim, options.lock_delay_ms)
             .on_session(session);
+        rec.value = value.map(str::to_string);
         let keep = current.map(|n| n.tidied(now).0).unwrap_or_default();
         let when = vec![key_as_seen, nobody_queued(queue)];
         let written = self
@@ -309,7 +314,7 @@ impl Grants {
                 )));
             }
             match self
-                .refresh(&lock_key, &queue, name, h, expires_at_ms)
+                .refresh(&lock_key, &queue, name, h, expires_at_ms, None)
                 .await?
             {
                 Refresh::Done(g) => return Ok(g),
@@ -336,11 +341,15 @@ impl Grants {
         name: &Name,
         h: &Held,
         expires_at_ms: u64,
+        value: Option<&str>,
     ) -> Result<Refresh, LockError> {
         let now = self.ks.clock.now_ms();
         let (mut keep, _) = name.tidied(now);
         for rec in keep.iter_mut().filter(|r| r.token == Some(h.token)) {
             rec.expires_at_ms = expires_at_ms;
+            if let Some(value) = value {
+                rec.value = Some(value.to_string());
+            }
         }
         let session = Some(self.ks.etcd_leases.session());
         let lease = self.ks.lease_for(&keep, now, session).await?;
@@ -547,6 +556,69 @@ impl Grants {
             waiters,
             delay_until_ms: name.delay_until(now),
         })
+    }
+
+    /// The leader of the election `key`: its most recent live grant, when
+    /// that leads. `invalid_argument` for a lock or a semaphore.
+    pub(super) async fn leader(&self, key: &Key) -> Result<Option<Leader>, LockError> {
+        let Some((name, now)) = self.read(key).await? else {
+            return Ok(None);
+        };
+        if let Some(current) = name.claim(now) {
+            check_same_kind(&key.name, Claim::Leader, current)?;
+        }
+        Ok(name.latest(now).map(|h| Leader {
+            info: h.info(),
+            value: h.rec.value.clone().unwrap_or_default(),
+            since_ms: h.rec.acquired_at_ms,
+        }))
+    }
+
+    /// Sets the value of the leadership `candidate` holds under `token`,
+    /// keeping its token and expiry.
+    pub(super) async fn proclaim(
+        &self,
+        key: &Key,
+        candidate: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<(), LockError> {
+        let lock_key = self.ks.layout.lock_key(key);
+        let queue = self.ks.layout.queue_prefix(key);
+        loop {
+            let snap = self.queue.settled(&lock_key, &queue, None).await?;
+            let now = self.ks.clock.now_ms();
+            let Some(name) = snap.lock.as_ref() else {
+                if let Some(head) = &snap.head {
+                    check_same_kind(&key.name, Claim::Leader, head.rec.claim())?;
+                }
+                return Err(LockError::NotHeld);
+            };
+            let queued = snap.head.as_ref().map(|h| h.rec.claim());
+            name.check_claim(&key.name, Claim::Leader, queued, now)?;
+            if !name.held(now) {
+                return Err(LockError::NotHeld);
+            }
+            let Some(h) = name.of_owner(candidate, now).filter(|h| h.token == token) else {
+                return Err(LockError::NotOwner);
+            };
+            let (mut keep, _) = name.tidied(now);
+            for rec in keep.iter_mut().filter(|r| r.token == Some(h.token)) {
+                rec.value = Some(value.to_string());
+            }
+            let session = Some(self.ks.etcd_leases.session());
+            let lease = self.ks.lease_for(&keep, now, session).await?;
+            let when = vec![unchanged(&lock_key, Some(name))];
+            let marker = self.ks.marked(Why::Expired, Some(name));
+            if self
+                .ks
+                .put_name(&lock_key, when, keep, lease, marker)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
     }
 
     /// The name `key` as settled (see [`Grants::get`]), and the time its

@@ -86,12 +86,14 @@ impl LockCalls {
 
     /// The whole `lock` call. Returns the grant and whether it is fresh (a
     /// refresh is not undone when the caller left).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn lock(
         &self,
         key: &Key,
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
         mut turn: Turn,
         caller: &mut Caller,
     ) -> Result<(Grant, bool), LockError> {
@@ -102,7 +104,7 @@ impl LockCalls {
         loop {
             let holder = match self
                 .grants
-                .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options, value)
                 .await?
             {
                 Attempt::Granted(g, fresh) => return Ok((g, fresh)),
@@ -121,6 +123,7 @@ impl LockCalls {
                     None,
                     options.claim,
                     options.lock_delay_ms,
+                    value,
                 )
                 .await?;
             // In the queue: the next local caller may go.
@@ -136,7 +139,7 @@ impl LockCalls {
                     // Out of the queue; free with nobody ahead means ours.
                     return match self
                         .grants
-                        .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                        .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options, value)
                         .await?
                     {
                         Attempt::Granted(g, fresh) => Ok((g, fresh)),
@@ -207,6 +210,7 @@ impl LockCalls {
                     Some(lease_id),
                     Claim::Exclusive,
                     options.lock_delay_ms,
+                    None,
                 )
                 .await?;
             drop(turn.take());

@@ -273,6 +273,10 @@ impl Queue {
             )
             .claiming(w.claim(), w.lock_delay_ms)
             .on_session(Some(w.session));
+            let rec = LockRecord {
+                value: w.value.clone(),
+                ..rec
+            };
             return Ok(Some((rec, Some(w.session))));
         };
         let lease_key = self.ks.layout.lease_key(&key.namespace, lease_id);
@@ -306,7 +310,8 @@ impl Queue {
 
     /// Puts a waiter key (on the session lease) asking for `claim` at the
     /// back of the queue; with `lease`, a waiter under that lease (`owner`
-    /// is its id). Its grant will carry `lock_delay_ms`.
+    /// is its id). Its grant will carry `lock_delay_ms` (and, for a
+    /// candidate, its `value`).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn enqueue(
         &self,
@@ -317,6 +322,7 @@ impl Queue {
         lease: Option<&str>,
         claim: Claim,
         lock_delay_ms: u64,
+        value: Option<&str>,
     ) -> Result<Waiter, LockError> {
         // Unique among all waiters ever: `<session lease hex>-<sequence>`.
         let session = self.ks.etcd_leases.session();
@@ -326,8 +332,9 @@ impl Queue {
         );
         let wkey = self.ks.layout.waiter_key(key, &id);
         let lease = lease.map(str::to_string);
-        let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease)
+        let mut rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease)
             .claiming(claim, lock_delay_ms);
+        rec.value = value.map(str::to_string);
         let txn = Txn::new()
             .when(vec![Compare::version(wkey.clone(), CompareOp::Equal, 0)])
             .and_then(vec![
