@@ -345,13 +345,17 @@ impl Grants {
     ) -> Result<Refresh, LockError> {
         let now = self.ks.clock.now_ms();
         let (mut keep, _) = name.tidied(now);
+        let session = Some(self.ks.etcd_leases.session());
         for rec in keep.iter_mut().filter(|r| r.token == Some(h.token)) {
             rec.expires_at_ms = expires_at_ms;
             if let Some(value) = value {
                 rec.value = Some(value.to_string());
             }
+            // An ephemeral grant belongs to the host that last refreshed it.
+            if rec.session.is_some() {
+                rec.session = session;
+            }
         }
-        let session = Some(self.ks.etcd_leases.session());
         let lease = self.ks.lease_for(&keep, now, session).await?;
         let when = vec![unchanged(lock_key, Some(name))];
         let marker = self.ks.marked(Why::Expired, Some(name));
