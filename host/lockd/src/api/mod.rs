@@ -616,7 +616,23 @@ where
             )
         }
     };
-    serde_json::from_slice(&bytes)
+    let mut json = serde_json::Deserializer::from_slice(&bytes);
+    let parsed = serde_path_to_error::deserialize(&mut json)
+        .map_err(|e| {
+            // A value of the wrong type or range is named by its field
+            // (`permits: invalid value: integer `-1`, expected u32`); serde
+            // names only unknown and missing fields itself.
+            let path = e.path().to_string();
+            let named = e.path().iter().next().is_some();
+            let e = e.into_inner();
+            if e.is_data() && named {
+                format!("`{path}`: {e}")
+            } else {
+                e.to_string()
+            }
+        })
+        .and_then(|value| json.end().map(|()| value).map_err(|e| e.to_string()));
+    parsed
         .map_err(|e| Refused::InvalidArgument(format!("invalid request body: {e}")).into_response())
 }
 
