@@ -269,7 +269,7 @@ fn row_script(ns: &str, name: &str) -> String {
     )
 }
 
-/// The mode cell of a lock's row (`shared · 2 holders`), or null.
+/// The mode cell of a lock's row (`shared (2)`), or null.
 fn mode_script(ns: &str, name: &str) -> String {
     format!(
         r#"const r = document.querySelector('tr.lock[data-ns="{ns}"][data-name="{name}"]');
@@ -459,10 +459,6 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     browser.type_into("#prefix", "");
     assert!(browser.js(&row_script("default", "db-migrate")).is_array());
 
-    let shot = target_dir().join("ui-screenshot.png");
-    browser.screenshot(&shot);
-    eprintln!("screenshot: {}", shot.display());
-
     // Force-unlock with the button: a confirmation first.
     browser.click(r#"tr.lock[data-name="deploy"] button.force"#);
     let question = browser.cmd("GET", "/alert/text", None);
@@ -548,14 +544,18 @@ fn the_page_shows_locks_live_and_force_unlocks() {
             ),
         );
     };
-    shows("reports", "shared · 2 holders");
-    shows("pool", "permit · 2/3");
+    shows("reports", "shared (2)");
+    shows("pool", "permit (2/3)");
+    // docs/ui.png is this picture.
+    let shot = target_dir().join("ui-screenshot.png");
+    browser.screenshot(&shot);
+    eprintln!("screenshot: {}", shot.display());
     post(
         &server,
         "/v1/locks/unlock",
         json!({"name": "reports", "owner": "r2"}),
     );
-    shows("reports", "shared · 1 holder");
+    shows("reports", "shared (1)");
     browser.wait_for(
         Duration::from_secs(2),
         "reports shown held by r1",

@@ -230,13 +230,18 @@ function isShared(lock) {
   return lock.mode === "shared" || lock.mode === "permit";
 }
 
-// "exclusive", "shared · 3 holders", "permit · 2/5" (holders of permits).
+// The mode cell, short enough for the table, and its tooltip: "exclusive",
+// "shared (3)" (holders), "permit (2/5)" (permits held of the semaphore's).
 function modeText(lock) {
-  if (!lock.mode) return "…";
-  if (!isShared(lock)) return lock.mode;
+  if (!lock.mode) return ["…", ""];
+  if (!isShared(lock)) return [lock.mode, ""];
   const n = Math.max(1, (lock.holders || []).length);
-  if (lock.mode === "permit") return lock.permits ? `permit · ${n}/${lock.permits}` : `permit · ${n}`;
-  return `shared · ${n} holder${n === 1 ? "" : "s"}`;
+  if (lock.mode === "permit") {
+    return lock.permits
+      ? [`permit (${n}/${lock.permits})`, `${n} of ${lock.permits} permits held`]
+      : [`permit (${n})`, `${n} permits held`];
+  }
+  return [`shared (${n})`, `${n} shared holder${n === 1 ? "" : "s"}`];
 }
 
 function remaining(lock) {
@@ -272,7 +277,7 @@ function render() {
       const head = el("tr", {}, ...["Name", "Mode", "Owner", "Token", "Durability", "Expires in", "Waiters", ""].map((h) => el("th", {}, h)));
       const rows = locks.map((lock) => el("tr", { class: "lock", "data-ns": ns, "data-name": lock.name },
         el("td", { class: "name" }, lock.name),
-        el("td", { class: "mode" }, modeText(lock)),
+        el("td", { class: "mode", title: modeText(lock)[1] }, modeText(lock)[0]),
         // A shared name's row shows its most recent holder; the tooltip has them all.
         el("td", { class: "owner", title: (lock.holders || []).map((h) => `${h.owner} (token ${h.fencing_token})`).join("\n") }, lock.owner),
         el("td", { class: "token" }, String(lock.fencing_token)),
