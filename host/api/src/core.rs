@@ -74,6 +74,7 @@ impl From<EventKind> for EventWord {
             EventKind::LeaseGranted => EventWord::LeaseGranted,
             EventKind::LeaseRevoked => EventWord::LeaseRevoked,
             EventKind::LeaseExpired => EventWord::LeaseExpired,
+            EventKind::Proclaimed => EventWord::Proclaimed,
         }
     }
 }

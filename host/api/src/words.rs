@@ -205,6 +205,8 @@ words! {
         LeaseRevoked => "lease_revoked",
         /// A lease's expiry passed.
         LeaseExpired => "lease_expired",
+        /// An election's leader proclaimed a new value.
+        Proclaimed => "proclaimed",
     }
 }
 

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use crate::error::LockError;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
-    Claim, Durability, Grant, Holding, Key, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
 };
 
@@ -87,6 +87,41 @@ pub trait LockBackend: Send + Sync + 'static {
                 ..NameState::default()
             })
         })
+    }
+
+    /// Campaigns for the election `key` as `candidate` with `value`: waits
+    /// up to `options.wait_ms` in the name's FIFO queue, then leads for
+    /// `ttl_ms` like an exclusive lock (extend, unlock and force-unlock act
+    /// on the leadership). `options.claim` is ignored. See
+    /// docs/contract.md#c24-elections.
+    fn campaign<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        value: &'a str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let _ = (key, candidate, value, ttl_ms, options);
+        not_supported("elections")
+    }
+
+    /// Sets the value of the leadership `candidate` holds under `token`.
+    fn proclaim<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        token: u64,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let _ = (key, candidate, token, value);
+        not_supported("elections")
+    }
+
+    /// The leader of the election `key`, if it has one.
+    fn leader<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Leader>, LockError>> {
+        let _ = key;
+        not_supported("elections")
     }
 
     /// Whether `lock` takes shared locks and semaphore permits

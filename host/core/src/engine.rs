@@ -40,7 +40,7 @@ use crate::clock::{deadline, Clock};
 use crate::error::LockError;
 use crate::journal::{Journal, JournalOp, Record, Ticket};
 use crate::types::{
-    Claim, Durability, EventKind, Grant, Holding, Key, ListedLock, LockEvent, LockInfo,
+    Claim, Durability, EventKind, Grant, Holding, Key, Leader, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
 };
 
@@ -104,6 +104,16 @@ impl std::fmt::Debug for Engine {
             .field("next_token", &self.tokens.peek())
             .finish_non_exhaustive()
     }
+}
+
+/// A `lock` or a campaign, as [`Engine::decide`] takes it.
+#[derive(Clone, Copy)]
+pub(super) struct Request<'a> {
+    pub(super) owner: &'a str,
+    pub(super) ttl_ms: u64,
+    pub(super) options: LockOptions,
+    /// A candidate's value (a campaign only).
+    pub(super) value: Option<&'a str>,
 }
 
 /// What the synchronous part of `lock` decided.
@@ -282,6 +292,7 @@ impl Engine {
                 key.clone(),
                 Record {
                     claim: Claim::Exclusive,
+                    value: None,
                     owner: owner.to_string(),
                     token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
@@ -326,6 +337,7 @@ impl Engine {
                 key.clone(),
                 Record {
                     claim: Claim::Exclusive,
+                    value: None,
                     owner: lock.owner().to_string(),
                     token: grant.fencing_token,
                     expires_at_ms: self.clock.to_wall_ms(expires_at_ms),
@@ -457,12 +469,11 @@ impl Engine {
     async fn lock_impl(
         &self,
         key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
+        request: Request<'_>,
         lease: Option<Arc<LeaseCell>>,
     ) -> Result<Grant, LockError> {
-        match self.try_lock(key, owner, ttl_ms, options, lease.as_ref())? {
+        let owner = request.owner;
+        match self.try_lock(key, request, lease.as_ref())? {
             Attempt::Granted(grant, ticket) => self.acknowledge(key, owner, grant, ticket).await,
             Attempt::Refreshed(grant, ticket) => {
                 // A retry by the holder: it was acknowledged before, or is
@@ -474,7 +485,7 @@ impl Engine {
                 Ok(grant)
             }
             Attempt::Queued(queued) => {
-                self.wait_in_queue(key, owner, ttl_ms, options, lease.as_ref(), queued)
+                self.wait_in_queue(key, request, lease.as_ref(), queued)
                     .await
             }
         }
@@ -486,12 +497,10 @@ impl Engine {
     fn try_lock(
         &self,
         key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
+        request: Request<'_>,
         lease: Option<&Arc<LeaseCell>>,
     ) -> Result<Attempt, LockError> {
-        if lease.is_some() && options.claim != Claim::Exclusive {
+        if lease.is_some() && request.options.claim != Claim::Exclusive {
             return Err(LockError::InvalidArgument(format!(
                 "{:?}: a lease's locks are exclusive; take a shared lock or a permit without a lease",
                 key.name
@@ -499,27 +508,30 @@ impl Engine {
         }
         let (mut guard, hash) = self.shard(key);
         let now = self.clock.now_ms();
-        self.decide(&mut guard, key, hash, owner, ttl_ms, options, lease, now)
+        self.decide(&mut guard, key, hash, request, lease, now)
     }
 
-    /// [`Engine::try_lock`] under the shard mutex.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Engine::try_lock`] (and a campaign) under the shard mutex.
     fn decide(
         &self,
         shard: &mut Shard,
         key: &Key,
         hash: u64,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
+        request: Request<'_>,
         lease: Option<&Arc<LeaseCell>>,
         now: u64,
     ) -> Result<Attempt, LockError> {
+        let Request {
+            owner,
+            ttl_ms,
+            options,
+            value,
+        } = request;
         let Some(at) = self.settle_all(shard, key, hash, now) else {
             if options.claim != Claim::Exclusive
                 || (!shard.groups.is_empty() && shard.groups.contains_key(key))
             {
-                return self.lock_in_group(shard, key, owner, ttl_ms, options, now);
+                return self.lock_in_group(shard, key, owner, ttl_ms, options, (value, lease), now);
             }
             let (grant, ticket) =
                 self.install_fresh(shard, key, hash, owner, ttl_ms, options, lease, now)?;
@@ -528,7 +540,7 @@ impl Engine {
         let lock = shard.at(at);
         if options.claim != Claim::Exclusive {
             // Held exclusive, in the table: a lock.
-            groups::check_kind(key, None, options.claim)?;
+            groups::check_kind(key, groups::Kind::Lock, options.claim)?;
             if lock.held_by(owner).is_some() {
                 return Err(groups::no_change_of_mode(
                     key,
@@ -651,6 +663,36 @@ impl Engine {
             Some(at) => guard.at(at).info(),
             None => self.get_in_group(&guard, key),
         }
+    }
+
+    /// `proclaim` (docs/contract.md#c24-elections).
+    async fn proclaim_impl(
+        &self,
+        key: &Key,
+        candidate: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<(), LockError> {
+        let ticket = {
+            let (mut guard, hash) = self.shard(key);
+            let shard = &mut *guard;
+            let now = self.clock.now_ms();
+            if self.settle_all(shard, key, hash, now).is_some() {
+                return Err(groups::not_an_election(key, groups::Kind::Lock));
+            }
+            self.proclaim_in_group(shard, key, candidate, token, value, now)?
+        };
+        ticket.wait().await
+    }
+
+    /// The leader of the election `key`, in the engine's clock.
+    fn leader_impl(&self, key: &Key) -> Result<Option<Leader>, LockError> {
+        let (mut guard, hash) = self.shard(key);
+        let now = self.clock.now_ms();
+        if self.settle_all(&mut guard, key, hash, now).is_some() {
+            return Err(groups::not_an_election(key, groups::Kind::Lock));
+        }
+        self.leader_in_group(&guard, key)
     }
 
     /// Everything about `key`, in the engine's clock.

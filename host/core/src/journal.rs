@@ -19,6 +19,8 @@ pub struct Record {
     /// ([`JournalOp::Put`]); shared or a permit for one of several holders
     /// ([`JournalOp::PutShare`]).
     pub claim: Claim,
+    /// What an election's leader proclaimed ([`Claim::Leader`] only).
+    pub value: Option<String>,
 }
 
 /// A persistent lease as stored.

@@ -62,8 +62,8 @@ pub use journal::{
 };
 pub use limits::Limits;
 pub use metrics::{BackendStats, Metrics, NamespaceStats};
-pub use service::{LockDelays, LockService, Quotas, MAX_PERMITS};
+pub use service::{LockDelays, LockService, Quotas, MAX_PERMITS, MAX_VALUE_BYTES};
 pub use types::{
-    Claim, Durability, EventKind, Grant, Holding, Key, LeaseGrant, LeaseInfo, ListedLock,
+    Claim, Durability, EventKind, Grant, Holding, Key, Leader, LeaseGrant, LeaseInfo, ListedLock,
     LockEvent, LockInfo, LockOptions, NameState,
 };

@@ -33,6 +33,12 @@ pub enum Op {
     LeaseGet,
     /// `force-unlock`
     ForceUnlock,
+    /// `campaign` (an election)
+    Campaign,
+    /// `proclaim` (an election's leader sets its value)
+    Proclaim,
+    /// `leader` (who leads an election)
+    Leader,
 }
 
 impl Op {
@@ -43,7 +49,7 @@ impl Op {
 }
 
 /// Every operation with its label, in declaration order (`as_str` indexes it).
-const OPS: [(Op, &str); 10] = [
+const OPS: [(Op, &str); 13] = [
     (Op::Lock, "lock"),
     (Op::Unlock, "unlock"),
     (Op::Extend, "extend"),
@@ -54,6 +60,9 @@ const OPS: [(Op, &str); 10] = [
     (Op::LeaseRevoke, "lease_revoke"),
     (Op::LeaseGet, "lease_get"),
     (Op::ForceUnlock, "force_unlock"),
+    (Op::Campaign, "campaign"),
+    (Op::Proclaim, "proclaim"),
+    (Op::Leader, "leader"),
 ];
 
 /// Outcome labels: `ok`, then the word of every [`ErrorKind`] in its

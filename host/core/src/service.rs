@@ -12,7 +12,7 @@ use crate::ids::random_id;
 use crate::limits::Limits;
 use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op};
 use crate::types::{
-    Claim, Durability, Grant, Key, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    Claim, Durability, Grant, Key, Leader, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
 };
 
@@ -54,6 +54,10 @@ impl LockDelays {
 
 /// The most permits a semaphore may have (docs/contract.md#c22-semaphores).
 pub const MAX_PERMITS: u32 = 65_536;
+
+/// The longest value an election's leader may proclaim, in bytes
+/// (docs/contract.md#c24-elections).
+pub const MAX_VALUE_BYTES: usize = 4_096;
 
 /// Validates arguments against [`Limits`], applies [`Quotas`], calls the
 /// backend, and records [`Metrics`]. Cheap to clone; clones share metrics.
@@ -410,6 +414,11 @@ impl LockService {
     /// `invalid_argument` for a permit count out of bounds; `denied` for a
     /// shared lock or a permit on a store without them.
     fn check_claim(&self, claim: Claim) -> Result<(), LockError> {
+        if claim == Claim::Leader {
+            return Err(LockError::InvalidArgument(
+                "an election's leadership is taken by campaigning, not by lock".to_string(),
+            ));
+        }
         if let Claim::Permit { permits } = claim {
             if !(1..=MAX_PERMITS).contains(&permits) {
                 return Err(LockError::InvalidArgument(format!(
@@ -423,6 +432,91 @@ impl LockService {
             ));
         }
         Ok(())
+    }
+
+    /// Campaigns for the election `name` as `candidate`, proclaiming
+    /// `value` once it leads: waits up to `options.wait_ms` in the name's
+    /// queue, then leads for `ttl_ms` (docs/contract.md#c24-elections).
+    /// The leadership is resigned with [`LockService::unlock`] and kept with
+    /// [`LockService::extend`], like a lock. `options.claim` is ignored.
+    pub async fn campaign(
+        &self,
+        namespace: &str,
+        name: &str,
+        candidate: &str,
+        value: &str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(candidate)?;
+            self.limits.check_ttl(ttl_ms)?;
+            self.limits.check_wait(options.wait_ms)?;
+            check_value(value)?;
+            self.check_elections()?;
+            let options = LockOptions {
+                quota: self.quotas.of(namespace),
+                lock_delay_ms: self.lock_delay(namespace)?,
+                refuse_relock: false,
+                ..options
+            };
+            self.backend
+                .campaign(&key, candidate, value, ttl_ms, options)
+                .await
+        }
+        .await;
+        if options.wait_ms > 0 {
+            self.metrics
+                .record_wait(namespace, started.elapsed(), &result);
+        }
+        self.measured(Op::Campaign, (namespace, name), started, result)
+    }
+
+    /// Sets the value the leader of `name` proclaims; `candidate` must lead
+    /// under `token`.
+    pub async fn proclaim(
+        &self,
+        namespace: &str,
+        name: &str,
+        candidate: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<(), LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.limits.check_owner(candidate)?;
+            check_value(value)?;
+            self.check_elections()?;
+            self.backend.proclaim(&key, candidate, token, value).await
+        }
+        .await;
+        self.measured(Op::Proclaim, (namespace, name), started, result)
+    }
+
+    /// The leader of the election `name`, if it has one.
+    pub async fn leader(&self, namespace: &str, name: &str) -> Result<Option<Leader>, LockError> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(namespace, name)?;
+            self.check_elections()?;
+            self.backend.leader(&key).await
+        }
+        .await;
+        self.measured(Op::Leader, (namespace, name), started, result)
+    }
+
+    /// `denied` on a store without elections.
+    fn check_elections(&self) -> Result<(), LockError> {
+        if self.backend.supports_claims() {
+            Ok(())
+        } else {
+            Err(LockError::Denied(
+                "this lock store does not support elections".to_string(),
+            ))
+        }
     }
 
     /// Live locks in `namespace` whose names start with `prefix`.
@@ -639,3 +733,14 @@ async fn follow_events(
 
 #[cfg(test)]
 mod tests;
+
+/// `invalid_argument` for a proclaimed value over [`MAX_VALUE_BYTES`].
+fn check_value(value: &str) -> Result<(), LockError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(LockError::InvalidArgument(format!(
+            "value is {} bytes, over the limit of {MAX_VALUE_BYTES} bytes",
+            value.len()
+        )));
+    }
+    Ok(())
+}

@@ -58,6 +58,10 @@ pub enum Claim {
         /// How many holders the semaphore admits at once (at least 1).
         permits: u32,
     },
+    /// The leadership of the election `name` (one leader at a time, with a
+    /// value: docs/contract.md#c24-elections). Taken by `campaign`, never
+    /// by `lock`.
+    Leader,
 }
 
 impl Claim {
@@ -67,6 +71,7 @@ impl Claim {
             Claim::Exclusive => "exclusive",
             Claim::Shared => "shared",
             Claim::Permit { .. } => "permit",
+            Claim::Leader => "leader",
         }
     }
 
@@ -81,11 +86,10 @@ impl Claim {
     /// Whether a grant of `self` may hold the name beside a live grant of
     /// `other` (both of one name; a semaphore's count is checked apart).
     pub fn compatible(self, other: Claim) -> bool {
-        match (self, other) {
-            (Claim::Shared, Claim::Shared) => true,
-            (Claim::Permit { .. }, Claim::Permit { .. }) => true,
-            _ => false,
-        }
+        matches!(
+            (self, other),
+            (Claim::Shared, Claim::Shared) | (Claim::Permit { .. }, Claim::Permit { .. })
+        )
     }
 }
 
@@ -187,6 +191,19 @@ impl NameState {
     }
 }
 
+/// The leader of an election (docs/contract.md#c24-elections).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The candidate that leads (its owner string), its token, the end of
+    /// its term unless extended, and its durability.
+    pub info: LockInfo,
+    /// What it proclaimed: the value of its campaign or its last `proclaim`.
+    pub value: String,
+    /// When it became leader, Unix epoch milliseconds (for a leader
+    /// recovered after a restart, the restart), if the store knows.
+    pub since_ms: Option<u64>,
+}
+
 /// A lease just granted: see docs/contract.md#leases.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseGrant {
@@ -231,11 +248,13 @@ pub enum EventKind {
     LeaseRevoked,
     /// A lease's expiry passed.
     LeaseExpired,
+    /// An election's leader proclaimed a new value.
+    Proclaimed,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::Acquired,
         EventKind::Extended,
         EventKind::Released,
@@ -245,11 +264,12 @@ impl EventKind {
         EventKind::LeaseGranted,
         EventKind::LeaseRevoked,
         EventKind::LeaseExpired,
+        EventKind::Proclaimed,
     ];
 
     /// The event's `type` word: `acquired`, `extended`, `released`,
     /// `expired`, `handed_off`, `force_released`, `lease_granted`,
-    /// `lease_revoked` or `lease_expired`.
+    /// `lease_revoked`, `lease_expired` or `proclaimed`.
     pub const fn as_str(self) -> &'static str {
         match self {
             EventKind::Acquired => "acquired",
@@ -261,6 +281,7 @@ impl EventKind {
             EventKind::LeaseGranted => "lease_granted",
             EventKind::LeaseRevoked => "lease_revoked",
             EventKind::LeaseExpired => "lease_expired",
+            EventKind::Proclaimed => "proclaimed",
         }
     }
 

@@ -73,6 +73,7 @@ pub(crate) fn apply(
         let mut tables = Tables {
             locks: txn.open_table(codec::LOCKS).map_err(store)?,
             leases: txn.open_table(codec::LEASES).map_err(store)?,
+            shares: txn.open_table(codec::SHARES).map_err(store)?,
             meta: txn.open_table(codec::META).map_err(store)?,
         };
         let get = |meta: &redb::Table<&str, u64>, name| -> Result<u64, CheckpointError> {
@@ -229,6 +230,7 @@ pub(crate) fn run(
 struct Tables<'txn> {
     locks: redb::Table<'txn, &'static [u8], &'static [u8]>,
     leases: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    shares: redb::Table<'txn, &'static [u8], &'static [u8]>,
     meta: redb::Table<'txn, &'static str, u64>,
 }
 
@@ -246,6 +248,12 @@ impl Tables<'_> {
             }
             LogOp::DeleteLease { key } => {
                 self.leases.remove(key)?;
+            }
+            LogOp::PutShare { key, value } => {
+                self.shares.insert(key, value)?;
+            }
+            LogOp::DeleteShare { key } => {
+                self.shares.remove(key)?;
             }
             LogOp::ReserveTokens { up_to } => {
                 let current = self

@@ -16,7 +16,8 @@
 //!   background and deleted, so the log stays small and commits never wait
 //!   for redb.
 //! - **Recovery.** Opening the store applies what is left of the log to
-//!   redb, then returns every unexpired persistent lock and the token
+//!   redb, then returns every unexpired persistent lock, every unexpired
+//!   holder of a name held shared or of a semaphore, and the token
 //!   reservation, so tokens resume above anything issued before. A torn
 //!   last commit (its sync never completed) is dropped; a damaged one that
 //!   later commits follow, or a file that is not a valid store, is an error
@@ -36,6 +37,7 @@
 mod checkpoint;
 mod codec;
 mod log;
+mod shares;
 mod stats;
 mod writer;
 
@@ -133,7 +135,8 @@ fn open_configured(
         path: journal.path.clone(),
         detail,
     };
-    let recovered = read_meta_and_leases(db).map_err(corrupt)?;
+    let mut recovered = read_meta_and_leases(db).map_err(corrupt)?;
+    shares::recover(db, &mut recovered, clock.as_ref(), journal.as_ref()).map_err(corrupt)?;
     let engine = {
         let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
         let table = txn
@@ -211,6 +214,8 @@ impl std::fmt::Debug for RedbJournal {
 
 impl RedbJournal {
     /// Opens the file, reads what to resume from, and starts the writer.
+    /// Share records are those live by the system clock (lock records are
+    /// all returned: the engine drops the expired ones).
     pub fn open(path: impl AsRef<Path>) -> Result<(RedbJournal, Recovered), OpenError> {
         RedbJournal::open_configured(path.as_ref(), LogConfig::default())
     }
@@ -220,10 +225,12 @@ impl RedbJournal {
         config: LogConfig,
     ) -> Result<(RedbJournal, Recovered), OpenError> {
         let (journal, prepared) = RedbJournal::prepare(path, config)?;
-        let recovered = read_state(&prepared.db).map_err(|detail| OpenError::Corrupt {
+        let corrupt = |detail| OpenError::Corrupt {
             path: journal.path.clone(),
             detail,
-        })?;
+        };
+        let mut recovered = read_state(&prepared.db).map_err(corrupt)?;
+        shares::recover(&prepared.db, &mut recovered, &SystemClock, &journal).map_err(corrupt)?;
         journal.start(prepared)?;
         Ok((journal, recovered))
     }
@@ -246,6 +253,7 @@ impl RedbJournal {
             let txn = db.begin_write()?;
             txn.open_table(codec::LOCKS)?;
             txn.open_table(codec::LEASES)?;
+            txn.open_table(codec::SHARES)?;
             txn.open_table(codec::META)?;
             txn.commit()?;
             Ok(())
@@ -458,6 +466,11 @@ fn decode_lock_row(row: LockRow<'_>) -> Result<(Key, Record), String> {
 impl Journal for RedbJournal {
     fn submit(&self, op: JournalOp) -> Ticket {
         let (done, ticket) = Ticket::pending();
+        if let Some(why) = log::format::unstorable(&op) {
+            tracing::error!(error = %why, "refused a journal op that the store cannot keep as it is");
+            done.complete(Err(format!("the store cannot keep this change: {why}")));
+            return ticket;
+        }
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(queue) = queue.as_ref() {
             self.stats.queued.fetch_add(1, Ordering::Relaxed);

@@ -203,6 +203,7 @@ async fn a_store_with_tokens_above_the_clock_keeps_rising() {
             JournalOp::Put(
                 Key::new("ns", name),
                 Record {
+                    value: None,
                     claim: Claim::Exclusive,
                     owner: "old-holder".to_string(),
                     token,
@@ -305,4 +306,235 @@ fn a_minute_from_now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
         + 60_000
+}
+
+/// One holder of a name held shared or of a semaphore, as the journal
+/// keeps it.
+fn share(owner: &str, token: u64, claim: Claim, expires_at_ms: u64) -> lockd_core::Record {
+    lockd_core::Record {
+        value: None,
+        claim,
+        owner: owner.to_string(),
+        token,
+        expires_at_ms,
+    }
+}
+
+/// Shares of two names (one held shared, one a semaphore), one of them
+/// released, one expired: reopened, exactly the live holders come back,
+/// each with its owner, token, expiry and claim; the expired one's record
+/// is deleted, and tokens resume above it all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_are_recovered_live_and_expired_ones_dropped() {
+    use lockd_core::{Journal as _, JournalOp, Key};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    let ahead = a_minute_from_now_ms();
+    let past = ahead - 120_000;
+    let permit = Claim::Permit { permits: 3 };
+    let key = |name: &str| Key::new("ns", name);
+    {
+        let (journal, recovered) = RedbJournal::open(&path).unwrap();
+        assert!(recovered.shares.is_empty());
+        let ops = [
+            JournalOp::PutShare(key("read"), share("r1", 10, Claim::Shared, ahead)),
+            JournalOp::PutShare(key("read"), share("r2", 11, Claim::Shared, ahead)),
+            JournalOp::PutShare(key("sem"), share("p1", 12, permit, ahead + 1)),
+            JournalOp::Batch(vec![
+                JournalOp::PutShare(key("sem"), share("p2", 13, permit, ahead + 2)),
+                JournalOp::DeleteShare(key("read"), "r2".to_string()),
+            ]),
+            JournalOp::PutShare(key("sem"), share("gone", 99, permit, past)),
+        ];
+        for op in ops {
+            journal.submit(op).wait().await.unwrap();
+        }
+    }
+    let (journal, recovered) = open_journal_when_closed(&path).await;
+    let mut shares = recovered.shares.clone();
+    shares.sort_by_key(|(_, record)| record.token);
+    assert_eq!(
+        shares,
+        [
+            (key("read"), share("r1", 10, Claim::Shared, ahead)),
+            (key("sem"), share("p1", 12, permit, ahead + 1)),
+            (key("sem"), share("p2", 13, permit, ahead + 2)),
+        ]
+    );
+    assert!(recovered.locks.is_empty());
+    assert!(recovered.next_token > 99, "{}", recovered.next_token);
+    drop(journal);
+    // The expired holder's record was deleted, the others kept.
+    assert_eq!(share_rows(&path).await, 3);
+}
+
+/// The engine's clock decides what expired, as for locks: a share live by
+/// the wall clock but past on the engine's clock is deleted at open, and
+/// the engine's tokens resume above every share's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_expire_by_the_engines_clock() {
+    use lockd_core::{Journal as _, JournalOp, Key, ManualClock};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    let ahead = a_minute_from_now_ms();
+    {
+        let (journal, _) = RedbJournal::open(&path).unwrap();
+        for (owner, token, expires) in [("soon", 500, ahead), ("later", 7, ahead + 60_000)] {
+            let op = JournalOp::PutShare(
+                Key::new("ns", "read"),
+                share(owner, token, Claim::Shared, expires),
+            );
+            journal.submit(op).wait().await.unwrap();
+        }
+    }
+    // The engine's clock stands past "soon"'s expiry, before "later"'s.
+    let clock = ManualClock::new(ahead + 1);
+    let engine = loop {
+        match lockd_redb::open_with(&path, Arc::new(clock.clone()), EngineOptions::default()) {
+            Ok(engine) => break engine,
+            Err(OpenError::InUse { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let service = LockService::new(engine, Limits::default());
+    let grant = service
+        .lock("ns", "other", "o", 10_000, LockOptions::default())
+        .await
+        .unwrap();
+    assert!(grant.fencing_token > 500, "{}", grant.fencing_token);
+    drop(service);
+    assert_eq!(share_rows(&path).await, 1);
+    let (_, recovered) = open_journal_when_closed(&path).await;
+    let owners: Vec<_> = recovered
+        .shares
+        .iter()
+        .map(|(_, r)| r.owner.as_str())
+        .collect();
+    assert_eq!(owners, ["later"]);
+}
+
+/// A share record whose claim this lockd does not know (written by a later
+/// version, or damaged) is refused at open with the file and the claim
+/// named, and the record kept.
+#[tokio::test]
+async fn a_share_of_an_unknown_claim_is_refused() {
+    use redb::TableDefinition;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    drop(RedbJournal::open(&path).unwrap());
+    {
+        let db = open_db_when_closed(&path).await;
+        let txn = db.begin_write().unwrap();
+        {
+            let mut shares = txn
+                .open_table(TableDefinition::<&[u8], &[u8]>::new("shares"))
+                .unwrap();
+            // `u16 BE namespace length | namespace | u32 BE name length |
+            // name | owner` -> `1 | u64 BE token | u64 BE expires_at_ms |
+            // claim`, the claim 9.
+            let key = [&[0u8, 2][..], b"ns", &[0, 0, 0, 4], b"read", b"owner"].concat();
+            let value = [
+                &[1u8][..],
+                &7u64.to_be_bytes(),
+                &a_minute_from_now_ms().to_be_bytes(),
+                &[9],
+            ]
+            .concat();
+            shares.insert(key.as_slice(), value.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let err = lockd_redb::open(&path).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("claim is 9"), "{message}");
+    let err = RedbJournal::open(&path).unwrap_err();
+    assert!(err.to_string().contains("claim is 9"), "{err}");
+    assert_eq!(share_rows(&path).await, 1);
+}
+
+/// A record whose claim its table cannot keep (an exclusive share, a lock
+/// record held shared) is refused before it is written: its ticket fails
+/// and nothing of it is recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_the_wrong_claim_is_refused_not_stored() {
+    use lockd_core::{Journal as _, JournalOp, Key};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.redb");
+    let ahead = a_minute_from_now_ms();
+    {
+        let (journal, _) = RedbJournal::open(&path).unwrap();
+        let exclusive_share =
+            JournalOp::PutShare(Key::new("ns", "a"), share("o", 1, Claim::Exclusive, ahead));
+        let shared_lock = JournalOp::Batch(vec![JournalOp::Put(
+            Key::new("ns", "b"),
+            share("o", 2, Claim::Shared, ahead),
+        )]);
+        for op in [exclusive_share, shared_lock] {
+            let err = journal.submit(op).wait().await.unwrap_err();
+            assert!(err.to_string().contains("cannot keep"), "{err}");
+        }
+        journal
+            .submit(JournalOp::PutShare(
+                Key::new("ns", "c"),
+                share("o", 3, Claim::Shared, ahead),
+            ))
+            .wait()
+            .await
+            .unwrap();
+    }
+    let (_, recovered) = open_journal_when_closed(&path).await;
+    assert!(recovered.locks.is_empty());
+    let names: Vec<_> = recovered.shares.iter().map(|(k, _)| &*k.name).collect();
+    assert_eq!(names, ["c"]);
+}
+
+/// Opens the journal once the previous handle has let go of the file.
+async fn open_journal_when_closed(path: &std::path::Path) -> (RedbJournal, lockd_core::Recovered) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match RedbJournal::open(path) {
+            Ok(opened) => return opened,
+            Err(OpenError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("reopening {}: {e}", path.display()),
+        }
+    }
+}
+
+/// The store file opened with redb itself, once lockd has let go of it.
+async fn open_db_when_closed(path: &std::path::Path) -> redb::Database {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match redb::Database::create(path) {
+            Ok(db) => return db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("opening {}: {e}", path.display()),
+        }
+    }
+}
+
+/// How many rows the `shares` table holds (the store closed cleanly: its
+/// log is checkpointed).
+async fn share_rows(path: &std::path::Path) -> u64 {
+    use redb::{ReadableDatabase as _, ReadableTableMetadata as _, TableDefinition};
+
+    let db = open_db_when_closed(path).await;
+    let txn = db.begin_read().unwrap();
+    let table = txn
+        .open_table(TableDefinition::<&[u8], &[u8]>::new("shares"))
+        .unwrap();
+    table.len().unwrap()
 }

@@ -1,13 +1,15 @@
-//! Names held shared, semaphores, and places held back by a lock-delay
-//! (docs/contract.md C21 to C23): a shard's `groups`.
+//! Names held shared, semaphores, elections, and places held back by a
+//! lock-delay (docs/contract.md C21 to C24): a shard's `groups`.
 //!
 //! The table (`table`) is laid out for the common case, a name with one
 //! exclusive holder. A name lives here instead while it has a shared
-//! holder, a permit holder or a delayed place:
+//! holder or a delayed place, and for as long as it is a semaphore or an
+//! election with a holder or a waiter:
 //! - a key is in the table or in `groups`, never in both;
-//! - a group's members are live shared or permit grants and delayed places
-//!   (the place of a grant that expired or was force-released, until its
-//!   delay ends), never a live exclusive grant, never a lease's lock;
+//! - a group's members are live shared, permit and leader grants and
+//!   delayed places (the place of a grant that expired or was
+//!   force-released, until its delay ends), never a live exclusive grant,
+//!   never a lease's lock;
 //! - after [`Engine::settle_group`] a group has a member. When its members
 //!   are gone, its queue's head (if it fits) has been granted; a lock's
 //!   group whose first waiter asks for the name alone moves back to the
@@ -21,13 +23,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::leases::LeaseCell;
 use super::table::{key_hash, Handoff, Namespace, Shard, Waiter};
 use super::{Attempt, Engine};
 use crate::clock::deadline;
 use crate::error::LockError;
 use crate::journal::{JournalOp, Record, Ticket};
 use crate::types::{
-    Claim, Durability, EventKind, Grant, Holding, Key, ListedLock, LockEvent, LockInfo,
+    Claim, Durability, EventKind, Grant, Holding, Key, Leader, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
 };
 
@@ -43,6 +46,8 @@ pub(super) struct Member {
     /// A place held back by a lock-delay: nobody holds it, and nobody
     /// else gets it until `expires_at_ms`.
     delayed: bool,
+    /// What a leader proclaimed.
+    value: Option<Arc<str>>,
 }
 
 impl Member {
@@ -68,6 +73,29 @@ impl Member {
             token: self.token,
             expires_at_ms: engine.clock.to_wall_ms(self.expires_at_ms),
             claim: self.claim,
+            value: self.value.as_deref().map(str::to_string),
+        }
+    }
+}
+
+/// What a group's name is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A lock held shared, or under a lock-delay.
+    Lock,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+    /// An election.
+    Election,
+}
+
+impl Kind {
+    /// The kind of name a grant of `claim` makes.
+    pub(super) fn of(claim: Claim) -> Kind {
+        match claim {
+            Claim::Exclusive | Claim::Shared => Kind::Lock,
+            Claim::Permit { permits } => Kind::Semaphore(permits),
+            Claim::Leader => Kind::Election,
         }
     }
 }
@@ -75,8 +103,7 @@ impl Member {
 /// A name held shared, a semaphore, or a name under a lock-delay.
 pub(super) struct Group {
     pub(super) namespace: Arc<Namespace>,
-    /// A semaphore's size; `None` for a lock.
-    permits: Option<u32>,
+    kind: Kind,
     /// In token order.
     members: Vec<Member>,
     pub(super) waiters: VecDeque<Waiter>,
@@ -85,10 +112,10 @@ pub(super) struct Group {
 }
 
 impl Group {
-    pub(super) fn new(namespace: Arc<Namespace>, permits: Option<u32>) -> Group {
+    pub(super) fn new(namespace: Arc<Namespace>, kind: Kind) -> Group {
         Group {
             namespace,
-            permits,
+            kind,
             members: Vec::new(),
             waiters: VecDeque::new(),
             deadline: None,
@@ -99,7 +126,7 @@ impl Group {
     /// count as the grants they were).
     fn admits(&self, claim: Claim) -> bool {
         match claim {
-            Claim::Exclusive => self.members.is_empty(),
+            Claim::Exclusive | Claim::Leader => self.members.is_empty(),
             Claim::Shared => self.members.iter().all(|m| m.claim == Claim::Shared),
             Claim::Permit { permits } => self.members.len() < permits as usize,
         }
@@ -142,29 +169,42 @@ impl Group {
     /// `invalid_argument` unless `claim` is something this name can give:
     /// a lock's modes for a lock, this many permits for a semaphore.
     fn check_claim(&self, key: &Key, claim: Claim) -> Result<(), LockError> {
-        check_kind(key, self.permits, claim)
+        check_kind(key, self.kind, claim)
     }
 }
 
-/// `invalid_argument` unless `claim` fits a name that is a semaphore of
-/// `permits` (or a lock, for `None`): docs/contract.md#c22-semaphores.
-pub(super) fn check_kind(key: &Key, permits: Option<u32>, claim: Claim) -> Result<(), LockError> {
-    match (permits, claim) {
-        (None, Claim::Permit { .. }) => Err(LockError::InvalidArgument(format!(
-            "{:?} is held or awaited as a lock, not a semaphore: take it without permits, or use another name",
-            key.name
-        ))),
-        (Some(have), Claim::Permit { permits }) if have != permits => {
-            Err(LockError::InvalidArgument(format!(
-                "semaphore {:?} has {have} permits, not {permits}: a semaphore's size is set by its first acquire and stays while any permit is held or awaited",
-                key.name
-            )))
+/// `invalid_argument` unless `claim` fits a name of kind `kind`: a lock's
+/// modes for a lock, this many permits for a semaphore, the leadership for
+/// an election (docs/contract.md C22, C24).
+pub(super) fn check_kind(key: &Key, kind: Kind, claim: Claim) -> Result<(), LockError> {
+    let asked = Kind::of(claim);
+    if asked == kind {
+        return Ok(());
+    }
+    let name = &key.name;
+    let is = match kind {
+        Kind::Lock => "a lock".to_string(),
+        Kind::Semaphore(permits) => format!("a semaphore of {permits} permits"),
+        Kind::Election => "an election".to_string(),
+    };
+    let hint = match (kind, asked) {
+        (Kind::Semaphore(_), Kind::Semaphore(_)) => {
+            "a semaphore's size is set by its first acquire and stays while any permit is held or awaited"
         }
-        (Some(have), Claim::Exclusive | Claim::Shared) => Err(LockError::InvalidArgument(format!(
-            "{:?} is a semaphore of {have} permits: take a permit (permits = {have}), or use another name",
-            key.name
-        ))),
-        _ => Ok(()),
+        (Kind::Lock, _) => "take it as a lock, or use another name",
+        (Kind::Semaphore(_), _) => "take a permit of that many, or use another name",
+        (Kind::Election, _) => "campaign for it, or use another name",
+    };
+    Err(LockError::InvalidArgument(format!(
+        "{name:?} is held or awaited as {is}: {hint}"
+    )))
+}
+
+/// `invalid_argument` for an election call on a name held as `kind`.
+pub(super) fn not_an_election(key: &Key, kind: Kind) -> LockError {
+    match check_kind(key, kind, Claim::Leader) {
+        Err(e) => e,
+        Ok(()) => unreachable!("an election is an election"),
     }
 }
 
@@ -221,7 +261,7 @@ impl Engine {
         group: &mut Group,
         key: &Key,
         owner: &str,
-        claim: Claim,
+        (claim, value): (Claim, Option<Arc<str>>),
         expires_at_ms: u64,
         durability: Durability,
         now: u64,
@@ -234,6 +274,7 @@ impl Engine {
             acquired_at_ms: now,
             durability,
             delayed: false,
+            value,
         };
         let ticket = self.journal_if_persistent(durability, || {
             JournalOp::PutShare(key.clone(), member.record(self))
@@ -327,10 +368,10 @@ impl Engine {
             }
         }
         self.serve(group, key, now);
-        if group.members.is_empty() {
+        if group.members.is_empty() && (group.waiters.is_empty() || group.kind == Kind::Lock) {
             let group = shard.take_group(key).expect("present");
             if !group.waiters.is_empty() {
-                // The first live waiter asks for the name alone: the table
+                // The first live waiter asks for the lock alone: the table
                 // grants it.
                 self.to_table(shard, key, group, now);
             }
@@ -362,7 +403,7 @@ impl Engine {
                 group,
                 key,
                 &waiter.owner,
-                waiter.claim,
+                (waiter.claim, waiter.value),
                 expires_at_ms,
                 waiter.durability,
                 now,
@@ -405,7 +446,7 @@ impl Engine {
         now: u64,
     ) {
         let lock = shard.remove(at);
-        let mut group = Group::new(lock.namespace, None);
+        let mut group = Group::new(lock.namespace, Kind::Lock);
         group.waiters = lock.waiters.into_deque();
         group.waiters.push_front(head);
         shard.groups.insert(key.clone(), group);
@@ -426,7 +467,7 @@ impl Engine {
         until: u64,
     ) {
         let lock = shard.remove(at);
-        let mut group = Group::new(lock.namespace, None);
+        let mut group = Group::new(lock.namespace, Kind::Lock);
         group.waiters = lock.waiters.into_deque();
         group.members.push(Member {
             owner: Arc::from(ended.owner),
@@ -436,6 +477,7 @@ impl Engine {
             acquired_at_ms,
             durability: ended.durability,
             delayed: true,
+            value: None,
         });
         shard.groups.insert(key.clone(), group);
         if let Some(due) = shard.refile(key) {
@@ -454,20 +496,22 @@ impl Engine {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        (value, lease): (Option<&str>, Option<&Arc<LeaseCell>>),
         now: u64,
     ) -> Result<Attempt, LockError> {
         let claim = options.claim;
+        let value: Option<Arc<str>> = value.map(Arc::from);
         if !shard.groups.contains_key(key) {
             // Free: the first grant makes the group.
             let expires_at_ms = deadline(now, ttl_ms)?;
-            let mut group = Group::new(self.namespaces.get(&key.namespace), claim.permits());
+            let mut group = Group::new(self.namespaces.get(&key.namespace), Kind::of(claim));
             group.namespace.try_add(options.quota)?;
             group.namespace.note_lock_delay(options.lock_delay_ms);
             let (grant, ticket) = self.admit(
                 &mut group,
                 key,
                 owner,
-                claim,
+                (claim, value),
                 expires_at_ms,
                 options.durability,
                 now,
@@ -488,8 +532,12 @@ impl Engine {
             if options.refuse_relock {
                 return Err(LockError::Busy(member.info()));
             }
-            // C2: the same token, a new expiry, the durability it has.
+            // C2: the same token, a new expiry, the durability it has (and
+            // for a leader, the value of this campaign).
             member.expires_at_ms = deadline(now, ttl_ms)?;
+            if value.is_some() {
+                member.value = value;
+            }
             let grant = member.grant();
             let member = &group.members[i];
             let ticket = self.journal_if_persistent(member.durability, || {
@@ -508,7 +556,7 @@ impl Engine {
                 group,
                 key,
                 owner,
-                claim,
+                (claim, value),
                 expires_at_ms,
                 options.durability,
                 now,
@@ -520,10 +568,16 @@ impl Engine {
         }
         // Refused: a settled group that refuses has a member in the way.
         let in_the_way = group.members.last().expect("a settled group has a member");
+        if lease.is_some_and(|lease| !lease.is_live(now)) {
+            return Err(LockError::NotHeld);
+        }
         if options.wait_ms == 0 {
             return Err(LockError::Busy(in_the_way.info()));
         }
-        let (waiter, queued) = self.new_waiter(owner, ttl_ms, options, None, now);
+        // A lease's lock waits here too (exclusive: the table grants it,
+        // under the lease, once the group has no member left).
+        let (mut waiter, queued) = self.new_waiter(owner, ttl_ms, options, lease, now);
+        waiter.value = value;
         group.waiters.push_back(waiter);
         Ok(Attempt::Queued(queued))
     }
@@ -647,6 +701,60 @@ impl Engine {
         self.settle_group(shard, key, now);
     }
 
+    /// `proclaim`: sets the value of the leadership `candidate` holds under
+    /// `token` (C24).
+    pub(super) fn proclaim_in_group(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        candidate: &str,
+        token: u64,
+        value: &str,
+        now: u64,
+    ) -> Result<Ticket, LockError> {
+        let Some(group) = shard.groups.get_mut(key) else {
+            return Err(LockError::NotHeld);
+        };
+        if group.kind != Kind::Election {
+            return Err(not_an_election(key, group.kind));
+        }
+        if group.live().next().is_none() {
+            return Err(LockError::NotHeld);
+        }
+        let i = group
+            .held_by(candidate)
+            .filter(|&i| group.members[i].token == token)
+            .ok_or(LockError::NotOwner)?;
+        let member = &mut group.members[i];
+        member.value = Some(Arc::from(value));
+        let member = &group.members[i];
+        let ticket = self.journal_if_persistent(member.durability, || {
+            JournalOp::PutShare(key.clone(), member.record(self))
+        });
+        self.emit_member(EventKind::Proclaimed, key, member, now);
+        Ok(ticket)
+    }
+
+    /// The election's leader, in the engine's clock; `invalid_argument` for
+    /// a name held as something else.
+    pub(super) fn leader_in_group(
+        &self,
+        shard: &Shard,
+        key: &Key,
+    ) -> Result<Option<Leader>, LockError> {
+        let Some(group) = shard.groups.get(key) else {
+            return Ok(None);
+        };
+        if group.kind != Kind::Election {
+            return Err(not_an_election(key, group.kind));
+        }
+        Ok(group.live().last().map(|m| Leader {
+            info: m.info(),
+            value: m.value.as_deref().unwrap_or_default().to_string(),
+            since_ms: Some(m.acquired_at_ms),
+        }))
+    }
+
     /// The group's most recent live grant (`get`).
     pub(super) fn get_in_group(&self, shard: &Shard, key: &Key) -> Option<LockInfo> {
         shard.groups.get(key)?.live().last().map(Member::info)
@@ -707,7 +815,7 @@ impl Engine {
         let group = shard
             .groups
             .entry(key.clone())
-            .or_insert_with(|| Group::new(namespace.clone(), record.claim.permits()));
+            .or_insert_with(|| Group::new(namespace.clone(), Kind::of(record.claim)));
         // Recovered holders count against quotas but are never refused.
         group.namespace.add();
         group.members.push(Member {
@@ -718,6 +826,7 @@ impl Engine {
             acquired_at_ms: now,
             durability: Durability::Persistent,
             delayed: false,
+            value: record.value.map(Arc::from),
         });
         group.members.sort_by_key(|m| m.token);
         if let Some(due) = shard.refile(&key) {

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use super::table::FxBuild;
-use super::Engine;
+use super::{Engine, Request};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
-    Durability, Grant, Holding, Key, LeaseInfo, ListedLock, LockEvent, LockInfo, LockOptions,
-    NameState,
+    Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
+    LockOptions, NameState,
 };
 
 impl Engine {
@@ -93,7 +93,13 @@ impl LockBackend for Engine {
         let lease = self
             .leases
             .live_owner_now(&key.namespace, owner, &*self.clock);
-        let locking = self.lock_impl(key, owner, ttl_ms, options, lease);
+        let request = Request {
+            owner,
+            ttl_ms,
+            options,
+            value: None,
+        };
+        let locking = self.lock_impl(key, request, lease);
         Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
     }
 
@@ -155,6 +161,51 @@ impl LockBackend for Engine {
         true
     }
 
+    fn campaign<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        value: &'a str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let request = Request {
+            owner: candidate,
+            ttl_ms,
+            options: LockOptions {
+                claim: Claim::Leader,
+                ..options
+            },
+            value: Some(value),
+        };
+        let campaigning = self.lock_impl(key, request, None);
+        Box::pin(async move { self.wall_grant(self.shown_if_refused(campaigning.await).await) })
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        token: u64,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            self.shown_if_refused(self.proclaim_impl(key, candidate, token, value).await)
+                .await
+        })
+    }
+
+    fn leader<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Leader>, LockError>> {
+        let leader = self.leader_impl(key).map(|leader| {
+            leader.map(|mut leader| {
+                leader.info.expires_at_ms = self.clock.to_wall_ms(leader.info.expires_at_ms);
+                leader.since_ms = leader.since_ms.map(|at| self.clock.to_wall_ms(at));
+                leader
+            })
+        });
+        Box::pin(self.shown(leader))
+    }
+
     fn release_detached(&self, key: Key, owner: String, token: u64) {
         self.release_now(&key, &owner, token);
     }
@@ -208,7 +259,13 @@ impl LockBackend for Engine {
         let Some(lease) = self.leases.live_owner(&key.namespace, lease_id, now) else {
             return Box::pin(self.shown(Err(LockError::NotHeld)));
         };
-        let locking = self.lock_impl(key, lease_id, 1, options, Some(lease));
+        let request = Request {
+            owner: lease_id,
+            ttl_ms: 1,
+            options,
+            value: None,
+        };
+        let locking = self.lock_impl(key, request, Some(lease));
         Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
     }
 
@@ -350,6 +407,12 @@ impl ShowsTokens for NameState {
             .map(|h| h.info.fencing_token)
             .max()
             .unwrap_or(0)
+    }
+}
+
+impl ShowsTokens for Leader {
+    fn highest_token(&self) -> u64 {
+        self.info.fencing_token
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::leases::LeaseCell;
 use super::table::{Handoff, Queued, Shard, Waiter};
-use super::{Attempt, Engine};
+use super::{Attempt, Engine, Request};
 use crate::error::LockError;
 use crate::journal::{JournalOp, Ticket};
 use crate::types::{Claim, EventKind, Grant, Key, LockOptions};
@@ -57,6 +57,7 @@ impl Engine {
             id,
             owner: owner.to_string(),
             claim: options.claim,
+            value: None,
             ttl_ms,
             durability: options.durability,
             lease: lease.cloned(),
@@ -137,12 +138,11 @@ impl Engine {
     pub(super) async fn wait_in_queue(
         &self,
         key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
+        request: Request<'_>,
         lease: Option<&Arc<LeaseCell>>,
         queued: Queued,
     ) -> Result<Grant, LockError> {
+        let owner = request.owner;
         let Queued { id, rx, wait_until } = queued;
         let mut waiting = Waiting {
             engine: self,
@@ -165,7 +165,7 @@ impl Engine {
             () = self.clock.sleep_until(wait_until) => {}
         }
         waiting.queued = false;
-        let (grant, ticket) = self.time_out(key, owner, ttl_ms, options, lease, &mut waiting)?;
+        let (grant, ticket) = self.time_out(key, request, lease, &mut waiting)?;
         self.acknowledge(key, owner, grant, ticket).await
     }
 
@@ -175,9 +175,7 @@ impl Engine {
     fn time_out(
         &self,
         key: &Key,
-        owner: &str,
-        ttl_ms: u64,
-        options: LockOptions,
+        request: Request<'_>,
         lease: Option<&Arc<LeaseCell>>,
         waiting: &mut Waiting<'_>,
     ) -> Result<(Grant, Ticket), LockError> {
@@ -190,11 +188,14 @@ impl Engine {
             return Ok((handoff.grant, handoff.ticket));
         }
         self.leave_queue(shard, key, hash, waiting.id, now);
-        let options = LockOptions {
-            wait_ms: 0,
-            ..options
+        let request = Request {
+            options: LockOptions {
+                wait_ms: 0,
+                ..request.options
+            },
+            ..request
         };
-        match self.decide(shard, key, hash, owner, ttl_ms, options, lease, now)? {
+        match self.decide(shard, key, hash, request, lease, now)? {
             Attempt::Granted(grant, ticket) | Attempt::Refreshed(grant, ticket) => {
                 Ok((grant, ticket))
             }

@@ -259,8 +259,11 @@ pub(super) struct NewHolder<'a> {
 pub(super) struct Waiter {
     pub(super) id: u64,
     pub(super) owner: String,
-    /// Exclusive or shared in a lock's queue; a permit in a semaphore's.
+    /// Exclusive or shared in a lock's queue; a permit in a semaphore's;
+    /// the leadership in an election's.
     pub(super) claim: Claim,
+    /// A candidate's value (elections only).
+    pub(super) value: Option<Arc<str>>,
     pub(super) ttl_ms: u64,
     pub(super) durability: Durability,
     /// Waiting under a lease: granted with the lease's expiry, and refused

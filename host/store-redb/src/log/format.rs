@@ -16,9 +16,11 @@
 //! A payload is a tag and its fields, keys and values in the encodings of the
 //! redb tables (`codec`), each as `u32 length | bytes`:
 //! `1 Put key record`, `2 Delete key`, `3 PutLease key lease`,
-//! `4 DeleteLease key`, `5 Batch u32 count op...`, `6 ReserveTokens u64`.
+//! `4 DeleteLease key`, `5 Batch u32 count op...`, `6 ReserveTokens u64`,
+//! `7 PutShare share-key share`, `8 DeleteShare share-key` (a share-key
+//! names the lock and the holder's owner: the `shares` table's key).
 
-use lockd_core::JournalOp;
+use lockd_core::{Claim, JournalOp};
 
 use crate::codec;
 
@@ -34,6 +36,8 @@ const PUT_LEASE: u8 = 3;
 const DELETE_LEASE: u8 = 4;
 const BATCH: u8 = 5;
 const RESERVE_TOKENS: u8 = 6;
+const PUT_SHARE: u8 = 7;
+const DELETE_SHARE: u8 = 8;
 
 /// Batches nest (a batch may hold batches); a record nesting deeper than
 /// this is not one lockd wrote.
@@ -47,6 +51,8 @@ pub(crate) enum LogOp<'a> {
     Delete { key: &'a [u8] },
     PutLease { key: &'a [u8], value: &'a [u8] },
     DeleteLease { key: &'a [u8] },
+    PutShare { key: &'a [u8], value: &'a [u8] },
+    DeleteShare { key: &'a [u8] },
     ReserveTokens { up_to: u64 },
 }
 
@@ -173,13 +179,39 @@ fn encode_op(out: &mut Vec<u8>, op: &JournalOp) {
                 encode_op(out, op);
             }
         }
-        JournalOp::PutShare(..) | JournalOp::DeleteShare(..) => {
-            unimplemented!("TEMPORARY (never on main): share records are being added")
+        JournalOp::PutShare(key, record) => {
+            out.push(PUT_SHARE);
+            put_bytes(out, &codec::encode_share_key(key, &record.owner));
+            // `unstorable` refuses an exclusive share before it is queued.
+            put_bytes(out, &codec::encode_share(record).unwrap_or_default());
+        }
+        JournalOp::DeleteShare(key, owner) => {
+            out.push(DELETE_SHARE);
+            put_bytes(out, &codec::encode_share_key(key, owner));
         }
         JournalOp::ReserveTokens { up_to } => {
             out.push(RESERVE_TOKENS);
             out.extend_from_slice(&up_to.to_le_bytes());
         }
+    }
+}
+
+/// Why `op` cannot be written as it is, if it cannot: a share record must
+/// hold the name shared or a permit, and a lock record exclusively (the
+/// tables keep the claim only where it can vary). An engine bug, refused
+/// before anything is written rather than recovered as something else.
+pub(crate) fn unstorable(op: &JournalOp) -> Option<String> {
+    match op {
+        JournalOp::Put(key, record) if record.claim != Claim::Exclusive => Some(format!(
+            "the lock record of {key:?} holds it {}, not exclusive: only shares hold a name shared \
+             or a permit",
+            record.claim.as_str()
+        )),
+        JournalOp::PutShare(key, record) if record.claim == Claim::Exclusive => Some(format!(
+            "the share record of {key:?} holds it exclusive: an exclusive holder is a lock record"
+        )),
+        JournalOp::Batch(ops) => ops.iter().find_map(unstorable),
+        _ => None,
     }
 }
 
@@ -217,6 +249,16 @@ fn decode_op<'a>(r: &mut Reader<'a>, ops: &mut Vec<LogOp<'a>>, depth: usize) -> 
             LogOp::PutLease { key, value }
         }
         DELETE_LEASE => LogOp::DeleteLease { key: r.key()? },
+        PUT_SHARE => {
+            let key = r.share_key()?;
+            let value = r.bytes()?;
+            codec::decode_share(value, "")
+                .map_err(|why| format!("a share record is malformed: {why}"))?;
+            LogOp::PutShare { key, value }
+        }
+        DELETE_SHARE => LogOp::DeleteShare {
+            key: r.share_key()?,
+        },
         BATCH if depth < MAX_DEPTH => {
             let count = u32::from_le_bytes(r.take(4)?.try_into().unwrap_or_default());
             for _ in 0..count {
@@ -256,6 +298,12 @@ impl<'a> Reader<'a> {
         codec::decode_key(key).ok_or("a key is malformed")?;
         Ok(key)
     }
+
+    fn share_key(&mut self) -> Result<&'a [u8], String> {
+        let key = self.bytes()?;
+        codec::decode_share_key(key).ok_or("a share key is malformed")?;
+        Ok(key)
+    }
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
@@ -268,7 +316,6 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use lockd_core::Claim;
     use lockd_core::{Key, LeaseRecord, Record};
 
     use super::*;
@@ -276,6 +323,7 @@ mod tests {
     fn ops() -> Vec<JournalOp> {
         let key = Key::new("ns", "name\0ü");
         let record = Record {
+            value: None,
             claim: Claim::Exclusive,
             owner: "o".repeat(300),
             token: u64::MAX,
@@ -284,6 +332,13 @@ mod tests {
         let lease = LeaseRecord {
             ttl_ms: 1,
             expires_at_ms: 2,
+        };
+        let share = |claim| Record {
+            value: None,
+            claim,
+            owner: "reader ü".to_string(),
+            token: 1 << 40,
+            expires_at_ms: 3,
         };
         vec![
             JournalOp::Put(key.clone(), record.clone()),
@@ -294,7 +349,12 @@ mod tests {
             JournalOp::Batch(vec![
                 JournalOp::ReserveTokens { up_to: 9 },
                 JournalOp::Batch(vec![JournalOp::Delete(key.clone())]),
-                JournalOp::Put(key, record),
+                JournalOp::Put(key.clone(), record),
+            ]),
+            JournalOp::PutShare(key.clone(), share(Claim::Shared)),
+            JournalOp::Batch(vec![
+                JournalOp::PutShare(key.clone(), share(Claim::Permit { permits: 8 })),
+                JournalOp::DeleteShare(key, "reader ü".to_string()),
             ]),
         ]
     }
@@ -320,6 +380,8 @@ mod tests {
                 LogOp::Delete { .. } => "delete",
                 LogOp::PutLease { .. } => "put-lease",
                 LogOp::DeleteLease { .. } => "delete-lease",
+                LogOp::PutShare { .. } => "put-share",
+                LogOp::DeleteShare { .. } => "delete-share",
                 LogOp::ReserveTokens { .. } => "reserve",
             })
             .collect();
@@ -332,9 +394,22 @@ mod tests {
             "reserve",
             "delete",
             "put",
+            "put-share",
+            "put-share",
+            "delete-share",
         ];
         assert_eq!(tags, expected);
         assert_eq!(decoded[5], LogOp::ReserveTokens { up_to: 9 });
+        // The ops carry the tables' rows as they are.
+        let key = Key::new("ns", "name\0ü");
+        let share_key = codec::encode_share_key(&key, "reader ü");
+        let LogOp::PutShare { key: row, value } = decoded[9] else {
+            panic!("{:?}", decoded[9]);
+        };
+        assert_eq!(row, &share_key[..]);
+        let permit = codec::decode_share(value, "reader ü").unwrap();
+        assert_eq!(permit.claim, Claim::Permit { permits: 8 });
+        assert_eq!(decoded[10], LogOp::DeleteShare { key: &share_key });
         // Another salt (another segment) reads none of it.
         assert_eq!(parse_record(&out, 0, out.len(), salt ^ 1), None);
     }
@@ -363,6 +438,77 @@ mod tests {
         assert_eq!(parse_frame_header(&[0; FRAME_HEADER], 0, salt), None);
         assert!(decode_payload(&[9], &mut Vec::new()).is_err());
         assert!(decode_payload(&[DELETE, 1, 0, 0, 0], &mut Vec::new()).is_err());
+    }
+
+    /// A share op is read back only whole and well-formed: every cut of its
+    /// payload, a lock key where a share key belongs, an unknown claim and
+    /// trailing bytes are errors, never another op.
+    #[test]
+    fn share_payloads_are_checked_strictly() {
+        let key = Key::new("ns", "n");
+        let share = Record {
+            value: None,
+            claim: Claim::Permit { permits: 2 },
+            owner: "o".to_string(),
+            token: 1,
+            expires_at_ms: 2,
+        };
+        for op in [
+            JournalOp::PutShare(key.clone(), share.clone()),
+            JournalOp::DeleteShare(key.clone(), "o".to_string()),
+        ] {
+            let mut payload = Vec::new();
+            encode_op(&mut payload, &op);
+            assert_eq!(decode_payload(&payload, &mut Vec::new()), Ok(()));
+            for cut in 0..payload.len() {
+                assert!(
+                    decode_payload(&payload[..cut], &mut Vec::new()).is_err(),
+                    "{op:?} cut at {cut}"
+                );
+            }
+            let mut longer = payload.clone();
+            longer.push(0);
+            assert!(decode_payload(&longer, &mut Vec::new()).is_err());
+        }
+        // A lock key (no u32 name length) is no share key.
+        let mut lock_key = vec![DELETE_SHARE];
+        put_bytes(&mut lock_key, &codec::encode_key(&Key::new("ns", "n\u{1}")));
+        assert!(decode_payload(&lock_key, &mut Vec::new()).is_err());
+        // The claim byte of a put-share is the payload's last byte but four.
+        let mut payload = Vec::new();
+        encode_op(&mut payload, &JournalOp::PutShare(key, share));
+        let claim_at = payload.len() - 5;
+        assert_eq!(payload[claim_at], 2);
+        payload[claim_at] = 9;
+        let why = decode_payload(&payload, &mut Vec::new()).unwrap_err();
+        assert!(why.contains("claim is 9"), "{why}");
+    }
+
+    #[test]
+    fn records_that_would_change_their_claim_are_unstorable() {
+        let key = Key::new("ns", "n");
+        let with = |claim| Record {
+            value: None,
+            claim,
+            owner: "o".to_string(),
+            token: 1,
+            expires_at_ms: 2,
+        };
+        assert_eq!(
+            unstorable(&JournalOp::Put(key.clone(), with(Claim::Exclusive))),
+            None
+        );
+        assert_eq!(
+            unstorable(&JournalOp::PutShare(key.clone(), with(Claim::Shared))),
+            None
+        );
+        let put_shared = JournalOp::Put(key.clone(), with(Claim::Shared));
+        assert!(unstorable(&put_shared).unwrap().contains("holds it shared"));
+        let nested = JournalOp::Batch(vec![
+            JournalOp::ReserveTokens { up_to: 1 },
+            JournalOp::Batch(vec![JournalOp::PutShare(key, with(Claim::Exclusive))]),
+        ]);
+        assert!(unstorable(&nested).unwrap().contains("exclusive"));
     }
 
     #[test]

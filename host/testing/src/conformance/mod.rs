@@ -10,6 +10,7 @@
 //! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
 //! the clock, never by sleeping.
 
+mod claims;
 mod events;
 mod leases;
 mod locks;
@@ -17,12 +18,36 @@ mod restarts;
 mod support;
 mod waiters;
 
+pub use claims::*;
 pub use events::*;
 pub use leases::*;
 pub use locks::*;
 pub use restarts::*;
 pub use support::{StoreFactory, START_MS};
 pub use waiters::*;
+
+/// Generates one `#[tokio::test]` per case of shared locks, semaphores,
+/// lock-delay and elections (docs/contract.md C21 to C24) for `$factory`, a store whose
+/// `supports_claims()` is true.
+#[macro_export]
+macro_rules! claims_conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@cases $factory;
+            shared_holders_exclude_the_exclusive,
+            an_exclusive_waiter_stops_later_readers,
+            shared_grants_are_each_their_own,
+            a_semaphore_never_exceeds_its_permits,
+            force_unlock_releases_every_shared_holder,
+            lock_delay_holds_back_an_ended_grant,
+            shared_grants_and_permits_survive_restart,
+            candidates_lead_in_turn,
+            elections_keep_to_their_names,
+            leaders_survive_restart,
+            readers_behind_a_writer_enter_together,
+            a_lease_lock_waits_behind_readers,
+        );
+    };
+}
 
 /// Generates one `#[tokio::test]` per conformance case for `$factory`, an
 /// expression of a type implementing [`StoreFactory`].
