@@ -85,6 +85,7 @@ impl From<Claim> for HeldMode {
             Claim::Exclusive => HeldMode::Exclusive,
             Claim::Shared => HeldMode::Shared,
             Claim::Permit { .. } => HeldMode::Permit,
+            Claim::Leader => HeldMode::Leader,
         }
     }
 }

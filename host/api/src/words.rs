@@ -172,7 +172,7 @@ words! {
     /// The default, for a server older than modes: all its grants were
     /// exclusive.
     #[derive(Default)]
-    HeldMode, expecting "a held mode (exclusive, shared or permit)" {
+    HeldMode, expecting "a held mode (exclusive, shared, permit or leader)" {
         /// `exclusive`: the name alone.
         #[default]
         Exclusive => "exclusive",
@@ -181,6 +181,9 @@ words! {
         /// `permit`: one permit of a semaphore
         /// (docs/contract.md#c22-semaphores).
         Permit => "permit",
+        /// `leader`: the leadership of an election
+        /// (docs/contract.md#c24-elections).
+        Leader => "leader",
     }
 }
 

@@ -152,7 +152,7 @@ fn summary(e: &Value) -> (String, String, String, String, u64) {
         "{e}"
     );
     assert!(
-        ["exclusive", "shared", "permit"].contains(&e["mode"].as_str().unwrap()),
+        ["exclusive", "shared", "permit", "leader"].contains(&e["mode"].as_str().unwrap()),
         "{e}"
     );
     let s = |k: &str| e[k].as_str().unwrap().to_string();

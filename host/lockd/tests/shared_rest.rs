@@ -198,7 +198,8 @@ fn shared_holders_then_an_exclusive_waits_and_gets_it_after_both() {
 
 #[test]
 fn a_semaphore_of_two_queues_the_third() {
-    let server = Server::start(&[]);
+    // On the durable store: permits are journaled like locks.
+    let server = Server::start_in(None, &["--store", "redb:locks.redb"], &[]);
     let permit = json!({"permits": 2});
     let a = token(&lock(&server, "pool", "a", permit.clone()));
     let b = token(&lock(&server, "pool", "b", permit.clone()));

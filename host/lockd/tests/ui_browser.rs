@@ -527,8 +527,7 @@ fn the_page_shows_locks_live_and_force_unlocks() {
         ("pool", "p1", json!({"permits": 3})),
         ("pool", "p2", json!({"permits": 3})),
     ] {
-        let mut body =
-            json!({"name": name, "owner": owner, "ttl_ms": 60_000, "durability": "ephemeral"});
+        let mut body = json!({"name": name, "owner": owner, "ttl_ms": 60_000});
         body.as_object_mut()
             .unwrap()
             .extend(claim.as_object().unwrap().clone());

@@ -75,11 +75,11 @@ pub fn table(locks: &[ListedLock], namespace: &str, prefix: &str) -> String {
 
 /// The MODE cell of a listed lock, one word so that the columns split on
 /// spaces: `exclusive`, `shared(3)` (its holders), `permit(2/5)` (permits
-/// held of the semaphore's).
+/// held of the semaphore's), `leader` (an election's).
 fn mode_cell(lock: &ListedLock) -> String {
     let holders = lock.holders.len().max(1);
     match (lock.mode, lock.permits) {
-        (HeldMode::Exclusive, _) => lock.mode.to_string(),
+        (HeldMode::Exclusive | HeldMode::Leader, _) => lock.mode.to_string(),
         (HeldMode::Permit, Some(permits)) => format!("permit({holders}/{permits})"),
         _ => format!("{}({holders})", lock.mode),
     }

@@ -84,6 +84,7 @@ fn found_lines(name: &str, found: &FoundReply) -> String {
             let mode = match (holder.mode, found.permits) {
                 (HeldMode::Exclusive, _) => String::new(),
                 (HeldMode::Permit, Some(permits)) => format!(" a permit (of {permits})"),
+                (HeldMode::Leader, _) => " as leader".to_string(),
                 (mode, _) => format!(" {mode}"),
             };
             format!("{name} held{mode} by {}", holder_line(holder))
