@@ -288,6 +288,15 @@ fn bad_modes_and_permit_counts_are_refused() {
     // Nothing was taken.
     assert_status(&get(&server, "bad"), 404, "not_found");
     assert_eq!(get(&server, "bad").json, json!({"status": "not_found"}));
+
+    // An owner holding one mode asks for the other: refused, it keeps its
+    // grant.
+    let held = token(&lock(&server, "both", "o", json!({"mode": "shared"})));
+    let upgrade = lock(&server, "both", "o", json!({}));
+    assert_status(&upgrade, 400, "invalid_argument");
+    let found = get(&server, "both");
+    assert_eq!(found.json["fencing_token"].as_u64(), Some(held));
+    assert_eq!(found.json["mode"], "shared");
 }
 
 #[test]
