@@ -213,3 +213,40 @@ fn exec_shared_runs_beside_shared_holders_only() {
     assert_eq!(exclusive.code, Some(75), "{exclusive:?}");
     assert!(exclusive.stderr.contains("doc is busy"), "{exclusive:?}");
 }
+
+/// A second of delay: room for the three commands that must run inside it on
+/// a busy machine.
+#[test]
+fn get_and_lock_during_a_lock_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        "[namespaces]\ndefault_lock_delay_ms = 1000\n",
+    )
+    .unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    assert_ok(&cli(
+        &server,
+        &["lock", "x", "--owner", "a", "--ttl", "30s"],
+    ));
+    assert_ok(&cli(&server, &["force-unlock", "x"]));
+    let get = cli(&server, &["get", "x"]);
+    assert_eq!(get.code, Some(1), "{get:?}");
+    assert!(
+        get.stdout
+            .starts_with("x is free, held back by a lock-delay until "),
+        "{}",
+        get.stdout
+    );
+    assert!(get.stdout.trim_end().ends_with("s)"), "{}", get.stdout);
+    assert_fails(
+        &cli(&server, &["lock", "x", "--owner", "b", "--ttl", "30s"]),
+        1,
+        &["x is busy"],
+    );
+    // Waiting through the delay gets it.
+    assert_ok(&cli(
+        &server,
+        &["lock", "x", "--owner", "b", "--ttl", "30s", "--wait", "5s"],
+    ));
+}
