@@ -1,7 +1,8 @@
 //! The CLI of shared locks and semaphores against a real `lockd serve`:
 //! `lockd lock --shared`, `lockd get` and `lockd ls` of a shared name,
-//! `lockd sem acquire | release | extend | get`, and `lockd exec --shared`,
-//! with their exit codes (docs/http.md#the-cli-client).
+//! `lockd sem acquire | release | extend | get`, `lockd exec --shared`, and
+//! `lockd get` and `lockd lock` during a lock-delay, with their exit codes
+//! (docs/http.md#the-cli-client).
 
 mod lockd_server;
 
