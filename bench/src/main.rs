@@ -4,7 +4,7 @@
 //! compares figures taken on the same machine at the same time.
 //!
 //! ```text
-//! cargo run --release -p lockd-bench -- [--smoke] [--only b1,b2,...] [--out FILE]
+//! cargo run --release -p lockd-bench -- [--smoke] [--only b1,b2,...,b10] [--out FILE]
 //! ```
 //!
 //! Prints the machine, the fsync regime and one markdown table per workload
@@ -17,6 +17,7 @@
 //! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
 
+mod b10_claims;
 mod b1_host_call;
 mod b2_durable;
 mod b3_edge;
@@ -338,6 +339,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("b9") {
         emit(b9_tls::run(&ctx)?);
+    }
+    if wanted("b10") {
+        emit(b10_claims::run(&ctx)?);
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;

@@ -26,12 +26,17 @@
 //! its deadline heap (see the `table` module).
 //!
 //! This file holds the engine and its lock operations. Beside it: `table`
-//! (a shard's locks, index, deadlines and waiters), `queue` (waiting in a
-//! lock's FIFO queue, hand-off and time-out), `leases`, `tokens` (fencing
-//! tokens and their durable reservations), `recovery` (the constructors,
-//! resuming from what the journal recovered), `purge` (the task that
-//! sweeps expired holders at their deadlines) and `lock_backend` (the
-//! [`LockBackend`](crate::LockBackend) face, answering in wall-clock time).
+//! (a shard's locks, index and deadlines), `namespaces` (what the engine
+//! keeps per namespace), `waiter` (a call waiting in a queue), `queue`
+//! (waiting in a lock's FIFO queue, hand-off and time-out), `group` and
+//! `groups` (names held shared, semaphores, elections and lock-delays),
+//! `reads` (a name's holders, listings, and the barrier a read waits
+//! behind), `leases`, `tokens` (fencing tokens and their durable
+//! reservations), `recovery` (the constructors, resuming from what the
+//! journal recovered), `purge` (the task that sweeps expired holders at
+//! their deadlines), `outbox` (events, published once durable) and
+//! `lock_backend` (the [`LockBackend`](crate::LockBackend) face, answering
+//! in wall-clock time).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -39,26 +44,28 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::clock::{deadline, Clock};
 use crate::error::LockError;
 use crate::journal::{Journal, JournalOp, Record, Ticket};
-use crate::types::{
-    Claim, Durability, EventKind, Grant, Holding, Key, Leader, ListedLock, LockEvent, LockInfo,
-    LockOptions, NameState,
-};
+use crate::types::{Claim, Durability, EventKind, Grant, Key, LockEvent, LockInfo, LockOptions};
 
+mod group;
 mod groups;
 mod leases;
 mod lock_backend;
+mod namespaces;
 mod outbox;
 mod purge;
 mod queue;
+mod reads;
 mod recovery;
 mod table;
 mod tokens;
+mod waiter;
 
 use leases::{LeaseCell, LeaseTable};
 use outbox::Outbox;
 use purge::{PurgeSignal, Sweep};
-use table::{key_hash, FxBuild, Holder, Lock, Namespace, Namespaces, NewHolder, Queued, Shard};
+use table::{key_hash, FxBuild, Holder, Lock, Namespace, Namespaces, NewHolder, Shard};
 use tokens::TokenAllocator;
+use waiter::Queued;
 
 /// Tuning knobs of the engine.
 #[derive(Clone, Debug)]
@@ -310,6 +317,9 @@ impl Engine {
                 lease,
             },
         );
+        // Even for an ephemeral holder: a persistent release of the name
+        // before it may still be on its way to the disk.
+        self.note_journal_pos(shard, at);
         self.purge.note_deadline(expires_at_ms);
         let grant = Grant {
             fencing_token: token,
@@ -355,7 +365,16 @@ impl Engine {
             at_ms: self.clock.to_wall_ms(self.clock.now_ms()),
             acquired_at_ms: None,
         });
+        self.note_journal_pos(shard, at);
         (grant, ticket)
+    }
+
+    /// Records where the journal is after the last op of the lock at `at`.
+    fn note_journal_pos(&self, shard: &mut Shard, at: usize) {
+        // The low half: `name_barrier` rebuilds the whole from the journal's
+        // current position, which is less than 2^32 ops ahead of any op
+        // that may still be waiting for the disk.
+        shard.at_mut(at).journal_pos = self.journal.submitted() as u32;
     }
 
     /// Removes the holder of the lock at `at`, named `key` (journaling the
@@ -433,7 +452,7 @@ impl Engine {
     /// and grant it, and an expiry under a lock-delay moves it to a group.
     fn settle_all(&self, shard: &mut Shard, key: &Key, hash: u64, now: u64) -> Option<usize> {
         let held = self.settle_held(shard, key, hash, now);
-        if held.is_some() || shard.groups.is_empty() {
+        if held.is_some() || shard.groups.map.is_empty() {
             return held;
         }
         self.settle_group(shard, key, now);
@@ -529,7 +548,7 @@ impl Engine {
         } = request;
         let Some(at) = self.settle_all(shard, key, hash, now) else {
             if options.claim != Claim::Exclusive
-                || (!shard.groups.is_empty() && shard.groups.contains_key(key))
+                || (!shard.groups.map.is_empty() && shard.groups.map.contains_key(key))
             {
                 return self.lock_in_group(shard, key, owner, ttl_ms, options, (value, lease), now);
             }
@@ -540,9 +559,9 @@ impl Engine {
         let lock = shard.at(at);
         if options.claim != Claim::Exclusive {
             // Held exclusive, in the table: a lock.
-            groups::check_kind(key, groups::Kind::Lock, options.claim)?;
+            group::check_kind(key, group::Kind::Lock, options.claim)?;
             if lock.held_by(owner).is_some() {
-                return Err(groups::no_change_of_mode(
+                return Err(group::no_change_of_mode(
                     key,
                     owner,
                     Claim::Exclusive,
@@ -656,15 +675,6 @@ impl Engine {
         Ok(info)
     }
 
-    fn get_impl(&self, key: &Key) -> Option<LockInfo> {
-        let (mut guard, hash) = self.shard(key);
-        let now = self.clock.now_ms();
-        match self.settle_all(&mut guard, key, hash, now) {
-            Some(at) => guard.at(at).info(),
-            None => self.get_in_group(&guard, key),
-        }
-    }
-
     /// `proclaim` (docs/contract.md#c24-elections).
     async fn proclaim_impl(
         &self,
@@ -678,74 +688,11 @@ impl Engine {
             let shard = &mut *guard;
             let now = self.clock.now_ms();
             if self.settle_all(shard, key, hash, now).is_some() {
-                return Err(groups::not_an_election(key, groups::Kind::Lock));
+                return Err(group::not_an_election(key, group::Kind::Lock));
             }
             self.proclaim_in_group(shard, key, candidate, token, value, now)?
         };
         ticket.wait().await
-    }
-
-    /// The leader of the election `key`, in the engine's clock.
-    fn leader_impl(&self, key: &Key) -> Result<Option<Leader>, LockError> {
-        let (mut guard, hash) = self.shard(key);
-        let now = self.clock.now_ms();
-        if self.settle_all(&mut guard, key, hash, now).is_some() {
-            return Err(groups::not_an_election(key, groups::Kind::Lock));
-        }
-        self.leader_in_group(&guard, key)
-    }
-
-    /// Everything about `key`, in the engine's clock.
-    fn describe_impl(&self, key: &Key) -> NameState {
-        let (mut guard, hash) = self.shard(key);
-        let now = self.clock.now_ms();
-        match self.settle_all(&mut guard, key, hash, now) {
-            Some(at) => {
-                let lock = guard.at(at);
-                let holder = lock.holder().expect("held");
-                NameState {
-                    holders: vec![Holding {
-                        info: lock.info().expect("held"),
-                        claim: Claim::Exclusive,
-                        acquired_at_ms: Some(holder.acquired_at_ms),
-                    }],
-                    waiters: lock.waiters.len() as u64,
-                    delay_until_ms: None,
-                }
-            }
-            None => self.describe_group(&guard, key).unwrap_or_default(),
-        }
-    }
-
-    fn list_impl(&self, namespace: &str, prefix: &str) -> Vec<ListedLock> {
-        let now = self.clock.now_ms();
-        let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for lock in shard.iter() {
-                if *lock.namespace.name != *namespace || !lock.name().starts_with(prefix) {
-                    continue;
-                }
-                if let Some(h) = lock.holder().filter(|h| h.expires_at_ms() > now) {
-                    out.push(ListedLock {
-                        name: lock.name().to_string(),
-                        info: lock.info().expect("held"),
-                        acquired_at_ms: Some(h.acquired_at_ms),
-                        waiters: lock.waiters.len() as u64,
-                        claim: Claim::Exclusive,
-                        holders: Vec::new(),
-                    });
-                }
-            }
-            for (key, group) in &shard.groups {
-                if *key.namespace != *namespace || !key.name.starts_with(prefix) {
-                    continue;
-                }
-                out.extend(self.list_group(key, group, now));
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
     }
 
     fn release_now(&self, key: &Key, owner: &str, token: u64) {
@@ -763,35 +710,6 @@ impl Engine {
         if holds {
             drop(self.remove_holder(shard, at, key, now, EventKind::Released));
         }
-    }
-
-    /// The number of live (unexpired) locks, for tests and metrics.
-    pub fn live_locks(&self) -> usize {
-        let now = self.clock.now_ms();
-        self.shards
-            .iter()
-            .map(|s| {
-                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                let table = s
-                    .iter()
-                    .filter(|l| l.holder().is_some_and(|h| h.expires_at_ms() > now))
-                    .count();
-                let groups: usize = s.groups.values().map(|g| g.live_count(now)).sum();
-                table + groups
-            })
-            .sum()
-    }
-
-    /// The number of callers waiting in queues.
-    fn waiters(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
-                let table = s.iter().map(|l| l.waiters.len()).sum::<usize>();
-                table + s.groups.values().map(|g| g.waiters.len()).sum::<usize>()
-            })
-            .sum()
     }
 }
 
@@ -844,7 +762,7 @@ impl Sweep for Engine {
             }
             // Groups: settling one ends what expired and refiles it at a
             // later deadline, or forgets it: this loop ends too.
-            while let Some((due, key)) = shard.next_group_deadline() {
+            while let Some((due, key)) = shard.groups.next_deadline() {
                 if due > now {
                     earliest = earliest.min(due);
                     break;

@@ -87,6 +87,22 @@ pub trait Journal: Send + Sync + 'static {
         Ticket::ready()
     }
 
+    /// How many ops were submitted so far: the position just after the
+    /// last one. A journal that does not count answers 0, and then
+    /// [`Journal::flushed_through`] must wait like [`Journal::flushed`].
+    fn submitted(&self) -> u64 {
+        0
+    }
+
+    /// A ticket that resolves once the first `position` ops submitted are
+    /// durable: a read of one name waits for that name's last op only
+    /// (docs/contract.md, C10), not for everyone's. The default waits for
+    /// everything, which is always enough.
+    fn flushed_through(&self, position: u64) -> Ticket {
+        let _ = position;
+        self.flushed()
+    }
+
     /// Commit counters: `(commits, committed_ops, failed_commits)`.
     fn commit_stats(&self) -> (u64, u64, u64) {
         (0, 0, 0)

@@ -13,6 +13,8 @@ use lockd_core::{Durability, LockError};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
+use etcd_client::{PutOptions, Txn, TxnOp};
+
 use crate::rpc::{revoke, Etcd};
 
 /// The etcd leases of one backend: its session lease, and the leases its
@@ -26,13 +28,18 @@ pub(crate) struct EtcdLeases {
 impl EtcdLeases {
     /// Grants the session lease of a new backend (`session_ttl_secs`
     /// long); shared leases end `lease_slack` after the keys they carry.
+    ///
+    /// While the session lives, the key `<sessions><id in hex>` does (on
+    /// the session lease), so any host can tell whether an ephemeral
+    /// grant's session is alive (see `name.rs`).
     pub(crate) async fn open(
         etcd: &Etcd,
         session_ttl_secs: i64,
         lease_slack: Duration,
+        sessions: Vec<u8>,
     ) -> Result<EtcdLeases, LockError> {
         Ok(EtcdLeases {
-            session: Session::open(etcd, session_ttl_secs).await?,
+            session: Session::open(etcd, session_ttl_secs, sessions).await?,
             shared: SharedLeases::new(lease_slack),
         })
     }
@@ -161,20 +168,45 @@ struct Session {
     id: AtomicI64,
     /// `EtcdOptions::session_ttl`, in whole seconds.
     ttl_secs: i64,
+    /// The prefix of the keys that say which sessions are alive.
+    sessions: Vec<u8>,
+}
+
+/// The key that lives as long as the session `id`, under `sessions`.
+fn session_key(sessions: &[u8], id: i64) -> Vec<u8> {
+    let mut key = sessions.to_vec();
+    key.extend_from_slice(format!("{id:x}").as_bytes());
+    key
+}
+
+/// Grants a session lease of `ttl_secs` and writes its key on it.
+async fn begin_session(etcd: &Etcd, ttl_secs: i64, sessions: &[u8]) -> Result<i64, LockError> {
+    let id = grant_lease(etcd, ttl_secs).await?;
+    let put = TxnOp::put(
+        session_key(sessions, id),
+        "",
+        Some(PutOptions::new().with_lease(id)),
+    );
+    etcd.txn("session key", Txn::new().and_then(vec![put]))
+        .await?;
+    Ok(id)
 }
 
 impl Session {
-    /// Grants the session lease of a new backend.
-    async fn open(etcd: &Etcd, ttl_secs: i64) -> Result<Session, LockError> {
-        let id = grant_lease(etcd, ttl_secs).await.map_err(|e| match e {
-            LockError::Unavailable(m) => {
-                LockError::Unavailable(format!("cannot open a session on etcd: {m}"))
-            }
-            other => other,
-        })?;
+    /// Grants the session lease of a new backend, and writes its key.
+    async fn open(etcd: &Etcd, ttl_secs: i64, sessions: Vec<u8>) -> Result<Session, LockError> {
+        let id = begin_session(etcd, ttl_secs, &sessions)
+            .await
+            .map_err(|e| match e {
+                LockError::Unavailable(m) => {
+                    LockError::Unavailable(format!("cannot open a session on etcd: {m}"))
+                }
+                other => other,
+            })?;
         Ok(Session {
             id: AtomicI64::new(id),
             ttl_secs,
+            sessions,
         })
     }
 
@@ -202,7 +234,7 @@ impl Session {
                         error = %e,
                         "etcd session lease lost: its waiters and ephemeral locks are gone"
                     );
-                    match grant_lease(etcd, ttl).await {
+                    match begin_session(etcd, ttl, &self.sessions).await {
                         Ok(new) => {
                             self.id.store(new, Ordering::Relaxed);
                             tracing::warn!(lease = new, lost = id, "etcd session lease replaced");

@@ -70,6 +70,7 @@ impl Why {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn event(
     kind: EventKind,
     key: &Key,
@@ -77,9 +78,10 @@ fn event(
     token: u64,
     now: u64,
     acquired_at_ms: Option<u64>,
+    claim: Claim,
 ) -> LockEvent {
     LockEvent {
-        claim: Claim::Exclusive,
+        claim,
         kind,
         namespace: key.namespace.clone(),
         name: key.name.clone(),
@@ -90,57 +92,85 @@ fn event(
     }
 }
 
-/// The events of one change to the lock `key`: its holder before (`prev`)
-/// and after (`new`, `None` for a delete), in a revision marked `why`,
-/// seen at `now`. In order: the holder that left, then the one that came.
+/// How the grant `p`, not ended before, left: removed from the record
+/// (`ended_at` `None`) or kept there as a delay ended at `ended_at`, by a
+/// transaction marked `why`, seen at `now`. `alone`: `p` was the name's
+/// only grant, so the marker speaks of it whatever the clock says.
+fn end_kind(p: &Held, ended_at: Option<u64>, why: Option<Why>, now: u64, alone: bool) -> EventKind {
+    if let Some(at) = ended_at {
+        // Kept as a delay: it ended at its expiry, or before (forced).
+        return match why {
+            _ if at >= p.rec.expires_at_ms => EventKind::Expired,
+            Some(Why::Expired) => EventKind::Expired,
+            _ => EventKind::ForceReleased,
+        };
+    }
+    match why {
+        Some(why) if alone || p.rec.expires_at_ms > now => why.kind(),
+        _ if p.rec.expires_at_ms <= now => EventKind::Expired,
+        _ => EventKind::Released,
+    }
+}
+
+/// The events of one change to the lock `key`: its grants before (`prev`)
+/// and after (`new`, empty for a delete), in a revision marked `why`, seen
+/// at `now`. Grants are told apart by token. In order: the grants that
+/// left, those extended, then those that came.
 pub(crate) fn lock_events(
     key: &Key,
-    prev: Option<&Held>,
-    new: Option<&Held>,
+    prev: &[Held],
+    new: &[Held],
     why: Option<Why>,
     now: u64,
 ) -> Vec<LockEvent> {
-    if let (Some(p), Some(n)) = (prev, new) {
-        if p.token == n.token && p.rec.owner == n.rec.owner {
-            // The same grant rewritten: a refresh, or nothing to report.
-            if p.rec.expires_at_ms == n.rec.expires_at_ms {
-                return Vec::new();
-            }
-            return vec![event(
-                EventKind::Extended,
-                key,
-                &n.rec.owner,
-                n.token,
-                now,
-                None,
-            )];
-        }
-    }
-    let mut out = Vec::with_capacity(2);
-    if let Some(p) = prev {
-        let kind = match why {
-            Some(why) => why.kind(),
-            None if p.rec.expires_at_ms <= now => EventKind::Expired,
-            None => EventKind::Released,
-        };
-        out.push(event(
+    let ev = |kind, g: &Held, acquired_at_ms| {
+        event(
             kind,
             key,
-            &p.rec.owner,
-            p.token,
+            &g.rec.owner,
+            g.token,
             now,
-            p.rec.acquired_at_ms,
-        ));
+            acquired_at_ms,
+            g.rec.claim(),
+        )
+    };
+    let alone = prev.len() == 1;
+    let mut ended = Vec::new();
+    let mut extended = Vec::new();
+    for p in prev.iter().filter(|p| p.rec.ended_at_ms.is_none()) {
+        match new.iter().find(|n| n.token == p.token) {
+            None => ended.push(ev(
+                end_kind(p, None, why, now, alone),
+                p,
+                p.rec.acquired_at_ms,
+            )),
+            Some(n) if n.rec.ended_at_ms.is_some() => ended.push(ev(
+                end_kind(p, n.rec.ended_at_ms, why, now, alone),
+                p,
+                p.rec.acquired_at_ms,
+            )),
+            Some(n) => {
+                if n.rec.expires_at_ms != p.rec.expires_at_ms {
+                    extended.push(ev(EventKind::Extended, n, None));
+                }
+                if n.rec.value != p.rec.value {
+                    extended.push(ev(EventKind::Proclaimed, n, None));
+                }
+            }
+        }
     }
-    if let Some(n) = new {
-        let kind = if n.rec.waiter.is_some() {
-            EventKind::HandedOff
-        } else {
-            EventKind::Acquired
-        };
-        out.push(event(kind, key, &n.rec.owner, n.token, now, None));
-    }
-    out
+    let came = new
+        .iter()
+        .filter(|n| !prev.iter().any(|p| p.token == n.token))
+        .map(|n| {
+            let kind = if n.rec.waiter.is_some() {
+                EventKind::HandedOff
+            } else {
+                EventKind::Acquired
+            };
+            ev(kind, n, None)
+        });
+    ended.into_iter().chain(extended).chain(came).collect()
 }
 
 /// The event of one change to the lease `lease` (its namespace and id).
@@ -162,7 +192,15 @@ pub(crate) fn lease_event(
         // A refresh, or a change to the locks it lists.
         _ => return None,
     };
-    Some(event(kind, lease, &lease.name, 0, now, None))
+    Some(event(
+        kind,
+        lease,
+        &lease.name,
+        0,
+        now,
+        None,
+        Claim::Exclusive,
+    ))
 }
 
 #[cfg(test)]
@@ -199,7 +237,7 @@ mod tests {
         let key = Key::new("ns", "x");
         let a = held("a", 10, 100, None);
         let now = 50;
-        let acquired = lock_events(&key, None, Some(&a), None, now);
+        let acquired = lock_events(&key, &[], std::slice::from_ref(&a), None, now);
         assert_eq!(kinds(&acquired), [(EventKind::Acquired, "a", 10)]);
         assert_eq!(
             (
@@ -213,12 +251,31 @@ mod tests {
         moved.rec.expires_at_ms = 200;
         moved.mod_revision = 11;
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), Some(&moved), None, now)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                std::slice::from_ref(&moved),
+                None,
+                now
+            )),
             [(EventKind::Extended, "a", 10)]
         );
-        assert!(lock_events(&key, Some(&a), Some(&a), None, now).is_empty());
+        assert!(lock_events(
+            &key,
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&a),
+            None,
+            now
+        )
+        .is_empty());
         let b = held("b", 12, 300, Some("w-1"));
-        let handed = lock_events(&key, Some(&a), Some(&b), Some(Why::Released), now);
+        let handed = lock_events(
+            &key,
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            Some(Why::Released),
+            now,
+        );
         assert_eq!(
             kinds(&handed),
             [
@@ -230,30 +287,119 @@ mod tests {
         assert_eq!(handed[1].acquired_at_ms, None);
         // Unmarked: released while live, expired once past the expiry.
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), None, None, 99)),
+            kinds(&lock_events(&key, std::slice::from_ref(&a), &[], None, 99)),
             [(EventKind::Released, "a", 10)]
         );
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), None, None, 100)),
+            kinds(&lock_events(&key, std::slice::from_ref(&a), &[], None, 100)),
             [(EventKind::Expired, "a", 10)]
         );
         // A marker decides, whatever the clock says.
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), None, Some(Why::Expired), 0)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                &[],
+                Some(Why::Expired),
+                0
+            )),
             [(EventKind::Expired, "a", 10)]
         );
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), None, Some(Why::Forced), 0)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                &[],
+                Some(Why::Forced),
+                0
+            )),
             [(EventKind::ForceReleased, "a", 10)]
         );
         // A fresh grant over an expired record: both.
         let c = held("a", 20, 400, None);
         assert_eq!(
-            kinds(&lock_events(&key, Some(&a), Some(&c), None, 150)),
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&a),
+                std::slice::from_ref(&c),
+                None,
+                150
+            )),
             [
                 (EventKind::Expired, "a", 10),
                 (EventKind::Acquired, "a", 20)
             ]
+        );
+    }
+
+    #[test]
+    fn each_grant_of_a_shared_name_is_told_apart_by_token() {
+        let key = Key::new("ns", "x");
+        let mut r1 = held("r1", 10, 100, None);
+        r1.rec.claim = Some(crate::record::StoredClaim::Shared);
+        let mut r2 = held("r2", 12, 100, Some("w-1"));
+        r2.rec.claim = Some(crate::record::StoredClaim::Shared);
+        let both = [r1.clone(), r2.clone()];
+        // One more reader: only its grant is news.
+        let came = lock_events(&key, std::slice::from_ref(&r1), &both, None, 50);
+        assert_eq!(kinds(&came), [(EventKind::HandedOff, "r2", 12)]);
+        assert_eq!(came[0].claim, Claim::Shared);
+        // A force-unlock of both: one event each.
+        let forced = lock_events(&key, &both, &[], Some(Why::Forced), 50);
+        assert_eq!(
+            kinds(&forced),
+            [
+                (EventKind::ForceReleased, "r1", 10),
+                (EventKind::ForceReleased, "r2", 12)
+            ]
+        );
+        // A release of r2 marked released, r1 found expired in passing.
+        let gone = lock_events(&key, &both, &[], Some(Why::Released), 100);
+        assert_eq!(
+            kinds(&gone),
+            [
+                (EventKind::Expired, "r1", 10),
+                (EventKind::Expired, "r2", 12)
+            ]
+        );
+        // Kept as a delay: ended at its expiry is expired, before it forced.
+        let mut delayed = r1.clone();
+        delayed.rec.ended_at_ms = Some(100);
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&delayed),
+                Some(Why::Expired),
+                100
+            )),
+            [(EventKind::Expired, "r1", 10)]
+        );
+        delayed.rec.ended_at_ms = Some(40);
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&delayed),
+                Some(Why::Forced),
+                40
+            )),
+            [(EventKind::ForceReleased, "r1", 10)]
+        );
+        // Nothing to tell once it ended.
+        assert!(lock_events(&key, std::slice::from_ref(&delayed), &[], None, 200).is_empty());
+        // A leader's new value.
+        let mut proclaimed = r1.clone();
+        proclaimed.rec.value = Some("v2".into());
+        assert_eq!(
+            kinds(&lock_events(
+                &key,
+                std::slice::from_ref(&r1),
+                std::slice::from_ref(&proclaimed),
+                None,
+                50
+            )),
+            [(EventKind::Proclaimed, "r1", 10)]
         );
     }
 

@@ -4,6 +4,8 @@
 //! <prefix>/<ns>/<name>                 the lock: a JSON `LockRecord`
 //! <prefix>/.queue/<ns>/<name>/<id>     one waiter: a JSON `WaiterRecord`
 //! <prefix>/.leases/<ns>/<id>           one lease: a JSON `LeaseRecord`
+//! <prefix>/.sessions/<lease hex>       one live host session (empty value,
+//!                                      on that session's etcd lease)
 //! <prefix>/.why                        why the last marked transaction
 //!                                      removed a holder (events.rs)
 //! ```
@@ -102,6 +104,18 @@ impl Layout {
     /// `<prefix>/.leases/`: every lease of every namespace.
     pub(crate) fn all_leases(&self) -> Vec<u8> {
         format!("{}/.leases/", self.prefix).into_bytes()
+    }
+
+    /// `<prefix>/.sessions/`: one key per live session of a host, on its
+    /// session lease (see `etcd_lease.rs`).
+    pub(crate) fn all_sessions(&self) -> Vec<u8> {
+        format!("{}/.sessions/", self.prefix).into_bytes()
+    }
+
+    /// The session whose key (under [`Layout::all_sessions`]) is `key`.
+    pub(crate) fn session_of(&self, key: &[u8]) -> Option<i64> {
+        let hex = key.strip_prefix(self.all_sessions().as_slice())?;
+        i64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
     }
 
     /// The key of the lease `id` of `namespace`.
@@ -268,5 +282,8 @@ mod tests {
         assert_eq!(l.classify(b"/lockd/.whyx"), Target::Other);
         assert_eq!(l.classify(b"/lockd/.leases/ns"), Target::Other);
         assert!(l.marker_key().starts_with(&l.all()));
+        assert_eq!(l.session_of(b"/lockd/.sessions/7f3a"), Some(0x7f3a));
+        assert_eq!(l.session_of(b"/lockd/.sessions/x"), None);
+        assert_eq!(l.classify(b"/lockd/.sessions/7f3a"), Target::Other);
     }
 }

@@ -126,6 +126,7 @@ mod etcd_lease;
 mod events;
 mod keys;
 mod local;
+mod name;
 mod options;
 mod probe;
 mod recent;
@@ -137,8 +138,8 @@ mod store;
 use std::sync::Arc;
 
 use lockd_core::{
-    BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockBackend,
-    LockError, LockEvent, LockInfo, LockOptions, NamespaceStats,
+    BackendStats, BoxFuture, Claim, Clock, Durability, Grant, Key, Leader, LeaseInfo, ListedLock,
+    LockBackend, LockError, LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
 };
 
 pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
@@ -228,7 +229,7 @@ impl LockBackend for EtcdBackend {
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
         Box::pin(async move {
             // Taken before the first await: call order is queue order.
-            let answer = self.inner.start_lock(key, owner, ttl_ms, options);
+            let answer = self.inner.start_lock(key, owner, ttl_ms, options, None);
             answer.await.unwrap_or_else(|_| {
                 Err(LockError::Unavailable(
                     "the lock task ended without an answer (is the runtime shutting down?)".into(),
@@ -257,6 +258,58 @@ impl LockBackend for EtcdBackend {
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         Box::pin(self.inner.get(key))
+    }
+
+    fn describe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<NameState, LockError>> {
+        Box::pin(self.inner.describe(key))
+    }
+
+    /// An election is a name held by one leader, with a value, in the same
+    /// record and queue as a lock (docs/scale-out.md).
+    fn campaign<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        value: &'a str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        let options = LockOptions {
+            claim: Claim::Leader,
+            ..options
+        };
+        Box::pin(async move {
+            // Taken before the first await: call order is queue order.
+            let answer = self
+                .inner
+                .start_lock(key, candidate, ttl_ms, options, Some(value));
+            answer.await.unwrap_or_else(|_| {
+                Err(LockError::Unavailable(
+                    "the campaign task ended without an answer (is the runtime shutting down?)"
+                        .into(),
+                ))
+            })
+        })
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        token: u64,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(self.inner.proclaim(key, candidate, token, value))
+    }
+
+    fn leader<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Leader>, LockError>> {
+        Box::pin(self.inner.leader(key))
+    }
+
+    /// Shared locks, semaphores and lock-delays, kept in each name's one
+    /// record for every host (docs/scale-out.md).
+    fn supports_claims(&self) -> bool {
+        true
     }
 
     fn list<'a>(

@@ -1,7 +1,7 @@
 //! The values stored at lock, waiter and lease keys: small JSON objects,
 //! readable with `etcdctl get --prefix /lockd/`.
 
-use lockd_core::{Durability, Grant, LeaseInfo, LockError, LockInfo};
+use lockd_core::{Claim, Durability, Grant, Holding, LeaseInfo, LockError, LockInfo};
 use serde::{Deserialize, Serialize};
 
 /// Format version of the records.
@@ -59,10 +59,54 @@ pub(crate) struct LockRecord {
     /// lockd kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired_at_ms: Option<u64>,
+    /// Shared or a permit; absent: exclusive (every record written before
+    /// lockd had claims).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<StoredClaim>,
+    /// For a permit: the semaphore's number of permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// The lock-delay of the grant's namespace on the host that granted it
+    /// (docs/contract.md#c23-lock-delay): once the grant expires or is
+    /// force-released, its place stays taken this long.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_ms: u64,
+    /// When a force-release ended the grant; it stays in the record (as a
+    /// delay) until `ended_at_ms + lock_delay_ms`. An expiry sets it to the
+    /// expiry when the grant has a delay to serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<u64>,
+    /// For an election's leader: the value it proclaims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// For an ephemeral grant: the session of the host it belongs to. It
+    /// holds only while that session's key lives (see `name.rs`), since
+    /// beside other grants its key is not on that session's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<i64>,
+    /// The name's other grants (shared holders, permits, delays being
+    /// served), each with its token; this record is the most recent one.
+    /// Empty for an exclusive lock, whose key holds its grant alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<LockRecord>,
+}
+
+/// A grant's claim as stored; exclusive is the absence of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum StoredClaim {
+    Shared,
+    Permit,
+    /// Kept faithfully should one be stored; `lock` never takes one.
+    Leader,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The value of a waiter key.
@@ -83,6 +127,18 @@ pub(crate) struct WaiterRecord {
     /// ended. `owner` is the lease id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// What the waiter asks for; absent: exclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<StoredClaim>,
+    /// For a permit: the semaphore's number of permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// The lock-delay its grant will carry (its host's, for its namespace).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_ms: u64,
+    /// For a candidate of an election: the value it will proclaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// The value of a lease key.
@@ -180,7 +236,56 @@ impl LockRecord {
             waiter,
             lease: false,
             acquired_at_ms: Some(now_ms),
+            claim: None,
+            permits: None,
+            lock_delay_ms: 0,
+            ended_at_ms: None,
+            value: None,
+            session: None,
+            others: Vec::new(),
         }
+    }
+
+    /// The same record, an ephemeral grant of the session `session`.
+    pub(crate) fn on_session(mut self, session: Option<i64>) -> Self {
+        if Durability::from(self.durability) == Durability::Ephemeral {
+            self.session = session;
+        }
+        self
+    }
+
+    /// The same record with `claim` and `lock_delay_ms`.
+    pub(crate) fn claiming(mut self, claim: Claim, lock_delay_ms: u64) -> Self {
+        (self.claim, self.permits) = stored_claim(claim);
+        self.lock_delay_ms = lock_delay_ms;
+        self
+    }
+
+    /// What the grant holds.
+    pub(crate) fn claim(&self) -> Claim {
+        claim_of(self.claim, self.permits)
+    }
+}
+
+/// A claim as stored: the claim field and, for a permit, the count.
+pub(crate) fn stored_claim(claim: Claim) -> (Option<StoredClaim>, Option<u32>) {
+    match claim {
+        Claim::Exclusive => (None, None),
+        Claim::Shared => (Some(StoredClaim::Shared), None),
+        Claim::Permit { permits } => (Some(StoredClaim::Permit), Some(permits)),
+        Claim::Leader => (Some(StoredClaim::Leader), None),
+    }
+}
+
+/// The claim stored as `claim` and `permits`.
+pub(crate) fn claim_of(claim: Option<StoredClaim>, permits: Option<u32>) -> Claim {
+    match claim {
+        None => Claim::Exclusive,
+        Some(StoredClaim::Shared) => Claim::Shared,
+        Some(StoredClaim::Permit) => Claim::Permit {
+            permits: permits.unwrap_or(1),
+        },
+        Some(StoredClaim::Leader) => Claim::Leader,
     }
 }
 
@@ -201,7 +306,24 @@ impl WaiterRecord {
             durability: durability.into(),
             session,
             lease,
+            claim: None,
+            permits: None,
+            lock_delay_ms: 0,
+            value: None,
         }
+    }
+
+    /// The same waiter asking for `claim`, its grant to carry
+    /// `lock_delay_ms`.
+    pub(crate) fn claiming(mut self, claim: Claim, lock_delay_ms: u64) -> Self {
+        (self.claim, self.permits) = stored_claim(claim);
+        self.lock_delay_ms = lock_delay_ms;
+        self
+    }
+
+    /// What the waiter asks for.
+    pub(crate) fn claim(&self) -> Claim {
+        claim_of(self.claim, self.permits)
     }
 }
 
@@ -232,19 +354,50 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    pub(crate) fn from_kv(kv: &etcd_client::KeyValue) -> Result<Held, LockError> {
-        let rec: LockRecord = from_json(kv.key(), kv.value())?;
-        let token = rec.token.unwrap_or(kv.mod_revision() as u64);
-        Ok(Held {
-            mod_revision: kv.mod_revision(),
-            rec,
-            token,
-        })
+    /// Whether the grant holds at `now_ms`: not ended, not expired.
+    pub(crate) fn live(&self, now_ms: u64) -> bool {
+        self.rec.ended_at_ms.is_none() && self.rec.expires_at_ms > now_ms
     }
 
-    /// Whether the lease has not run out at `now_ms`.
-    pub(crate) fn live(&self, now_ms: u64) -> bool {
-        self.rec.expires_at_ms > now_ms
+    /// When the grant ends (or ended): its force-release, else its expiry.
+    pub(crate) fn end(&self) -> u64 {
+        self.rec.ended_at_ms.unwrap_or(self.rec.expires_at_ms)
+    }
+
+    /// Until when its place stays taken: its end plus its lock-delay.
+    pub(crate) fn blocks_until(&self) -> u64 {
+        self.end().saturating_add(self.rec.lock_delay_ms)
+    }
+
+    /// Whether its place is taken at `now_ms` (held, or a delay).
+    pub(crate) fn blocks(&self, now_ms: u64) -> bool {
+        self.blocks_until() > now_ms
+    }
+
+    /// The record to write back: its token in it, and no other grants.
+    pub(crate) fn stored(&self) -> LockRecord {
+        let mut rec = self.rec.clone();
+        rec.token = Some(self.token);
+        rec.others = Vec::new();
+        rec
+    }
+
+    /// How a listing or `describe` shows it.
+    pub(crate) fn holding(&self) -> Holding {
+        Holding {
+            info: self.info(),
+            claim: self.rec.claim(),
+            acquired_at_ms: self.rec.acquired_at_ms,
+        }
+    }
+
+    /// How `busy` shows it: a delay with its end as the expiry.
+    pub(crate) fn busy_info(&self, now_ms: u64) -> LockInfo {
+        let mut info = self.info();
+        if !self.live(now_ms) {
+            info.expires_at_ms = self.blocks_until();
+        }
+        info
     }
 
     pub(crate) fn info(&self) -> LockInfo {

@@ -45,3 +45,9 @@ impl StoreFactory for Etcd {
 }
 
 lockd_testing::conformance_tests!(Etcd::new());
+
+mod claims {
+    use super::Etcd;
+
+    lockd_testing::claims_conformance_tests!(Etcd::new());
+}

@@ -496,6 +496,28 @@ impl Journal for RedbJournal {
         ticket
     }
 
+    fn submitted(&self) -> u64 {
+        self.stats.queued.load(Ordering::Acquire)
+    }
+
+    fn flushed_through(&self, position: u64) -> Ticket {
+        // The writer counts an op durable only with every op queued before
+        // it: once `durable` reaches `position`, the first `position` ops
+        // are on disk.
+        if self.stats.durable.load(Ordering::Acquire) >= position {
+            return Ticket::ready();
+        }
+        // A barrier resolves once everything queued before it is durable:
+        // more than asked, and as soon as the commit in flight (or the one
+        // after it) lands.
+        let (done, ticket) = Ticket::pending();
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(queue) = queue.as_ref() {
+            let _ = queue.send(writer::Pending { op: None, done });
+        }
+        ticket
+    }
+
     fn commit_stats(&self) -> (u64, u64, u64) {
         (
             self.stats.commits.load(Ordering::Relaxed),

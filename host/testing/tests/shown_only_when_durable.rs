@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockd_core::{
-    Durability, Engine, EngineOptions, EventKind, Journal, JournalOp, Key, LeaseRecord, Limits,
-    LockError, LockEvent, LockOptions, LockService, Record, Recovered, SystemClock, Ticket,
+    Claim, Durability, Engine, EngineOptions, EventKind, Journal, JournalOp, Key, LeaseRecord,
+    Limits, LockError, LockEvent, LockOptions, LockService, Record, Recovered, SystemClock, Ticket,
     TicketSender,
 };
 
@@ -87,6 +87,9 @@ struct Disk {
     synced: Synced,
     /// Ops written but not synced, and barriers, in order.
     unsynced: Vec<(Option<JournalOp>, TicketSender)>,
+    /// Ops submitted, and how many of them are synced: positions.
+    submitted: u64,
+    synced_ops: u64,
 }
 
 /// A journal on the simulated disk. `lying` makes `flushed` answer at once.
@@ -100,7 +103,7 @@ impl SimulatedDisk {
         Arc::new(SimulatedDisk {
             disk: Mutex::new(Disk {
                 synced,
-                unsynced: Vec::new(),
+                ..Disk::default()
             }),
             lying,
         })
@@ -116,6 +119,7 @@ impl SimulatedDisk {
                 .map(|(op, done)| {
                     if let Some(op) = op {
                         disk.synced.apply(&op);
+                        disk.synced_ops += 1;
                     }
                     done
                 })
@@ -138,7 +142,23 @@ impl SimulatedDisk {
 impl Journal for SimulatedDisk {
     fn submit(&self, op: JournalOp) -> Ticket {
         let (done, ticket) = Ticket::pending();
-        self.disk.lock().unwrap().unsynced.push((Some(op), done));
+        let mut disk = self.disk.lock().unwrap();
+        disk.unsynced.push((Some(op), done));
+        disk.submitted += 1;
+        ticket
+    }
+
+    fn submitted(&self) -> u64 {
+        self.disk.lock().unwrap().submitted
+    }
+
+    fn flushed_through(&self, position: u64) -> Ticket {
+        let mut disk = self.disk.lock().unwrap();
+        if self.lying || disk.synced_ops >= position {
+            return Ticket::ready();
+        }
+        let (done, ticket) = Ticket::pending();
+        disk.unsynced.push((None, done));
         ticket
     }
 
@@ -158,6 +178,13 @@ fn persistent(wait_ms: u64) -> LockOptions {
         wait_ms,
         durability: Durability::Persistent,
         ..LockOptions::default()
+    }
+}
+
+fn shared() -> LockOptions {
+    LockOptions {
+        claim: Claim::Shared,
+        ..persistent(0)
     }
 }
 
@@ -254,14 +281,17 @@ async fn rounds(lying: bool) -> Vec<String> {
     let mut violations = Vec::new();
     let mut synced = Synced::default();
     let mut highest_seen = 0;
-    for round in 0..6 {
+    for round in 0..8 {
         let disk = SimulatedDisk::new(synced.clone(), lying);
         let service = start(&disk, &synced);
         let mut events = service.events().expect("the engine publishes events");
         let name = format!("n{round}");
         // Even rounds: a grant waits for the disk. Odd rounds: a durable
-        // holder's release does.
+        // holder's release does. The last two: the same for a shared grant
+        // (a name of the engine's groups, with a journal position of its
+        // own).
         let releasing = round % 2 == 1;
+        let holding = if round >= 6 { shared() } else { persistent(0) };
         // A durable reservation covers the tokens of this round's grants, so
         // that only the barrier stands between them and a reader.
         let warm = LockOptions {
@@ -272,12 +302,9 @@ async fn rounds(lying: bool) -> Vec<String> {
             .await
             .unwrap();
         if releasing {
-            let grant = synced_while(
-                &disk,
-                service.lock("ns", &name, "holder", 600_000, persistent(0)),
-            )
-            .await
-            .unwrap();
+            let grant = synced_while(&disk, service.lock("ns", &name, "holder", 600_000, holding))
+                .await
+                .unwrap();
             highest_seen = highest_seen.max(grant.fencing_token);
             while events.try_recv().is_ok() {}
         }
@@ -288,11 +315,7 @@ async fn rounds(lying: bool) -> Vec<String> {
                 if releasing {
                     drop(service.unlock("ns", &name, "holder", None).await);
                 } else {
-                    drop(
-                        service
-                            .lock("ns", &name, "holder", 600_000, persistent(0))
-                            .await,
-                    );
+                    drop(service.lock("ns", &name, "holder", 600_000, holding).await);
                 }
             })
         };
@@ -304,7 +327,11 @@ async fn rounds(lying: bool) -> Vec<String> {
         drop(change.await);
         drop(service);
 
-        let after = kept.locks.get(&Key::new("ns", name.as_str()));
+        let key = Key::new("ns", name.as_str());
+        let after = kept
+            .locks
+            .get(&key)
+            .or_else(|| kept.shares.get(&(key.clone(), "holder".to_string())));
         for (reader, owner, token) in &seen.holders {
             highest_seen = highest_seen.max(*token);
             if after.is_none_or(|r| r.owner != *owner || r.token != *token) {
@@ -361,10 +388,62 @@ async fn a_barrier_that_lies_is_caught() {
         "event showed \"holder\" holding",
         "get showed \"n1\" free",
         "event showed \"n1\" free",
+        // The shared rounds: a name of the engine's groups.
+        "get showed \"holder\" holding \"n6\"",
+        "busy showed \"holder\" holding \"n6\"",
+        "get showed \"n7\" free",
+        "event showed \"n7\" free",
     ] {
         assert!(
             violations.iter().any(|v| v.contains(caught)),
             "the checker missed {caught:?}: {violations:#?}"
         );
     }
+}
+
+/// A read of a name whose last change is durable answers at once, while
+/// another name's grant waits for the disk: a reply waits for the changes
+/// of what it shows, not for everyone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_a_quiet_name_waits_for_nobody_else() {
+    let synced = Synced::default();
+    let disk = SimulatedDisk::new(synced.clone(), false);
+    let service = start(&disk, &synced);
+    for (name, options) in [("quiet", persistent(0)), ("quiet-shared", shared())] {
+        synced_while(&disk, service.lock("ns", name, "q", 600_000, options))
+            .await
+            .unwrap();
+    }
+    let waiting = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            drop(
+                service
+                    .lock("ns", "loud", "holder", 600_000, persistent(0))
+                    .await,
+            );
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    for name in ["quiet", "quiet-shared"] {
+        let read = tokio::time::timeout(READ_WINDOW, service.get("ns", name)).await;
+        let held =
+            read.unwrap_or_else(|_| panic!("a get of {name:?} waited for another name's write"));
+        assert_eq!(held.unwrap().map(|info| info.owner), Some("q".to_string()));
+        let busy = tokio::time::timeout(
+            READ_WINDOW,
+            service.lock("ns", name, "other", 1_000, persistent(0)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("a busy answer about {name:?} waited for another name's write"));
+        assert!(matches!(busy, Err(LockError::Busy(_))), "{busy:?}");
+    }
+    // The loud name's own readers do wait.
+    let loud = tokio::time::timeout(READ_WINDOW, service.get("ns", "loud")).await;
+    assert!(
+        loud.is_err(),
+        "a get of a name whose grant waits answered: {loud:?}"
+    );
+    disk.sync();
+    waiting.await.unwrap();
 }

@@ -15,16 +15,15 @@
 //!   group whose first waiter asks for the name alone moves back to the
 //!   table, which grants it, and a group nobody waits for is forgotten;
 //! - its `deadline` is its members' earliest expiry, filed in the shard's
-//!   `group_deadlines` for the purge task.
-//!
-//! Members are kept in token order (tokens rise, and a member is appended
-//! when granted), so the last live one is the name's most recent grant.
+//!   `Groups` for the purge task.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::group::{no_change_of_mode, not_an_election, Group, Kind, Member};
 use super::leases::LeaseCell;
-use super::table::{key_hash, Handoff, Namespace, Shard, Waiter};
+use super::namespaces::Namespace;
+use super::table::{key_hash, Shard};
+use super::waiter::{Handoff, Waiter};
 use super::{Attempt, Engine};
 use crate::clock::deadline;
 use crate::error::LockError;
@@ -34,225 +33,18 @@ use crate::types::{
     LockOptions, NameState,
 };
 
-/// One grant of a group, or the place a lock-delay holds back.
-pub(super) struct Member {
-    owner: Arc<str>,
-    claim: Claim,
-    token: u64,
-    /// For a delayed place, the end of its delay.
-    expires_at_ms: u64,
-    acquired_at_ms: u64,
-    durability: Durability,
-    /// A place held back by a lock-delay: nobody holds it, and nobody
-    /// else gets it until `expires_at_ms`.
-    delayed: bool,
-    /// What a leader proclaimed.
-    value: Option<Arc<str>>,
-}
-
-impl Member {
-    fn info(&self) -> LockInfo {
-        LockInfo {
-            owner: self.owner.to_string(),
-            fencing_token: self.token,
-            expires_at_ms: self.expires_at_ms,
-            durability: self.durability,
-        }
-    }
-
-    fn grant(&self) -> Grant {
-        Grant {
-            fencing_token: self.token,
-            expires_at_ms: self.expires_at_ms,
-        }
-    }
-
-    fn record(&self, engine: &Engine) -> Record {
-        Record {
-            owner: self.owner.to_string(),
-            token: self.token,
-            expires_at_ms: engine.clock.to_wall_ms(self.expires_at_ms),
-            claim: self.claim,
-            value: self.value.as_deref().map(str::to_string),
-        }
-    }
-}
-
-/// What a group's name is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A lock held shared, or under a lock-delay.
-    Lock,
-    /// A semaphore of this many permits.
-    Semaphore(u32),
-    /// An election.
-    Election,
-}
-
-impl Kind {
-    /// The kind of name a grant of `claim` makes.
-    pub(super) fn of(claim: Claim) -> Kind {
-        match claim {
-            Claim::Exclusive | Claim::Shared => Kind::Lock,
-            Claim::Permit { permits } => Kind::Semaphore(permits),
-            Claim::Leader => Kind::Election,
-        }
-    }
-}
-
-/// A name held shared, a semaphore, or a name under a lock-delay.
-pub(super) struct Group {
-    pub(super) namespace: Arc<Namespace>,
-    kind: Kind,
-    /// In token order.
-    members: Vec<Member>,
-    pub(super) waiters: VecDeque<Waiter>,
-    /// Its entry in the shard's `group_deadlines`.
-    deadline: Option<u64>,
-}
-
-impl Group {
-    pub(super) fn new(namespace: Arc<Namespace>, kind: Kind) -> Group {
-        Group {
-            namespace,
-            kind,
-            members: Vec::new(),
-            waiters: VecDeque::new(),
-            deadline: None,
-        }
-    }
-
-    /// Whether a grant of `claim` fits beside the members (delayed places
-    /// count as the grants they were).
-    fn admits(&self, claim: Claim) -> bool {
-        match claim {
-            Claim::Exclusive | Claim::Leader => self.members.is_empty(),
-            Claim::Shared => self.members.iter().all(|m| m.claim == Claim::Shared),
-            Claim::Permit { permits } => self.members.len() < permits as usize,
-        }
-    }
-
-    fn live(&self) -> impl Iterator<Item = &Member> {
-        self.members.iter().filter(|m| !m.delayed)
-    }
-
-    /// The live member whose owner is `owner`.
-    fn held_by(&self, owner: &str) -> Option<usize> {
-        self.members
-            .iter()
-            .position(|m| !m.delayed && *m.owner == *owner)
-    }
-
-    /// The end of the latest delay in force.
-    fn delay_until(&self) -> Option<u64> {
-        self.members
-            .iter()
-            .filter(|m| m.delayed)
-            .map(|m| m.expires_at_ms)
-            .max()
-    }
-
-    pub(super) fn live_count(&self, now: u64) -> usize {
-        self.live().filter(|m| m.expires_at_ms > now).count()
-    }
-
-    /// Live members by durability, for the gauges: (persistent, ephemeral).
-    pub(super) fn held_by_durability(&self, now: u64) -> (u64, u64) {
-        self.live()
-            .filter(|m| m.expires_at_ms > now)
-            .fold((0, 0), |(p, e), m| match m.durability {
-                Durability::Persistent => (p + 1, e),
-                Durability::Ephemeral => (p, e + 1),
-            })
-    }
-
-    /// `invalid_argument` unless `claim` is something this name can give:
-    /// a lock's modes for a lock, this many permits for a semaphore.
-    fn check_claim(&self, key: &Key, claim: Claim) -> Result<(), LockError> {
-        check_kind(key, self.kind, claim)
-    }
-}
-
-/// `invalid_argument` unless `claim` fits a name of kind `kind`: a lock's
-/// modes for a lock, this many permits for a semaphore, the leadership for
-/// an election (docs/contract.md C22, C24).
-pub(super) fn check_kind(key: &Key, kind: Kind, claim: Claim) -> Result<(), LockError> {
-    let asked = Kind::of(claim);
-    if asked == kind {
-        return Ok(());
-    }
-    let name = &key.name;
-    let is = match kind {
-        Kind::Lock => "a lock".to_string(),
-        Kind::Semaphore(permits) => format!("a semaphore of {permits} permits"),
-        Kind::Election => "an election".to_string(),
-    };
-    let hint = match (kind, asked) {
-        (Kind::Semaphore(_), Kind::Semaphore(_)) => {
-            "a semaphore's size is set by its first acquire and stays while any permit is held or awaited"
-        }
-        (Kind::Lock, _) => "take it as a lock, or use another name",
-        (Kind::Semaphore(_), _) => "take a permit of that many, or use another name",
-        (Kind::Election, _) => "campaign for it, or use another name",
-    };
-    Err(LockError::InvalidArgument(format!(
-        "{name:?} is held or awaited as {is}: {hint}"
-    )))
-}
-
-/// `invalid_argument` for an election call on a name held as `kind`.
-pub(super) fn not_an_election(key: &Key, kind: Kind) -> LockError {
-    match check_kind(key, kind, Claim::Leader) {
-        Err(e) => e,
-        Ok(()) => unreachable!("an election is an election"),
-    }
-}
-
-/// `invalid_argument` for an owner that holds `name` one way and asks for
-/// it another (docs/contract.md#c21-shared: no upgrade, no downgrade).
-pub(super) fn no_change_of_mode(key: &Key, owner: &str, holds: Claim, asks: Claim) -> LockError {
-    LockError::InvalidArgument(format!(
-        "owner {owner:?} holds {:?} {} and asks for it {}: a holder's mode never changes; release it first",
-        key.name,
-        holds.as_str(),
-        asks.as_str()
-    ))
-}
-
-impl Shard {
-    /// Files the group `key`'s earliest deadline after its members
-    /// changed. Answers it.
-    fn refile(&mut self, key: &Key) -> Option<u64> {
-        let group = self.groups.get_mut(key)?;
-        let earliest = group.members.iter().map(|m| m.expires_at_ms).min();
-        if earliest != group.deadline {
-            if let Some(old) = group.deadline {
-                self.group_deadlines.remove(&(old, key.clone()));
-            }
-            if let Some(new) = earliest {
-                self.group_deadlines.insert((new, key.clone()));
-            }
-            group.deadline = earliest;
-        }
-        earliest
-    }
-
-    /// Takes the group `key` out, deadline and all.
-    fn take_group(&mut self, key: &Key) -> Option<Group> {
-        let group = self.groups.remove(key)?;
-        if let Some(due) = group.deadline {
-            self.group_deadlines.remove(&(due, key.clone()));
-        }
-        Some(group)
-    }
-
-    /// The earliest group deadline and its name.
-    pub(super) fn next_group_deadline(&self) -> Option<(u64, Key)> {
-        self.group_deadlines.first().cloned()
-    }
-}
-
 impl Engine {
+    /// The record of a persistent member (its expiry in wall-clock time).
+    fn share_record(&self, member: &Member) -> Record {
+        Record {
+            owner: member.owner.to_string(),
+            token: member.token,
+            expires_at_ms: self.clock.to_wall_ms(member.expires_at_ms),
+            claim: member.claim,
+            value: member.value.as_deref().map(str::to_string),
+        }
+    }
+
     /// Appends a grant of `claim` to `group`: a token, the record if
     /// persistent. The caller has counted it in the namespace.
     #[allow(clippy::too_many_arguments)]
@@ -277,10 +69,11 @@ impl Engine {
             value,
         };
         let ticket = self.journal_if_persistent(durability, || {
-            JournalOp::PutShare(key.clone(), member.record(self))
+            JournalOp::PutShare(key.clone(), self.share_record(&member))
         });
         let grant = member.grant();
         group.members.push(member);
+        group.journal_pos = self.journal.submitted();
         self.purge.note_deadline(expires_at_ms);
         (grant, ticket)
     }
@@ -299,10 +92,13 @@ impl Engine {
         });
     }
 
-    /// Ends the live member `i` of `group` by `why`: publishes it, uncounts
-    /// it, and, for an expiry or a force-release under a lock-delay, keeps
-    /// its place until `ended_at + delay`. Answers its record's delete (for
-    /// a persistent member) and whether the place stays at `i`.
+    /// Ends the live member `i` of `group` by `why`: submits its record's
+    /// delete (for a persistent member, unless `journaled` already did, in
+    /// a batch), then publishes it (the event waits for the ops submitted
+    /// before it), uncounts it, and, for an expiry or a force-release under
+    /// a lock-delay, keeps its place until `ended_at + delay`. Answers the
+    /// delete's ticket and whether the place stays at `i`.
+    #[allow(clippy::too_many_arguments)]
     fn end_member(
         &self,
         group: &mut Group,
@@ -311,10 +107,20 @@ impl Engine {
         now: u64,
         why: EventKind,
         ended_at: u64,
-    ) -> (Option<JournalOp>, bool) {
+        journaled: bool,
+    ) -> (Ticket, bool) {
         let member = &group.members[i];
-        let delete = (member.durability == Durability::Persistent)
-            .then(|| JournalOp::DeleteShare(key.clone(), member.owner.to_string()));
+        let ticket = if journaled || member.durability == Durability::Ephemeral {
+            Ticket::ready()
+        } else {
+            let ticket = self.journal.submit(JournalOp::DeleteShare(
+                key.clone(),
+                member.owner.to_string(),
+            ));
+            group.journal_pos = self.journal.submitted();
+            ticket
+        };
+        let member = &group.members[i];
         group
             .namespace
             .record_hold(now.saturating_sub(member.acquired_at_ms));
@@ -329,16 +135,11 @@ impl Engine {
             let member = &mut group.members[i];
             member.delayed = true;
             member.expires_at_ms = until;
-            (delete, true)
+            (ticket, true)
         } else {
             group.members.remove(i);
-            (delete, false)
+            (ticket, false)
         }
-    }
-
-    /// Submits `op`, if any.
-    fn submit_some(&self, op: Option<JournalOp>) -> Ticket {
-        op.map_or_else(Ticket::ready, |op| self.journal.submit(op))
     }
 
     /// Brings the group `key` up to `now`: ends expired members (keeping
@@ -347,7 +148,7 @@ impl Engine {
     /// forgets it, when nothing in it needs a group. The caller holds the
     /// shard mutex.
     pub(super) fn settle_group(&self, shard: &mut Shard, key: &Key, now: u64) {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return;
         };
         let mut i = 0;
@@ -362,14 +163,14 @@ impl Engine {
                 // Nobody waits on this delete: a record found expired at
                 // the next start is dropped anyway.
                 let (delete, kept) =
-                    self.end_member(group, i, key, now, EventKind::Expired, expired_at);
-                drop(self.submit_some(delete));
+                    self.end_member(group, i, key, now, EventKind::Expired, expired_at, false);
+                drop(delete);
                 i += usize::from(kept);
             }
         }
         self.serve(group, key, now);
         if group.members.is_empty() && (group.waiters.is_empty() || group.kind == Kind::Lock) {
-            let group = shard.take_group(key).expect("present");
+            let group = shard.groups.take(key).expect("present");
             if !group.waiters.is_empty() {
                 // The first live waiter asks for the lock alone: the table
                 // grants it.
@@ -377,7 +178,7 @@ impl Engine {
             }
             return;
         }
-        if let Some(due) = shard.refile(key) {
+        if let Some(due) = shard.groups.refile(key) {
             self.purge.note_deadline(due);
         }
     }
@@ -418,6 +219,7 @@ impl Engine {
                 drop(self.journal_if_persistent(member.durability, || {
                     JournalOp::DeleteShare(key.clone(), member.owner.to_string())
                 }));
+                group.journal_pos = self.journal.submitted();
             }
         }
     }
@@ -449,7 +251,7 @@ impl Engine {
         let mut group = Group::new(lock.namespace, Kind::Lock);
         group.waiters = lock.waiters.into_deque();
         group.waiters.push_front(head);
-        shard.groups.insert(key.clone(), group);
+        shard.groups.map.insert(key.clone(), group);
         self.settle_group(shard, key, now);
     }
 
@@ -479,8 +281,9 @@ impl Engine {
             delayed: true,
             value: None,
         });
-        shard.groups.insert(key.clone(), group);
-        if let Some(due) = shard.refile(key) {
+        group.journal_pos = self.journal.submitted();
+        shard.groups.map.insert(key.clone(), group);
+        if let Some(due) = shard.groups.refile(key) {
             self.purge.note_deadline(due);
         }
     }
@@ -501,7 +304,7 @@ impl Engine {
     ) -> Result<Attempt, LockError> {
         let claim = options.claim;
         let value: Option<Arc<str>> = value.map(Arc::from);
-        if !shard.groups.contains_key(key) {
+        if !shard.groups.map.contains_key(key) {
             // Free: the first grant makes the group.
             let expires_at_ms = deadline(now, ttl_ms)?;
             let mut group = Group::new(self.namespaces.get(&key.namespace), Kind::of(claim));
@@ -517,11 +320,11 @@ impl Engine {
                 now,
             );
             self.emit_member(EventKind::Acquired, key, &group.members[0], now);
-            shard.groups.insert(key.clone(), group);
-            shard.refile(key);
+            shard.groups.map.insert(key.clone(), group);
+            shard.groups.refile(key);
             return Ok(Attempt::Granted(grant, ticket));
         }
-        let group = shard.groups.get_mut(key).expect("present");
+        let group = shard.groups.map.get_mut(key).expect("present");
         group.check_claim(key, claim)?;
         group.namespace.note_lock_delay(options.lock_delay_ms);
         if let Some(i) = group.held_by(owner) {
@@ -541,10 +344,11 @@ impl Engine {
             let grant = member.grant();
             let member = &group.members[i];
             let ticket = self.journal_if_persistent(member.durability, || {
-                JournalOp::PutShare(key.clone(), member.record(self))
+                JournalOp::PutShare(key.clone(), self.share_record(member))
             });
             self.emit_member(EventKind::Extended, key, member, now);
-            if let Some(due) = shard.refile(key) {
+            group.journal_pos = self.journal.submitted();
+            if let Some(due) = shard.groups.refile(key) {
                 self.purge.note_deadline(due);
             }
             return Ok(Attempt::Refreshed(grant, ticket));
@@ -563,7 +367,7 @@ impl Engine {
             );
             let member = group.members.last().expect("just admitted");
             self.emit_member(EventKind::Acquired, key, member, now);
-            shard.refile(key);
+            shard.groups.refile(key);
             return Ok(Attempt::Granted(grant, ticket));
         }
         // Refused: a settled group that refuses has a member in the way.
@@ -591,7 +395,7 @@ impl Engine {
         token: Option<u64>,
         now: u64,
     ) -> Result<Ticket, LockError> {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return Err(LockError::NotHeld);
         };
         if group.live().next().is_none() {
@@ -601,8 +405,7 @@ impl Engine {
             .held_by(owner)
             .filter(|&i| token.is_none_or(|t| t == group.members[i].token))
             .ok_or(LockError::NotOwner)?;
-        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
-        let ticket = self.submit_some(delete);
+        let (ticket, _) = self.end_member(group, i, key, now, EventKind::Released, now, false);
         self.settle_group(shard, key, now);
         Ok(ticket)
     }
@@ -616,7 +419,7 @@ impl Engine {
         expires_at_ms: u64,
         now: u64,
     ) -> Result<(Grant, Ticket), LockError> {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return Err(LockError::NotHeld);
         };
         if group.live().next().is_none() {
@@ -626,11 +429,12 @@ impl Engine {
         group.members[i].expires_at_ms = expires_at_ms;
         let member = &group.members[i];
         let ticket = self.journal_if_persistent(member.durability, || {
-            JournalOp::PutShare(key.clone(), member.record(self))
+            JournalOp::PutShare(key.clone(), self.share_record(member))
         });
         self.emit_member(EventKind::Extended, key, member, now);
         let grant = member.grant();
-        if let Some(due) = shard.refile(key) {
+        group.journal_pos = self.journal.submitted();
+        if let Some(due) = shard.groups.refile(key) {
             self.purge.note_deadline(due);
         }
         Ok((grant, ticket))
@@ -644,13 +448,24 @@ impl Engine {
         key: &Key,
         now: u64,
     ) -> Result<(LockInfo, Ticket), LockError> {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return Err(LockError::NotHeld);
         };
         let Some(latest) = group.live().last().map(Member::info) else {
             return Err(LockError::NotHeld);
         };
-        let mut deletes = Vec::new();
+        // One commit for them all, submitted before their events.
+        let mut deletes: Vec<JournalOp> = group
+            .live()
+            .filter(|m| m.durability == Durability::Persistent)
+            .map(|m| JournalOp::DeleteShare(key.clone(), m.owner.to_string()))
+            .collect();
+        let ticket = match deletes.len() {
+            0 => Ticket::ready(),
+            1 => self.journal.submit(deletes.pop().expect("one")),
+            _ => self.journal.submit(JournalOp::Batch(deletes)),
+        };
+        group.journal_pos = self.journal.submitted();
         let mut i = 0;
         while i < group.members.len() {
             if group.members[i].delayed {
@@ -665,15 +480,10 @@ impl Engine {
                 token = member.token,
                 "lock force-released"
             );
-            let (delete, kept) = self.end_member(group, i, key, now, EventKind::ForceReleased, now);
-            deletes.extend(delete);
+            let (_, kept) =
+                self.end_member(group, i, key, now, EventKind::ForceReleased, now, true);
             i += usize::from(kept);
         }
-        let ticket = match deletes.len() {
-            0 => Ticket::ready(),
-            1 => self.journal.submit(deletes.pop().expect("one")),
-            _ => self.journal.submit(JournalOp::Batch(deletes)),
-        };
         self.settle_group(shard, key, now);
         Ok((latest, ticket))
     }
@@ -687,7 +497,7 @@ impl Engine {
         token: u64,
         now: u64,
     ) {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return;
         };
         let Some(i) = group
@@ -696,8 +506,8 @@ impl Engine {
         else {
             return;
         };
-        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now);
-        drop(self.submit_some(delete));
+        let (delete, _) = self.end_member(group, i, key, now, EventKind::Released, now, false);
+        drop(delete);
         self.settle_group(shard, key, now);
     }
 
@@ -712,7 +522,7 @@ impl Engine {
         value: &str,
         now: u64,
     ) -> Result<Ticket, LockError> {
-        let Some(group) = shard.groups.get_mut(key) else {
+        let Some(group) = shard.groups.map.get_mut(key) else {
             return Err(LockError::NotHeld);
         };
         if group.kind != Kind::Election {
@@ -729,9 +539,10 @@ impl Engine {
         member.value = Some(Arc::from(value));
         let member = &group.members[i];
         let ticket = self.journal_if_persistent(member.durability, || {
-            JournalOp::PutShare(key.clone(), member.record(self))
+            JournalOp::PutShare(key.clone(), self.share_record(member))
         });
         self.emit_member(EventKind::Proclaimed, key, member, now);
+        group.journal_pos = self.journal.submitted();
         Ok(ticket)
     }
 
@@ -742,7 +553,7 @@ impl Engine {
         shard: &Shard,
         key: &Key,
     ) -> Result<Option<Leader>, LockError> {
-        let Some(group) = shard.groups.get(key) else {
+        let Some(group) = shard.groups.map.get(key) else {
             return Ok(None);
         };
         if group.kind != Kind::Election {
@@ -757,12 +568,12 @@ impl Engine {
 
     /// The group's most recent live grant (`get`).
     pub(super) fn get_in_group(&self, shard: &Shard, key: &Key) -> Option<LockInfo> {
-        shard.groups.get(key)?.live().last().map(Member::info)
+        shard.groups.map.get(key)?.live().last().map(Member::info)
     }
 
     /// The group's full state, in the engine's clock.
     pub(super) fn describe_group(&self, shard: &Shard, key: &Key) -> Option<NameState> {
-        let group = shard.groups.get(key)?;
+        let group = shard.groups.map.get(key)?;
         Some(NameState {
             holders: group.live().map(|m| self.holding(m)).collect(),
             waiters: group.waiters.len() as u64,
@@ -796,7 +607,7 @@ impl Engine {
     /// Takes the waiter `id` out of the group `key`'s queue, and serves the
     /// queue: a waiter that left the head may have held back others.
     pub(super) fn leave_group_queue(&self, shard: &mut Shard, key: &Key, id: u64, now: u64) {
-        if let Some(group) = shard.groups.get_mut(key) {
+        if let Some(group) = shard.groups.map.get_mut(key) {
             group.waiters.retain(|w| w.id != id);
             self.settle_group(shard, key, now);
         }
@@ -814,6 +625,7 @@ impl Engine {
     ) {
         let group = shard
             .groups
+            .map
             .entry(key.clone())
             .or_insert_with(|| Group::new(namespace.clone(), Kind::of(record.claim)));
         // Recovered holders count against quotas but are never refused.
@@ -829,7 +641,7 @@ impl Engine {
             value: record.value.map(Arc::from),
         });
         group.members.sort_by_key(|m| m.token);
-        if let Some(due) = shard.refile(&key) {
+        if let Some(due) = shard.groups.refile(&key) {
             self.purge.note_deadline(due);
         }
     }

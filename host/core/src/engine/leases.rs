@@ -362,6 +362,7 @@ impl Engine {
                 });
                 if let Some((at, token)) = held {
                     shard.move_expiry(at, expires_at_ms);
+                    self.note_journal_pos(shard, at);
                     self.events.emit(|| LockEvent {
                         claim: Claim::Exclusive,
                         kind: EventKind::Extended,

@@ -10,6 +10,7 @@ use super::table::FxBuild;
 use super::{Engine, Request};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
+use crate::journal::Ticket;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
@@ -37,26 +38,68 @@ impl Engine {
     /// at the next group commit. A call acknowledged through its own op's
     /// ticket is behind it already (ops are durable in the order submitted).
     /// Every other answer that shows state (a read, `busy`, `not-held`,
-    /// `not-owner`, a quota's `denied`) waits for the journal's barrier,
-    /// taken after the state was read, so no reply shows a change that a
-    /// crash could take back (docs/contract.md#c10-durability). While the
-    /// store cannot write, such answers are `unavailable`.
-    async fn shown<T: ShowsTokens>(&self, answer: Result<T, LockError>) -> Result<T, LockError> {
+    /// `not-owner`, a quota's `denied`) waits behind `barrier`, taken after
+    /// the state was read, so no reply shows a change that a crash could
+    /// take back (docs/contract.md#c10-durability). While the store cannot
+    /// write, such answers are `unavailable`.
+    async fn shown_behind<T: ShowsTokens>(
+        &self,
+        barrier: Ticket,
+        answer: Result<T, LockError>,
+    ) -> Result<T, LockError> {
         let token = match &answer {
             Err(LockError::InvalidArgument(_) | LockError::Unavailable(_)) => return answer,
             Err(LockError::Busy(info)) => info.fencing_token,
             Err(_) => 0,
             Ok(shown) => shown.highest_token(),
         };
-        self.journal.flushed().wait().await?;
+        barrier.wait().await?;
         // An ephemeral holder's token has no record of its own: show it
         // only once a reservation covers it, so it is never issued again.
         self.tokens.make_durable(token, &*self.journal).await?;
         answer
     }
 
-    /// [`Engine::shown`] for an answer that is an error only: an `Ok` was
+    /// [`Engine::shown_behind`] everything submitted so far: for answers
+    /// that show many names (listings, a quota, leases).
+    async fn shown<T: ShowsTokens>(&self, answer: Result<T, LockError>) -> Result<T, LockError> {
+        match answer {
+            Err(LockError::InvalidArgument(_) | LockError::Unavailable(_)) => answer,
+            answer => self.shown_behind(self.journal.flushed(), answer).await,
+        }
+    }
+
+    /// [`Engine::shown_behind`] the last op of `key`: an answer about one
+    /// name (a read of it, or a refusal that shows its holder or its
+    /// absence). A quota's `denied` shows the namespace's count, so it
+    /// waits for everything.
+    async fn shown_for<T: ShowsTokens>(
+        &self,
+        key: &Key,
+        answer: Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        match answer {
+            Err(LockError::InvalidArgument(_) | LockError::Unavailable(_)) => answer,
+            Err(LockError::Denied(_)) => self.shown(answer).await,
+            answer => self.shown_behind(self.name_barrier(key), answer).await,
+        }
+    }
+
+    /// [`Engine::shown_for`] an answer that is an error only: an `Ok` was
     /// acknowledged through its own op's ticket.
+    async fn shown_if_refused_for<T: ShowsTokens>(
+        &self,
+        key: &Key,
+        answer: Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        match answer {
+            Ok(acknowledged) => Ok(acknowledged),
+            refused => self.shown_for(key, refused).await,
+        }
+    }
+
+    /// [`Engine::shown`] an answer that is an error only: for calls about a
+    /// lease, whose refusals show the lease's state.
     async fn shown_if_refused<T: ShowsTokens>(
         &self,
         answer: Result<T, LockError>,
@@ -99,8 +142,18 @@ impl LockBackend for Engine {
             options,
             value: None,
         };
+        // Under a lease, a refusal may show the lease's end.
+        let per_name = lease.is_none();
         let locking = self.lock_impl(key, request, lease);
-        Box::pin(async move { self.wall_grant(self.shown_if_refused(locking.await).await) })
+        Box::pin(async move {
+            let answer = locking.await;
+            let shown = if per_name {
+                self.shown_if_refused_for(key, answer).await
+            } else {
+                self.shown_if_refused(answer).await
+            };
+            self.wall_grant(shown)
+        })
     }
 
     fn unlock<'a>(
@@ -110,7 +163,7 @@ impl LockBackend for Engine {
         token: Option<u64>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            self.shown_if_refused(self.unlock_impl(key, owner, token).await)
+            self.shown_if_refused_for(key, self.unlock_impl(key, owner, token).await)
                 .await
         })
     }
@@ -123,13 +176,13 @@ impl LockBackend for Engine {
     ) -> BoxFuture<'a, Result<Grant, LockError>> {
         Box::pin(async move {
             let extended = self.extend_impl(key, owner, ttl_ms).await;
-            self.wall_grant(self.shown_if_refused(extended).await)
+            self.wall_grant(self.shown_if_refused_for(key, extended).await)
         })
     }
 
     fn get<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LockInfo>, LockError>> {
         let info = self.get_impl(key).map(|i| self.wall_info(i));
-        Box::pin(self.shown(Ok(info)))
+        Box::pin(self.shown_for(key, Ok(info)))
     }
 
     fn list<'a>(
@@ -154,7 +207,7 @@ impl LockBackend for Engine {
             self.wall_holding(holding);
         }
         state.delay_until_ms = state.delay_until_ms.map(|at| self.clock.to_wall_ms(at));
-        Box::pin(self.shown(Ok(state)))
+        Box::pin(self.shown_for(key, Ok(state)))
     }
 
     fn supports_claims(&self) -> bool {
@@ -179,7 +232,9 @@ impl LockBackend for Engine {
             value: Some(value),
         };
         let campaigning = self.lock_impl(key, request, None);
-        Box::pin(async move { self.wall_grant(self.shown_if_refused(campaigning.await).await) })
+        Box::pin(
+            async move { self.wall_grant(self.shown_if_refused_for(key, campaigning.await).await) },
+        )
     }
 
     fn proclaim<'a>(
@@ -190,7 +245,7 @@ impl LockBackend for Engine {
         value: &'a str,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            self.shown_if_refused(self.proclaim_impl(key, candidate, token, value).await)
+            self.shown_if_refused_for(key, self.proclaim_impl(key, candidate, token, value).await)
                 .await
         })
     }
@@ -203,7 +258,7 @@ impl LockBackend for Engine {
                 leader
             })
         });
-        Box::pin(self.shown(leader))
+        Box::pin(self.shown_for(key, leader))
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
@@ -276,7 +331,7 @@ impl LockBackend for Engine {
     fn force_unlock<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<LockInfo, LockError>> {
         Box::pin(async move {
             let info = self
-                .shown_if_refused(self.force_unlock_impl(key).await)
+                .shown_if_refused_for(key, self.force_unlock_impl(key).await)
                 .await?;
             Ok(self.wall_info(info))
         })
@@ -309,7 +364,7 @@ impl LockBackend for Engine {
                     None => {}
                 }
             }
-            for group in shard.groups.values() {
+            for group in shard.groups.map.values() {
                 let row = by_namespace
                     .entry(group.namespace.name.clone())
                     .or_insert_with(|| NamespaceStats {

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::leases::LeaseCell;
-use super::table::{Handoff, Queued, Shard, Waiter};
+use super::table::Shard;
+use super::waiter::{Handoff, Queued, Waiter};
 use super::{Attempt, Engine, Request};
 use crate::error::LockError;
 use crate::journal::{JournalOp, Ticket};

@@ -15,148 +15,16 @@
 //! Positions change only when a lock is removed ([`Shard::remove`]); the
 //! engine never keeps one across a removal.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
-use rustc_hash::FxHasher;
-use tokio::sync::oneshot;
 
-use super::groups::Group;
+use super::group::Groups;
 use super::leases::LeaseCell;
-use crate::error::LockError;
-use crate::journal::Ticket;
-use crate::metrics::{Histogram, HoldTimes};
-use crate::types::{Claim, Durability, Grant, Key, LockInfo};
+use super::waiter::Queue;
+use crate::types::{Durability, Grant, Key, LockInfo};
 
-/// The engine's hasher for maps keyed by its own strings.
-pub(super) type FxBuild = BuildHasherDefault<FxHasher>;
-
-/// The hash of a key: picks its shard and its slot in the shard's index.
-pub(super) fn key_hash(namespace: &str, name: &str) -> u64 {
-    let mut hasher = FxHasher::default();
-    namespace.hash(&mut hasher);
-    name.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// One namespace of an engine, shared by all its locks.
-pub(super) struct Namespace {
-    pub(super) name: Arc<str>,
-    /// Live holders, for quotas. Changed with the holder itself, under its
-    /// shard mutex.
-    held: AtomicU64,
-    /// How long its grants were held (`lockd_hold_seconds`): recorded as
-    /// each ends, so that no event is built for it.
-    hold_times: Histogram,
-    /// Its lock-delay (docs/contract.md#c23-lock-delay), as the last grant
-    /// or waiter of the namespace brought it from the service's
-    /// configuration; read when a grant expires or is force-released.
-    lock_delay_ms: AtomicU64,
-}
-
-impl Namespace {
-    /// Counts one more holder, whatever the quota.
-    pub(super) fn add(&self) {
-        self.held.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts one more holder if `quota` allows it: the check and the
-    /// increment are one atomic step, so concurrent grants never overshoot.
-    pub(super) fn try_add(&self, quota: Option<u64>) -> Result<(), LockError> {
-        let Some(quota) = quota else {
-            self.add();
-            return Ok(());
-        };
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                (held < quota).then_some(held + 1)
-            })
-            .map(drop)
-            .map_err(|_| {
-                LockError::Denied(format!(
-                    "namespace {:?} already holds {quota} locks, its quota",
-                    self.name
-                ))
-            })
-    }
-
-    /// Keeps the namespace's lock-delay, as a call brought it. A store
-    /// only when it changed: this is on every fresh grant.
-    pub(super) fn note_lock_delay(&self, delay_ms: u64) {
-        if self.lock_delay_ms.load(Ordering::Relaxed) != delay_ms {
-            self.lock_delay_ms.store(delay_ms, Ordering::Relaxed);
-        }
-    }
-
-    /// How long a grant that expired or was force-released holds its place
-    /// back.
-    pub(super) fn lock_delay_ms(&self) -> u64 {
-        self.lock_delay_ms.load(Ordering::Relaxed)
-    }
-
-    /// Counts a grant that ended after `held_ms`.
-    pub(super) fn record_hold(&self, held_ms: u64) {
-        self.hold_times.observe(Duration::from_millis(held_ms));
-    }
-
-    pub(super) fn remove(&self) {
-        let _ = self
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_sub(1)
-            });
-    }
-}
-
-/// The namespaces an engine has seen, each interned once. Never shrinks:
-/// a namespace costs its name and a counter.
-#[derive(Default)]
-pub(super) struct Namespaces(RwLock<HashMap<Arc<str>, Arc<Namespace>, FxBuild>>);
-
-impl Namespaces {
-    /// The namespace `name`, created if new. The common case takes only
-    /// the read lock and allocates nothing: this is on every fresh grant.
-    pub(super) fn get(&self, name: &Arc<str>) -> Arc<Namespace> {
-        if let Some(ns) = self
-            .0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&**name)
-        {
-            return ns.clone();
-        }
-        self.0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(name.clone())
-            .or_insert_with(|| {
-                Arc::new(Namespace {
-                    name: name.clone(),
-                    held: AtomicU64::new(0),
-                    hold_times: Histogram::default(),
-                    lock_delay_ms: AtomicU64::new(0),
-                })
-            })
-            .clone()
-    }
-}
-
-impl Namespaces {
-    /// The hold times of every namespace that has ended a grant.
-    pub(super) fn hold_times(&self) -> HoldTimes {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .map(|ns| (ns.name.to_string(), ns.hold_times.snapshot()))
-            .filter(|(_, h)| h.count() > 0)
-            .collect()
-    }
-}
+pub(super) use super::namespaces::{key_hash, FxBuild, Namespace, Namespaces};
 
 /// One lock: its name, its holder if any, and its queue.
 pub(super) struct Lock {
@@ -165,6 +33,10 @@ pub(super) struct Lock {
     /// only while there is a holder.
     text: Box<str>,
     name_len: u32,
+    /// The journal's position after this name's last op (its low 32 bits:
+    /// see `Engine::name_barrier`): a read of the name waits until that
+    /// much of the journal is durable.
+    pub(super) journal_pos: u32,
     holder: Option<Holder>,
     /// First in, first served.
     pub(super) waiters: Queue,
@@ -255,83 +127,6 @@ pub(super) struct NewHolder<'a> {
     pub(super) lease: Option<Arc<LeaseCell>>,
 }
 
-/// A `lock` call waiting in a lock's queue (see the `queue` module).
-pub(super) struct Waiter {
-    pub(super) id: u64,
-    pub(super) owner: String,
-    /// Exclusive or shared in a lock's queue; a permit in a semaphore's;
-    /// the leadership in an election's.
-    pub(super) claim: Claim,
-    /// A candidate's value (elections only).
-    pub(super) value: Option<Arc<str>>,
-    pub(super) ttl_ms: u64,
-    pub(super) durability: Durability,
-    /// Waiting under a lease: granted with the lease's expiry, and refused
-    /// with `not_held` if the lease ended meanwhile.
-    pub(super) lease: Option<Arc<LeaseCell>>,
-    pub(super) tx: oneshot::Sender<Result<Handoff, LockError>>,
-}
-
-/// A grant made on a waiter's behalf, still to be acknowledged by it.
-pub(super) struct Handoff {
-    pub(super) grant: Grant,
-    pub(super) ticket: Ticket,
-}
-
-/// A queued `lock` call's side of its [`Waiter`]: where its grant comes.
-pub(super) struct Queued {
-    pub(super) id: u64,
-    pub(super) rx: oneshot::Receiver<Result<Handoff, LockError>>,
-    /// When its wait runs out, in the engine's clock time.
-    pub(super) wait_until: u64,
-}
-
-/// A wait queue that costs one pointer while empty, as nearly every lock's
-/// is.
-// A boxed collection on purpose: the box is the one-pointer empty case.
-#[allow(clippy::box_collection)]
-#[derive(Default)]
-pub(super) struct Queue(Option<Box<VecDeque<Waiter>>>);
-
-impl Queue {
-    pub(super) fn push_back(&mut self, waiter: Waiter) {
-        self.0
-            .get_or_insert_with(Default::default)
-            .push_back(waiter);
-    }
-
-    pub(super) fn pop_front(&mut self) -> Option<Waiter> {
-        let queue = self.0.as_mut()?;
-        let first = queue.pop_front();
-        if queue.is_empty() {
-            self.0 = None;
-        }
-        first
-    }
-
-    pub(super) fn retain(&mut self, keep: impl FnMut(&Waiter) -> bool) {
-        if let Some(queue) = self.0.as_mut() {
-            queue.retain(keep);
-            if queue.is_empty() {
-                self.0 = None;
-            }
-        }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |q| q.len())
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-
-    /// Its waiters, first first.
-    pub(super) fn into_deque(self) -> VecDeque<Waiter> {
-        self.0.map(|queue| *queue).unwrap_or_default()
-    }
-}
-
 /// The locks of one shard. See the module docs for the layout.
 #[derive(Default)]
 pub(super) struct Shard {
@@ -339,11 +134,10 @@ pub(super) struct Shard {
     locks: Vec<Lock>,
     /// A min-heap on the deadline; one entry per holder.
     deadlines: Vec<(u64, u32)>,
-    /// Names held shared, semaphores and names under a lock-delay (the
-    /// `groups` module); never a name that is in `locks` too.
-    pub(super) groups: HashMap<Key, Group, FxBuild>,
-    /// Each group's earliest deadline, for the purge task.
-    pub(super) group_deadlines: BTreeSet<(u64, Key)>,
+    /// Names held shared, semaphores, elections and names under a
+    /// lock-delay (the `groups` module); never a name that is in `locks`
+    /// too.
+    pub(super) groups: Groups,
 }
 
 impl Shard {
@@ -400,6 +194,7 @@ impl Shard {
             namespace: namespace(),
             text: text.into_boxed_str(),
             name_len,
+            journal_pos: 0,
             holder: None,
             waiters: Queue::default(),
         });

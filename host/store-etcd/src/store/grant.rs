@@ -9,18 +9,20 @@
 //! wrote ([`RecentGrants`]), so their owner's unlock is one conditional
 //! delete.
 
-use lockd_core::Claim;
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
-use lockd_core::{deadline, Grant, Key, ListedLock, LockError, LockInfo, LockOptions};
+use lockd_core::{
+    deadline, Claim, Grant, Key, Leader, ListedLock, LockError, LockInfo, LockOptions, NameState,
+};
 
 use super::keyspace::Keyspace;
-use super::queue::Queue;
-use super::txn::{nobody_queued, unchanged, LeaseEdits};
+use super::queue::{admits, leaving_leases, Queue};
+use super::txn::{nobody_queued, read_lease, unchanged, LeaseEdits};
 use crate::events::Why;
+use crate::name::{check_same_kind, check_same_mode, Name};
 use crate::recent::RecentGrants;
-use crate::record::{Held, LockRecord};
+use crate::record::{Held, LockRecord, Queued};
 
 /// How one attempt at a lock ended.
 pub(super) enum Attempt {
@@ -38,6 +40,23 @@ enum Refresh {
     Lapsed,
 }
 
+/// Whether the head of the queue may join `keep`, what a release leaves of
+/// `name` at `now`.
+fn admits_after(keep: &[LockRecord], name: &Name, now: u64) -> impl Fn(&Queued) -> bool {
+    let after = Name {
+        mod_revision: name.mod_revision,
+        grants: keep
+            .iter()
+            .map(|rec| Held {
+                mod_revision: name.mod_revision,
+                token: rec.token.unwrap_or(0),
+                rec: rec.clone(),
+            })
+            .collect(),
+    };
+    move |head: &Queued| admits(Some(&after), head.rec.claim(), now)
+}
+
 /// Whose lock a release may release.
 #[derive(Clone, Copy, Debug)]
 enum Who<'a> {
@@ -48,9 +67,10 @@ enum Who<'a> {
 }
 
 /// Denies a fresh grant in `namespace` if it already holds `quota` live
-/// locks at `now`. A read before the grant's transaction, not inside it,
-/// so grants racing may overshoot the quota (docs/scale-out.md, "Quotas
-/// are not atomic across hosts").
+/// grants at `now` (every holder of a shared name or semaphore counts). A
+/// read before the grant's transaction, not inside it, so grants racing
+/// may overshoot the quota (docs/scale-out.md, "Quotas are not atomic
+/// across hosts").
 pub(super) async fn check_quota(
     ks: &Keyspace,
     namespace: &str,
@@ -68,9 +88,9 @@ pub(super) async fn check_quota(
     let held = resp
         .kvs()
         .iter()
-        .filter_map(|kv| Held::from_kv(kv).ok())
-        .filter(|h| h.live(now))
-        .count() as u64;
+        .filter_map(|kv| Name::from_kv(kv).ok())
+        .map(|n| n.live(now).count() as u64)
+        .sum::<u64>();
     if held >= quota {
         return Err(LockError::Denied(format!(
             "namespace {namespace:?} already holds {quota} locks, its quota"
@@ -97,12 +117,16 @@ impl Grants {
         }
     }
 
-    /// Remembers a grant this backend just wrote, for a one-step unlock.
-    fn remember(&self, lock_key: &[u8], h: &Held) {
-        self.recent.remember(lock_key, h, || self.ks.clock.now_ms());
+    /// Remembers a grant this backend just wrote, for a one-step unlock,
+    /// if the key holds it alone (a delete then releases nothing else).
+    fn remember(&self, lock_key: &[u8], name: &Name, h: &Held) {
+        if name.grants.len() == 1 {
+            self.recent.remember(lock_key, h, || self.ks.clock.now_ms());
+        }
     }
 
-    /// One attempt: grant, refresh, or report the holder.
+    /// One attempt: grant, refresh, or report the grant in the way.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn try_acquire(
         &self,
         key: &Key,
@@ -111,23 +135,27 @@ impl Grants {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
     ) -> Result<Attempt, LockError> {
+        if options.claim != Claim::Exclusive {
+            self.refuse_lease_owner(key, owner).await?;
+        }
         // The common case first: nobody holds the lock and nobody waits.
         // One transaction that writes the grant only if so; otherwise read
         // and decide below. (A quota needs a count first.)
         if options.quota.is_none() {
-            let expires_at_ms = deadline(self.ks.clock.now_ms(), ttl_ms)?;
             let absent = unchanged(lock_key, None);
             if let Some(g) = self
                 .grant_fresh(
                     lock_key,
                     queue,
                     absent,
+                    None,
                     Vec::new(),
                     owner,
                     ttl_ms,
-                    expires_at_ms,
                     options,
+                    value,
                 )
                 .await?
             {
@@ -137,80 +165,122 @@ impl Grants {
         loop {
             let snap = self.queue.settled(lock_key, queue, None).await?;
             let now = self.ks.clock.now_ms();
-            let expires_at_ms = deadline(now, ttl_ms)?;
-            match snap.lock.as_ref().filter(|h| h.live(now)) {
+            deadline(now, ttl_ms)?;
+            let name = snap.lock.as_ref();
+            if let Some(n) = name {
+                let queued = snap.head.as_ref().map(|h| h.rec.claim());
+                n.check_claim(&key.name, options.claim, queued, now)?;
+            } else if let Some(head) = &snap.head {
+                check_same_kind(&key.name, options.claim, head.rec.claim())?;
+            }
+            if let Some(h) = name.and_then(|n| n.of_owner(owner, now)) {
+                check_same_mode(&key.name, h, options.claim)?;
                 // Held under the lease whose id `owner` is: its grant as it
                 // is (only the lease moves its expiry).
-                Some(h) if h.rec.owner == owner && options.refuse_relock && !h.rec.lease => {
+                if options.refuse_relock && !h.rec.lease {
                     return Ok(Attempt::Busy(h.info()));
                 }
-                Some(h) if h.rec.owner == owner && h.rec.lease => {
+                if h.rec.lease {
                     return Ok(Attempt::Granted(h.grant(), false));
                 }
-                Some(h) if h.rec.owner == owner => {
-                    // Lapsed: read again, and grant afresh (a new token) if
-                    // nobody queued.
-                    if let Refresh::Done(g) = self
-                        .refresh(lock_key, queue, h, expires_at_ms, ttl_ms)
-                        .await?
-                    {
-                        return Ok(Attempt::Granted(g, false));
-                    }
+                // Lapsed: read again, and grant afresh (a new token) if
+                // nobody queued.
+                let expires_at_ms = deadline(now, ttl_ms)?;
+                if let Refresh::Done(g) = self
+                    .refresh(
+                        lock_key,
+                        queue,
+                        name.expect("a grant was found"),
+                        h,
+                        expires_at_ms,
+                        value,
+                    )
+                    .await?
+                {
+                    return Ok(Attempt::Granted(g, false));
                 }
-                Some(h) => return Ok(Attempt::Busy(h.info())),
-                None => {
-                    if let Some(quota) = options.quota {
-                        check_quota(&self.ks, &key.namespace, quota, now).await?;
-                    }
-                    // Nobody queued: settled() served any head first.
-                    let as_read = unchanged(lock_key, snap.lock.as_ref());
-                    // Over an expired holder: its end is marked expired.
-                    let marker = self.ks.marked(Why::Expired, snap.lock.as_ref());
-                    if let Some(g) = self
-                        .grant_fresh(
-                            lock_key,
-                            queue,
-                            as_read,
-                            marker,
-                            owner,
-                            ttl_ms,
-                            expires_at_ms,
-                            options,
-                        )
-                        .await?
-                    {
-                        return Ok(Attempt::Granted(g, true));
-                    }
+                continue;
+            }
+            if let Some(info) = name.and_then(|n| n.in_the_way(options.claim, now)) {
+                return Ok(Attempt::Busy(info));
+            }
+            if let Some(quota) = options.quota {
+                check_quota(&self.ks, &key.namespace, quota, now).await?;
+            }
+            // Nobody queued, or a waiter ahead that cannot join yet (the
+            // compare on the queue then fails, and the next read says who
+            // is in the way).
+            if let Some(head) = &snap.head {
+                let in_way = name.and_then(|n| n.in_the_way(head.rec.claim(), now));
+                if let Some(info) = in_way.or_else(|| name?.latest(now).map(Held::info)) {
+                    return Ok(Attempt::Busy(info));
                 }
+            }
+            let as_read = unchanged(lock_key, name);
+            // Over an expired holder: its end is marked expired.
+            let marker = self.ks.marked(Why::Expired, name);
+            if let Some(g) = self
+                .grant_fresh(
+                    lock_key, queue, as_read, name, marker, owner, ttl_ms, options, value,
+                )
+                .await?
+            {
+                return Ok(Attempt::Granted(g, true));
             }
         }
     }
 
-    /// Writes a fresh grant to `owner` if the lock key passes `key_as_seen`
-    /// and nobody is queued, with `extra` ops, and remembers it. `None` if
-    /// either changed.
+    /// `invalid_argument` if `owner` is the id of a live lease of the
+    /// namespace: shared grants and permits are not taken under a lease.
+    async fn refuse_lease_owner(&self, key: &Key, owner: &str) -> Result<(), LockError> {
+        if !owner.starts_with("lease-") {
+            return Ok(());
+        }
+        let lease_key = self.ks.layout.lease_key(&key.namespace, owner);
+        let now = self.ks.clock.now_ms();
+        if read_lease(&self.ks.etcd, &lease_key)
+            .await?
+            .is_some_and(|l| l.rec.live(now))
+        {
+            return Err(LockError::InvalidArgument(format!(
+                "{owner:?} is a lease: shared locks and permits are not taken under a lease; \
+                 take them with an owner of their own"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes a fresh grant to `owner` beside the grants of `current` that
+    /// stay, if the lock key passes `key_as_seen` and nobody is queued,
+    /// with `extra` ops, and remembers it. `None` if either changed.
     #[allow(clippy::too_many_arguments)]
     async fn grant_fresh(
         &self,
         lock_key: &[u8],
         queue: &[u8],
         key_as_seen: Compare,
+        current: Option<&Name>,
         extra: Vec<TxnOp>,
         owner: &str,
         ttl_ms: u64,
-        expires_at_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
     ) -> Result<Option<Grant>, LockError> {
-        let lease = self.ks.etcd_lease(options.durability, ttl_ms, None).await?;
         let now = self.ks.clock.now_ms();
-        let rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None);
+        let expires_at_ms = deadline(now, ttl_ms)?;
+        let session = Some(self.ks.etcd_leases.session());
+        let mut rec = LockRecord::fresh(owner, now, expires_at_ms, options.durability, None)
+            .claiming(options.claim, options.lock_delay_ms)
+            .on_session(session);
+        rec.value = value.map(str::to_string);
+        let keep = current.map(|n| n.tidied(now).0).unwrap_or_default();
         let when = vec![key_as_seen, nobody_queued(queue)];
         let written = self
             .ks
-            .put_holder(lock_key, when, &rec, lease, extra)
+            .put_grant(lock_key, when, keep, rec, session, now, extra)
             .await?;
-        Ok(written.map(|h| {
-            self.remember(lock_key, &h);
+        Ok(written.map(|(name, h)| {
+            self.remember(lock_key, &name, &h);
             h.grant()
         }))
     }
@@ -230,12 +300,12 @@ impl Grants {
             let snap = self.queue.settled(&lock_key, &queue, None).await?;
             let now = self.ks.clock.now_ms();
             let expires_at_ms = deadline(now, ttl_ms)?;
-            let Some(h) = snap.lock.filter(|h| h.live(now)) else {
+            let Some(name) = snap.lock.as_ref().filter(|n| n.held(now)) else {
                 return Err(LockError::NotHeld);
             };
-            if h.rec.owner != owner {
+            let Some(h) = name.of_owner(owner, now) else {
                 return Err(LockError::NotOwner);
-            }
+            };
             if h.rec.lease {
                 return Err(LockError::InvalidArgument(format!(
                     "lock {:?} is held under lease {owner:?}, which sets its expiry; \
@@ -244,7 +314,7 @@ impl Grants {
                 )));
             }
             match self
-                .refresh(&lock_key, &queue, &h, expires_at_ms, ttl_ms)
+                .refresh(&lock_key, &queue, name, h, expires_at_ms, None)
                 .await?
             {
                 Refresh::Done(g) => return Ok(g),
@@ -254,34 +324,44 @@ impl Grants {
         }
     }
 
-    /// Moves a live holder's expiry to `expires_at_ms`, keeping its token,
-    /// owner and durability.
+    /// Moves the live grant `h` of `name` to expire at `expires_at_ms`,
+    /// keeping its token, owner, claim and durability, and the name's other
+    /// grants.
     ///
-    /// The holder was live when read, but etcd cannot compare times, so the
+    /// The grant was live when read, but etcd cannot compare times, so the
     /// write may land after the old expiry: the lock would have been free
     /// for a moment (a `get` may have said so) and then held again under the
-    /// same token. Such a refresh is taken back (the lock is released, to
+    /// same token. Such a refresh is taken back (the grant is released, to
     /// the queue's head if any) and reported as [`Refresh::Lapsed`], exactly
     /// as if it had come after the expiry.
     async fn refresh(
         &self,
         lock_key: &[u8],
         queue: &[u8],
+        name: &Name,
         h: &Held,
         expires_at_ms: u64,
-        ttl_ms: u64,
+        value: Option<&str>,
     ) -> Result<Refresh, LockError> {
-        let mut rec = h.rec.clone();
-        rec.expires_at_ms = expires_at_ms;
-        rec.token = Some(h.token);
-        let lease = self
+        let now = self.ks.clock.now_ms();
+        let (mut keep, _) = name.tidied(now);
+        let session = Some(self.ks.etcd_leases.session());
+        for rec in keep.iter_mut().filter(|r| r.token == Some(h.token)) {
+            rec.expires_at_ms = expires_at_ms;
+            if let Some(value) = value {
+                rec.value = Some(value.to_string());
+            }
+            // An ephemeral grant belongs to the host that last refreshed it.
+            if rec.session.is_some() {
+                rec.session = session;
+            }
+        }
+        let lease = self.ks.lease_for(&keep, now, session).await?;
+        let when = vec![unchanged(lock_key, Some(name))];
+        let marker = self.ks.marked(Why::Expired, Some(name));
+        let Some(Some(new)) = self
             .ks
-            .etcd_lease(rec.durability.into(), ttl_ms, None)
-            .await?;
-        let when = vec![unchanged(lock_key, Some(h))];
-        let Some(new) = self
-            .ks
-            .put_holder(lock_key, when, &rec, lease, Vec::new())
+            .put_name(lock_key, when, keep, lease, marker)
             .await?
         else {
             return Ok(Refresh::Changed);
@@ -298,8 +378,11 @@ impl Grants {
                 })?;
             return Ok(Refresh::Lapsed);
         }
-        self.remember(lock_key, &new);
-        Ok(Refresh::Done(new.grant()))
+        let Some(g) = new.grants.iter().find(|g| g.token == h.token) else {
+            return Ok(Refresh::Changed);
+        };
+        self.remember(lock_key, &new, g);
+        Ok(Refresh::Done(g.grant()))
     }
 
     /// Releases `owner`'s grant of `key` (`token`, if given): in one round
@@ -321,10 +404,11 @@ impl Grants {
             .map(drop)
     }
 
-    /// Releases `key` whoever holds it, to the head of its queue if anyone
+    /// Releases every holder of `key`, to the head of its queue if anyone
     /// waits, in one transaction marked force-released (a lock under a
-    /// lease leaves the lease's record in it too). Answers the holder it
-    /// released; `NotHeld` if the lock is free.
+    /// lease leaves the lease's record in it too; a grant with a lock-delay
+    /// stays as a delay). Answers the most recent holder it released;
+    /// `NotHeld` if the lock is free.
     pub(super) async fn force_release(&self, key: &Key) -> Result<Held, LockError> {
         let lock_key = self.ks.layout.lock_key(key);
         let queue = self.ks.layout.queue_prefix(key);
@@ -356,11 +440,10 @@ impl Grants {
         Ok(self.ks.etcd.txn("unlock", txn).await?.succeeded())
     }
 
-    /// Releases the live lock of `who`, handing it to the queue's head if
-    /// anyone waits, in a transaction marked `why`. A lock found expired
-    /// with someone waiting is handed over first, so the answer is then
-    /// `NotOwner` (or, for [`Who::Anyone`], the release of that waiter).
-    /// Answers the holder it released.
+    /// Releases the live grants of `who`, handing the name to the queue's
+    /// head if it can then join, in a transaction marked `why`. A grant
+    /// force-released or expired with a lock-delay stays as a delay (ended
+    /// now). Answers the most recent grant it released.
     async fn release(
         &self,
         lock_key: &[u8],
@@ -371,54 +454,180 @@ impl Grants {
         loop {
             let snap = self.queue.settled(lock_key, queue, None).await?;
             let now = self.ks.clock.now_ms();
-            let Some(h) = snap.lock.as_ref().filter(|h| h.live(now)) else {
+            let Some(name) = snap.lock.as_ref().filter(|n| n.held(now)) else {
                 return Err(LockError::NotHeld);
             };
-            if let Who::Owner(owner, token) = who {
-                if h.rec.owner != owner || token.is_some_and(|t| t != h.token) {
-                    return Err(LockError::NotOwner);
+            let leaving: Vec<&Held> = match who {
+                Who::Owner(owner, token) => {
+                    let mine = name
+                        .of_owner(owner, now)
+                        .filter(|h| token.is_none_or(|t| t == h.token));
+                    let Some(h) = mine else {
+                        return Err(LockError::NotOwner);
+                    };
+                    vec![h]
                 }
-            }
-            let released = match &snap.head {
+                Who::Anyone => name.live(now).collect(),
+            };
+            let last = (*leaving.last().expect("a live grant was found")).clone();
+            let (mut keep, _) = name.tidied(now);
+            keep.retain_mut(|rec| {
+                let Some(h) = leaving.iter().find(|h| Some(h.token) == rec.token) else {
+                    return true;
+                };
+                if why == Why::Released || h.rec.lock_delay_ms == 0 {
+                    return false;
+                }
+                rec.ended_at_ms = Some(now);
+                true
+            });
+            let after = admits_after(&keep, name, now);
+            let released = match snap.head.as_ref().filter(|head| after(head)) {
                 // Release and hand-off are one transaction, so no caller on
                 // any host sees the lock free while someone waits (as in
                 // the engine), and the next holder is in place when unlock
                 // returns.
                 Some(head) => {
                     self.queue
-                        .hand_off(lock_key, Some(h), head, now, why)
+                        .hand_off(lock_key, Some(name), keep, head, now, why)
                         .await?
                 }
                 None => {
-                    // The queue must still be empty: a waiter that joined
-                    // since the read makes this a hand-off instead.
-                    let mut when = vec![unchanged(lock_key, Some(h)), nobody_queued(queue)];
-                    let mut ops = vec![TxnOp::delete(lock_key.to_vec(), None)];
-                    ops.extend(self.ks.marked(why, Some(h)));
-                    if h.rec.lease {
-                        // Out of its lease's record in the same step.
-                        let key = self.ks.key_of(lock_key)?;
-                        let lease_key = self.ks.layout.lease_key(&key.namespace, &h.rec.owner);
-                        let mut edits = LeaseEdits::new(&self.ks.etcd);
-                        edits.remove_lock(lease_key, &key.name).await?;
-                        edits.apply(&mut when, &mut ops);
+                    // A waiter that joined since the read makes this a
+                    // hand-off instead (when the name ends free).
+                    let mut when = vec![unchanged(lock_key, Some(name))];
+                    if snap.head.is_none() {
+                        when.push(nobody_queued(queue));
                     }
-                    let txn = Txn::new().when(when).and_then(ops);
-                    self.ks.etcd.txn("unlock", txn).await?.succeeded()
+                    let mut ops = self.ks.marked(why, Some(name));
+                    let key = self.ks.key_of(lock_key)?;
+                    let mut edits = LeaseEdits::new(&self.ks.etcd);
+                    for h in leaving_leases(Some(name), &keep, now) {
+                        // Out of its lease's record in the same step.
+                        let lease_key = self.ks.layout.lease_key(&key.namespace, &h.rec.owner);
+                        edits.remove_lock(lease_key, &key.name).await?;
+                    }
+                    edits.apply(&mut when, &mut ops);
+                    let lease = self.ks.lease_for(&keep, now, None).await?;
+                    self.ks
+                        .put_name(lock_key, when, keep, lease, ops)
+                        .await?
+                        .is_some()
                 }
             };
             if released {
-                return Ok(h.clone());
+                return Ok(last);
             }
         }
     }
 
-    /// The live holder. A lock found expired while someone waits is first
-    /// handed to the head of the queue (as every other path does), so `get`
-    /// never reports a lock free that a waiter is about to take: between
-    /// the expiry and the head's own hand-off, that would show a free
-    /// moment no caller could use.
+    /// The most recent live grant. A lock found expired while someone waits
+    /// is first handed to the head of the queue (as every other path does),
+    /// so `get` never reports a lock free that a waiter is about to take:
+    /// between the expiry and the head's own hand-off, that would show a
+    /// free moment no caller could use. During a lock-delay nobody holds it.
     pub(super) async fn get(&self, key: &Key) -> Result<Option<LockInfo>, LockError> {
+        Ok(self
+            .read(key)
+            .await?
+            .and_then(|(n, now)| n.latest(now).map(Held::info)))
+    }
+
+    /// Everything about `key`: every live grant with its claim, the queue's
+    /// length, a lock-delay in force.
+    pub(super) async fn describe(&self, key: &Key) -> Result<NameState, LockError> {
+        let queue = self.ks.layout.queue_prefix(key);
+        let read = self.read(key).await?;
+        let waiters = self
+            .ks
+            .etcd
+            .range(
+                "describe queue",
+                queue,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await?
+            .count()
+            .max(0) as u64;
+        let Some((name, now)) = read else {
+            return Ok(NameState {
+                waiters,
+                ..NameState::default()
+            });
+        };
+        Ok(NameState {
+            holders: name.live(now).map(Held::holding).collect(),
+            waiters,
+            delay_until_ms: name.delay_until(now),
+        })
+    }
+
+    /// The leader of the election `key`: its most recent live grant, when
+    /// that leads. `invalid_argument` for a lock or a semaphore.
+    pub(super) async fn leader(&self, key: &Key) -> Result<Option<Leader>, LockError> {
+        let Some((name, now)) = self.read(key).await? else {
+            return Ok(None);
+        };
+        if let Some(current) = name.claim(now) {
+            check_same_kind(&key.name, Claim::Leader, current)?;
+        }
+        Ok(name.latest(now).map(|h| Leader {
+            info: h.info(),
+            value: h.rec.value.clone().unwrap_or_default(),
+            since_ms: h.rec.acquired_at_ms,
+        }))
+    }
+
+    /// Sets the value of the leadership `candidate` holds under `token`,
+    /// keeping its token and expiry.
+    pub(super) async fn proclaim(
+        &self,
+        key: &Key,
+        candidate: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<(), LockError> {
+        let lock_key = self.ks.layout.lock_key(key);
+        let queue = self.ks.layout.queue_prefix(key);
+        loop {
+            let snap = self.queue.settled(&lock_key, &queue, None).await?;
+            let now = self.ks.clock.now_ms();
+            let Some(name) = snap.lock.as_ref() else {
+                if let Some(head) = &snap.head {
+                    check_same_kind(&key.name, Claim::Leader, head.rec.claim())?;
+                }
+                return Err(LockError::NotHeld);
+            };
+            let queued = snap.head.as_ref().map(|h| h.rec.claim());
+            name.check_claim(&key.name, Claim::Leader, queued, now)?;
+            if !name.held(now) {
+                return Err(LockError::NotHeld);
+            }
+            let Some(h) = name.of_owner(candidate, now).filter(|h| h.token == token) else {
+                return Err(LockError::NotOwner);
+            };
+            let (mut keep, _) = name.tidied(now);
+            for rec in keep.iter_mut().filter(|r| r.token == Some(h.token)) {
+                rec.value = Some(value.to_string());
+            }
+            let session = Some(self.ks.etcd_leases.session());
+            let lease = self.ks.lease_for(&keep, now, session).await?;
+            let when = vec![unchanged(&lock_key, Some(name))];
+            let marker = self.ks.marked(Why::Expired, Some(name));
+            if self
+                .ks
+                .put_name(&lock_key, when, keep, lease, marker)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The name `key` as settled (see [`Grants::get`]), and the time its
+    /// grants are judged at; tidies expired grants in passing.
+    async fn read(&self, key: &Key) -> Result<Option<(Name, u64)>, LockError> {
         let lock_key = self.ks.layout.lock_key(key);
         let queue = self.ks.layout.queue_prefix(key);
         // Liveness is judged at the time the read was asked, not when its
@@ -429,14 +638,14 @@ impl Grants {
         // (host/lockd/tests/partitions.rs, `answered_late`).
         let now = self.ks.clock.now_ms();
         let snap = self.queue.settled(&lock_key, &queue, None).await?;
-        if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
+        if let Some(n) = snap.lock.as_ref().filter(|n| n.untidy(now)) {
             // Found expired: removed now, so every host's event stream
             // hears of it. The answer does not wait on the cleanup.
-            if let Err(e) = self.ks.remove_expired(&lock_key, &queue, h).await {
+            if let Err(e) = self.ks.tidy(&lock_key, &queue, n, now).await {
                 tracing::debug!(error = %e, "etcd store: removing an expired lock failed");
             }
         }
-        Ok(snap.lock.filter(|h| h.live(now)).map(|h| h.info()))
+        Ok(snap.lock.map(|n| (n, now)))
     }
 
     /// Live locks under a name prefix, from one read. Unlike `get`, it does
@@ -474,6 +683,23 @@ impl Grants {
                 ),
             )
             .await?;
+        // The live sessions, at the same revision (ephemeral grants of
+        // others are gone).
+        let sessions = self
+            .ks
+            .etcd
+            .range(
+                "list sessions",
+                self.ks.layout.all_sessions(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_revision(resp.header().map_or(0, |h| h.revision())),
+                ),
+            )
+            .await?;
+        let alive = self.ks.sessions(Some(&sessions));
         let mut waiters: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
         for kv in queues.kvs() {
             if let Some(name) = self.ks.layout.queued_name_of(namespace, kv.key()) {
@@ -482,16 +708,21 @@ impl Grants {
         }
         let mut out = Vec::new();
         for kv in resp.kvs() {
-            let h = Held::from_kv(kv)?;
-            if !h.live(now) {
+            let n = Name::from_kv(kv)?.without_dead(&alive);
+            let Some(h) = n.latest(now) else {
                 continue;
-            }
+            };
             let Some(name) = self.ks.layout.name_of(namespace, kv.key()) else {
                 continue;
             };
+            let claim = h.rec.claim();
+            let holders = match claim {
+                Claim::Exclusive => Vec::new(),
+                _ => n.live(now).map(Held::holding).collect(),
+            };
             out.push(ListedLock {
-                claim: Claim::Exclusive,
-                holders: Vec::new(),
+                claim,
+                holders,
                 waiters: waiters.get(&name).copied().unwrap_or(0),
                 acquired_at_ms: h.rec.acquired_at_ms,
                 name,

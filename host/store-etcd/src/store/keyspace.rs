@@ -3,15 +3,17 @@
 //! clock that says when a record has expired; and the one-transaction
 //! writes several parts make.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use etcd_client::{Compare, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, GetResponse, PutOptions, Txn, TxnOp, WatchOptions};
 use lockd_core::{Clock, Durability, Key, LockError};
 
 use super::txn::{nobody_queued, unchanged};
 use crate::etcd_lease::EtcdLeases;
 use crate::events::Why;
 use crate::keys::Layout;
+use crate::name::{compose, Name};
 use crate::record::{to_json, Held, LockRecord};
 use crate::rpc::{gets, Etcd};
 
@@ -43,6 +45,14 @@ impl Keyspace {
             .await
     }
 
+    /// The live sessions a read of [`Layout::all_sessions`] found.
+    pub(super) fn sessions(&self, read: Option<&GetResponse>) -> HashSet<i64> {
+        read.map_or(&[][..], |r| r.kvs())
+            .iter()
+            .filter_map(|kv| self.layout.session_of(kv.key()))
+            .collect()
+    }
+
     /// The lock named by one of this layout's lock keys.
     pub(super) fn key_of(&self, lock_key: &[u8]) -> Result<Key, LockError> {
         self.layout.key_of(lock_key).ok_or_else(|| {
@@ -55,28 +65,70 @@ impl Keyspace {
 
     /// The marker of a transaction that removes `current` (if any) because
     /// of `why`, for the events watch (see `events.rs`).
-    pub(super) fn marked(&self, why: Why, current: Option<&Held>) -> Vec<TxnOp> {
+    pub(super) fn marked(&self, why: Why, current: Option<&Name>) -> Vec<TxnOp> {
         current
             .map(|_| why.marker(&self.layout))
             .into_iter()
             .collect()
     }
 
-    /// Writes `rec` at the lock key if `when` holds, with `extra` ops in the
-    /// same transaction, and returns the lock as written.
-    pub(super) async fn put_holder(
+    /// The etcd lease for a lock key holding `grants` at `now`: a lone
+    /// ephemeral grant lives on its host's session (the one its record
+    /// names, else `session`), and anything else on a persistent lease that
+    /// outlasts the last grant, delays included. An ephemeral grant beside
+    /// others holds while its session's key lives (`Name::without_dead`).
+    /// No grant: no lease (0).
+    pub(super) async fn lease_for(
+        &self,
+        grants: &[LockRecord],
+        now: u64,
+        session: Option<i64>,
+    ) -> Result<i64, LockError> {
+        if grants.is_empty() {
+            // Nothing to write: the key is deleted.
+            return Ok(0);
+        }
+        if let [one] = grants {
+            let session = one.session.or(session);
+            if let Some(session) =
+                session.filter(|_| Durability::from(one.durability) == Durability::Ephemeral)
+            {
+                return Ok(session);
+            }
+        }
+        let longest = grants
+            .iter()
+            .map(|r| {
+                r.ended_at_ms
+                    .unwrap_or(r.expires_at_ms)
+                    .saturating_add(r.lock_delay_ms)
+                    .saturating_sub(now)
+            })
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        self.etcd_lease(Durability::Persistent, longest, None).await
+    }
+
+    /// Writes `grants` at the lock key (deletes it for none) if `when`
+    /// holds, with `extra` ops in the same transaction, and returns the
+    /// name as written (`Some(None)`: deleted; `None`: `when` failed).
+    pub(super) async fn put_name(
         &self,
         lock_key: &[u8],
         when: Vec<Compare>,
-        rec: &LockRecord,
+        grants: Vec<LockRecord>,
         lease: i64,
         extra: Vec<TxnOp>,
-    ) -> Result<Option<Held>, LockError> {
-        let mut ops = vec![TxnOp::put(
-            lock_key.to_vec(),
-            to_json(rec),
-            Some(PutOptions::new().with_lease(lease)),
-        )];
+    ) -> Result<Option<Option<Name>>, LockError> {
+        let mut ops = match compose(grants) {
+            Some(rec) => vec![TxnOp::put(
+                lock_key.to_vec(),
+                to_json(&rec),
+                Some(PutOptions::new().with_lease(lease)),
+            )],
+            None => vec![TxnOp::delete(lock_key.to_vec(), None)],
+        };
         ops.extend(extra);
         ops.push(TxnOp::get(lock_key.to_vec(), None));
         let resp = self
@@ -87,28 +139,67 @@ impl Keyspace {
             return Ok(None);
         }
         let gets = gets(&resp);
-        let kv = gets
-            .last()
-            .and_then(|g| g.kvs().first())
-            .ok_or_else(|| LockError::Unavailable("etcd lost a lock it just wrote".into()))?;
-        Held::from_kv(kv).map(Some)
+        let kv = gets.last().and_then(|g| g.kvs().first());
+        kv.map(Name::from_kv).transpose().map(Some)
     }
 
-    /// Deletes the expired lock `h` if it is still as read and nobody
-    /// waits (a waiter would have it handed over instead), marked expired.
-    /// Whether it did.
-    pub(super) async fn remove_expired(
+    /// Writes `rec`, a grant this transaction makes, beside `keep` (the
+    /// grants kept, tokens in them), as [`Keyspace::put_name`]; answers the
+    /// name as written and the new grant, or `None` if `when` failed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn put_grant(
+        &self,
+        lock_key: &[u8],
+        when: Vec<Compare>,
+        mut keep: Vec<LockRecord>,
+        rec: LockRecord,
+        session: Option<i64>,
+        now: u64,
+        extra: Vec<TxnOp>,
+    ) -> Result<Option<(Name, Held)>, LockError> {
+        let owner = rec.owner.clone();
+        keep.push(rec);
+        let lease = self.lease_for(&keep, now, session).await?;
+        let Some(written) = self.put_name(lock_key, when, keep, lease, extra).await? else {
+            return Ok(None);
+        };
+        let name = written
+            .ok_or_else(|| LockError::Unavailable("etcd lost a lock it just wrote".into()))?;
+        // The new grant is the most recent: the key's revision is its token.
+        let g = name
+            .grants
+            .last()
+            .filter(|g| g.rec.owner == owner)
+            .cloned()
+            .ok_or_else(|| LockError::Unavailable("etcd lost a lock it just wrote".into()))?;
+        Ok(Some((name, g)))
+    }
+
+    /// Writes the name `n` tidied at `now` (expired grants out, or marked
+    /// ended where they serve a delay) if it is still as read, marked
+    /// expired; the key is deleted only while nobody waits (a waiter would
+    /// have it handed over instead). Whether it did.
+    pub(super) async fn tidy(
         &self,
         lock_key: &[u8],
         queue: &[u8],
-        h: &Held,
+        n: &Name,
+        now: u64,
     ) -> Result<bool, LockError> {
-        let mut ops = vec![TxnOp::delete(lock_key.to_vec(), None)];
-        ops.extend(self.marked(Why::Expired, Some(h)));
-        let txn = Txn::new()
-            .when(vec![unchanged(lock_key, Some(h)), nobody_queued(queue)])
-            .and_then(ops);
-        Ok(self.etcd.txn("remove expired", txn).await?.succeeded())
+        let (kept, changed) = n.tidied(now);
+        if !changed {
+            return Ok(true);
+        }
+        let mut when = vec![unchanged(lock_key, Some(n))];
+        if kept.is_empty() {
+            when.push(nobody_queued(queue));
+        }
+        let lease = self.lease_for(&kept, now, None).await?;
+        let marker = vec![Why::Expired.marker(&self.layout)];
+        Ok(self
+            .put_name(lock_key, when, kept, lease, marker)
+            .await?
+            .is_some())
     }
 
     /// Waits for any event on `keys` from `revision` on.

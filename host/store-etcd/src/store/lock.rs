@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use lockd_core::{Grant, Key, LockError, LockOptions};
+use lockd_core::{Claim, Grant, Key, LockError, LockOptions};
 
 use super::grant::{Attempt, Grants};
 use super::keyspace::Keyspace;
@@ -86,12 +86,14 @@ impl LockCalls {
 
     /// The whole `lock` call. Returns the grant and whether it is fresh (a
     /// refresh is not undone when the caller left).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn lock(
         &self,
         key: &Key,
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
         mut turn: Turn,
         caller: &mut Caller,
     ) -> Result<(Grant, bool), LockError> {
@@ -102,7 +104,7 @@ impl LockCalls {
         loop {
             let holder = match self
                 .grants
-                .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options, value)
                 .await?
             {
                 Attempt::Granted(g, fresh) => return Ok((g, fresh)),
@@ -113,7 +115,16 @@ impl LockCalls {
             }
             let w = self
                 .queue
-                .enqueue(key, owner, ttl_ms, options.durability, None)
+                .enqueue(
+                    key,
+                    owner,
+                    ttl_ms,
+                    options.durability,
+                    None,
+                    options.claim,
+                    options.lock_delay_ms,
+                    value,
+                )
                 .await?;
             // In the queue: the next local caller may go.
             drop(turn.take());
@@ -128,7 +139,7 @@ impl LockCalls {
                     // Out of the queue; free with nobody ahead means ours.
                     return match self
                         .grants
-                        .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options)
+                        .try_acquire(key, &lock_key, &queue, owner, ttl_ms, options, value)
                         .await?
                     {
                         Attempt::Granted(g, fresh) => Ok((g, fresh)),
@@ -156,6 +167,13 @@ impl LockCalls {
         mut turn: Turn,
         caller: &mut Caller,
     ) -> Result<(Grant, bool), LockError> {
+        if options.claim != Claim::Exclusive {
+            return Err(LockError::InvalidArgument(format!(
+                "shared locks and permits are not taken under a lease: take {:?} with an \
+                 owner of its own",
+                key.name
+            )));
+        }
         let wait_until = self.start(key, options.wait_ms, &mut turn, caller).await?;
         let lock_key = self.ks.layout.lock_key(key);
         let queue = self.ks.layout.queue_prefix(key);
@@ -173,7 +191,7 @@ impl LockCalls {
         loop {
             let attempt = self
                 .leases
-                .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options)
                 .await?;
             let (holder, lease) = match attempt {
                 LeaseAttempt::Granted(g, fresh) => return live((g, fresh)),
@@ -190,6 +208,9 @@ impl LockCalls {
                     lease.ttl_ms,
                     lease.durability.into(),
                     Some(lease_id),
+                    Claim::Exclusive,
+                    options.lock_delay_ms,
+                    None,
                 )
                 .await?;
             drop(turn.take());
@@ -213,7 +234,7 @@ impl LockCalls {
                 Ok(WaitEnd::TimedOut) => {
                     let last = self
                         .leases
-                        .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options.quota)
+                        .try_acquire(key, &lock_key, &queue, &lease_key, lease_id, options)
                         .await?;
                     return match last {
                         LeaseAttempt::Granted(g, fresh) => live((g, fresh)),

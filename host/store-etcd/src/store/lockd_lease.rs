@@ -26,13 +26,18 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
-use lockd_core::{deadline, Durability, Grant, Key, LeaseInfo, LockError, LockInfo};
+use lockd_core::{
+    deadline, Claim, Durability, Grant, Key, LeaseInfo, LockError, LockInfo, LockOptions,
+};
 
 use super::grant::check_quota;
 use super::keyspace::Keyspace;
 use super::queue::{Queue, WATCH_RETRY};
-use super::txn::{nobody_queued, read_lease, unchanged, waiter_unchanged, LeaseEdits};
+use super::txn::{
+    nobody_queued, read_lease, unchanged, unchanged_at, waiter_unchanged, LeaseEdits,
+};
 use crate::events::Why;
+use crate::name::Name;
 use crate::record::{from_json, to_json, Held, LeaseRecord, LockRecord, Queued};
 use crate::rpc::gets;
 
@@ -175,7 +180,11 @@ impl LockdLeases {
         let per = if heads { 2 } else { 1 };
         for (i, l) in locks.iter_mut().enumerate() {
             let first = |j: usize| gets.get(i * per + j).and_then(|g| g.kvs().first());
-            l.held = first(0).map(Held::from_kv).transpose()?;
+            // The lease's grant is a lone exclusive one: the most recent.
+            l.held = first(0)
+                .map(Name::from_kv)
+                .transpose()?
+                .and_then(|n| n.grants.last().cloned());
             if heads {
                 l.head = first(1).map(Queued::from_kv).transpose()?;
             }
@@ -211,7 +220,10 @@ impl LockdLeases {
             )];
             let mut ops = Vec::new();
             for ll in &locks {
-                when.push(unchanged(&ll.lock_key, ll.held.as_ref()));
+                when.push(unchanged_at(
+                    &ll.lock_key,
+                    ll.held.as_ref().map(|h| h.mod_revision),
+                ));
                 // The list is exact while the lease lives; anything else
                 // (not held by it) is left out of it.
                 let Some(h) = ll
@@ -221,9 +233,10 @@ impl LockdLeases {
                 else {
                     continue;
                 };
-                let mut lock = h.rec.clone();
+                // Alone: beside a live exclusive grant nothing takes a
+                // place, so nothing else is kept.
+                let mut lock = h.stored();
                 lock.expires_at_ms = expires_at_ms;
-                lock.token = Some(h.token);
                 ops.push(TxnOp::put(ll.lock_key.clone(), to_json(&lock), put()));
                 rec.add(&ll.name);
             }
@@ -273,7 +286,10 @@ impl LockdLeases {
             let (mut when, mut ops) = (Vec::new(), Vec::new());
             let mut released = 0;
             for ll in &locks {
-                when.push(unchanged(&ll.lock_key, ll.held.as_ref()));
+                when.push(unchanged_at(
+                    &ll.lock_key,
+                    ll.held.as_ref().map(|h| h.mod_revision),
+                ));
                 if !ll
                     .held
                     .as_ref()
@@ -288,7 +304,7 @@ impl LockdLeases {
                     continue;
                 };
                 let key = Key::new(lease.namespace.clone(), ll.name.as_str());
-                let Some((rec, etcd_lease)) = self
+                let Some((rec, session)) = self
                     .queue
                     .grant_for_waiter(&key, head, now, &mut edits)
                     .await?
@@ -297,6 +313,10 @@ impl LockdLeases {
                     self.queue.drop_waiter(head).await?;
                     continue 'read;
                 };
+                let etcd_lease = self
+                    .ks
+                    .lease_for(std::slice::from_ref(&rec), now, session)
+                    .await?;
                 when.push(waiter_unchanged(head));
                 ops.push(TxnOp::put(
                     ll.lock_key.clone(),
@@ -325,7 +345,7 @@ impl LockdLeases {
         queue: &[u8],
         lease_key: &[u8],
         lease_id: &str,
-        quota: Option<u64>,
+        options: LockOptions,
     ) -> Result<LeaseAttempt, LockError> {
         loop {
             let Some(l) = read_lease(&self.ks.etcd, lease_key).await? else {
@@ -339,8 +359,15 @@ impl LockdLeases {
             if !l.rec.live(now) {
                 return Err(LockError::NotHeld);
             }
-            let holder = snap.lock.as_ref().filter(|h| h.live(now));
-            if let Some(h) = holder.filter(|h| held_by_lease(h, lease_id, now)) {
+            let name = snap.lock.as_ref();
+            if let Some(n) = name {
+                let queued = snap.head.as_ref().map(|h| h.rec.claim());
+                n.check_claim(&key.name, Claim::Exclusive, queued, now)?;
+            }
+            if let Some(h) = name
+                .and_then(|n| n.latest(now))
+                .filter(|h| held_by_lease(h, lease_id, now))
+            {
                 return Ok(LeaseAttempt::Granted(h.grant(), false));
             }
             // Full: refused before it could queue (a hand-off to a full
@@ -352,17 +379,23 @@ impl LockdLeases {
                      hold on this etcd store (max_locks_per_lease)"
                 )));
             }
-            if let Some(h) = holder {
-                return Ok(LeaseAttempt::Busy(h.info(), l.rec));
+            let in_way = name.and_then(|n| {
+                n.in_the_way(Claim::Exclusive, now)
+                    .or_else(|| snap.head.as_ref().and(n.latest(now).map(Held::info)))
+            });
+            if let Some(info) = in_way {
+                return Ok(LeaseAttempt::Busy(info, l.rec));
             }
-            if let Some(quota) = quota {
+            if let Some(quota) = options.quota {
                 check_quota(&self.ks, &key.namespace, quota, now).await?;
             }
             let expires_at_ms = l.rec.expires_at_ms;
-            let etcd_lease = self.etcd_lease_of(&l.rec, expires_at_ms - now).await?;
             let mut rec =
-                LockRecord::fresh(lease_id, now, expires_at_ms, l.rec.durability.into(), None);
+                LockRecord::fresh(lease_id, now, expires_at_ms, l.rec.durability.into(), None)
+                    .claiming(Claim::Exclusive, options.lock_delay_ms)
+                    .on_session(l.rec.session);
             rec.lease = true;
+            let keep = name.map(|n| n.tidied(now).0).unwrap_or_default();
             let mut listed = l.rec.clone();
             listed.add(&key.name);
             let when = vec![
@@ -377,9 +410,9 @@ impl LockdLeases {
             )];
             // Over an expired holder: its end is marked expired.
             extra.extend(self.ks.marked(Why::Expired, snap.lock.as_ref()));
-            if let Some(h) = self
+            if let Some((_, h)) = self
                 .ks
-                .put_holder(lock_key, when, &rec, etcd_lease, extra)
+                .put_grant(lock_key, when, keep, rec, l.rec.session, now, extra)
                 .await?
             {
                 return Ok(LeaseAttempt::Granted(h.grant(), true));

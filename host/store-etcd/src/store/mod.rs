@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
 use lockd_core::{
-    BackendStats, BoxFuture, Clock, Durability, Grant, Key, LeaseInfo, ListedLock, LockError,
-    LockEvent, LockInfo, LockOptions, NamespaceStats,
+    BackendStats, BoxFuture, Clock, Durability, Grant, Key, Leader, LeaseInfo, ListedLock,
+    LockError, LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
 };
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
@@ -132,8 +132,13 @@ impl Inner {
         );
         let layout = Layout::new(&options.prefix);
         check_permission(&etcd, &layout).await?;
-        let etcd_leases =
-            EtcdLeases::open(&etcd, options.session_ttl_secs(), options.lease_slack).await?;
+        let etcd_leases = EtcdLeases::open(
+            &etcd,
+            options.session_ttl_secs(),
+            options.lease_slack,
+            layout.all_sessions(),
+        )
+        .await?;
         let ks = Arc::new(Keyspace {
             etcd,
             layout,
@@ -251,15 +256,25 @@ impl Inner {
         owner: &str,
         ttl_ms: u64,
         options: LockOptions,
+        value: Option<&str>,
     ) -> oneshot::Receiver<Result<Grant, LockError>> {
         let turn = self.turns.take(key);
         let (mut caller, rx) = oneshot::channel();
         let inner = self.clone();
         let (key, owner) = (key.clone(), owner.to_string());
+        let value = value.map(str::to_string);
         self.handle.spawn(async move {
             let result = inner
                 .calls
-                .lock(&key, &owner, ttl_ms, options, turn, &mut caller)
+                .lock(
+                    &key,
+                    &owner,
+                    ttl_ms,
+                    options,
+                    value.as_deref(),
+                    turn,
+                    &mut caller,
+                )
                 .await;
             inner.answer_lock(&key, &owner, result, caller).await;
         });
@@ -346,6 +361,34 @@ impl Inner {
         self.settle_pending(|k| k == key).await;
         let result = self.grants.get(key).await;
         log_unavailable("get", key, result)
+    }
+
+    pub(crate) async fn proclaim(
+        &self,
+        key: &Key,
+        candidate: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<(), LockError> {
+        self.settle_turns(key).await;
+        self.settle_pending(|k| k == key).await;
+        let result = self.grants.proclaim(key, candidate, token, value).await;
+        log_unavailable("proclaim", key, result)
+    }
+
+    pub(crate) async fn leader(&self, key: &Key) -> Result<Option<Leader>, LockError> {
+        self.settle_pending(|k| k == key).await;
+        let result = self.grants.leader(key).await;
+        log_unavailable("leader", key, result)
+    }
+
+    /// Everything about `key`; this backend's `lock` calls on it made so
+    /// far are queued (or ended) first, so their waiters count.
+    pub(crate) async fn describe(&self, key: &Key) -> Result<NameState, LockError> {
+        self.settle_turns(key).await;
+        self.settle_pending(|k| k == key).await;
+        let result = self.grants.describe(key).await;
+        log_unavailable("describe", key, result)
     }
 
     pub(crate) async fn list(

@@ -14,7 +14,7 @@ use lockd_core::{Durability, LockError, NamespaceStats};
 
 use super::keyspace::Keyspace;
 use crate::keys::{decode, Target};
-use crate::record::Held;
+use crate::name::Name;
 use crate::rpc::gets;
 
 /// The namespaces with a live holder or a waiter, sorted by name.
@@ -50,14 +50,13 @@ pub(super) async fn namespaces(ks: &Keyspace) -> Result<Vec<NamespaceStats>, Loc
         let Target::Lock(key) = ks.layout.classify(kv.key()) else {
             continue;
         };
-        let held = Held::from_kv(kv)?;
-        if !held.live(now) {
-            continue;
-        }
-        let row = row(&mut rows, &key.namespace);
-        match held.info().durability {
-            Durability::Persistent => row.persistent += 1,
-            Durability::Ephemeral => row.ephemeral += 1,
+        let name = Name::from_kv(kv)?;
+        for held in name.live(now) {
+            let row = row(&mut rows, &key.namespace);
+            match held.info().durability {
+                Durability::Persistent => row.persistent += 1,
+                Durability::Ephemeral => row.ephemeral += 1,
+            }
         }
     }
     for kv in queued.kvs() {

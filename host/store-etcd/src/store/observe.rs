@@ -25,7 +25,8 @@ use super::txn::read_lease;
 use crate::deadlines::Deadlines;
 use crate::events::{lease_event, lock_events, Why};
 use crate::keys::Target;
-use crate::record::{from_json, Held, LeaseRecord};
+use crate::name::Name;
+use crate::record::{from_json, LeaseRecord};
 use crate::rpc::gets;
 
 /// Real time between two sweeps at least: bounds the sweeper's work under
@@ -71,7 +72,7 @@ impl Observer {
     /// The key and expiry of a lock or lease key's value, for the index.
     fn expiry_of(&self, kv: &KeyValue) -> Option<u64> {
         match self.ks.layout.classify(kv.key()) {
-            Target::Lock(_) => Held::from_kv(kv).ok().map(|h| h.rec.expires_at_ms),
+            Target::Lock(_) => Name::from_kv(kv).ok().and_then(|n| n.due()),
             Target::Lease(_) => from_json::<LeaseRecord>(kv.key(), kv.value())
                 .ok()
                 .map(|l| l.expires_at_ms),
@@ -236,13 +237,15 @@ impl Observer {
         let put = e.event_type() == EventType::Put;
         match self.ks.layout.classify(kv.key()) {
             Target::Lock(key) => {
-                let new = put.then(|| Held::from_kv(kv).ok()).flatten();
-                match &new {
-                    Some(h) => self.deadlines.set(kv.key(), h.rec.expires_at_ms),
+                let new = put.then(|| Name::from_kv(kv).ok()).flatten();
+                match new.as_ref().and_then(Name::due) {
+                    Some(at) => self.deadlines.set(kv.key(), at),
                     None => self.deadlines.remove(kv.key()),
                 }
-                let prev = e.prev_kv().and_then(|p| Held::from_kv(p).ok());
-                for event in lock_events(&key, prev.as_ref(), new.as_ref(), why, now) {
+                let prev = e.prev_kv().and_then(|p| Name::from_kv(p).ok());
+                let before = prev.as_ref().map_or(&[][..], |n| &n.grants[..]);
+                let after = new.as_ref().map_or(&[][..], |n| &n.grants[..]);
+                for event in lock_events(&key, before, after, why, now) {
                     self.events.emit(|| event);
                 }
             }
@@ -304,8 +307,8 @@ impl Observer {
                 // Hands an expired lock to the head of its queue, if any.
                 let snap = self.queue.settled(key, &queue, None).await?;
                 let now = self.ks.clock.now_ms();
-                if let Some(h) = snap.lock.as_ref().filter(|h| !h.live(now)) {
-                    self.ks.remove_expired(key, &queue, h).await?;
+                if let Some(n) = snap.lock.as_ref().filter(|n| n.untidy(now)) {
+                    self.ks.tidy(key, &queue, n, now).await?;
                 }
                 Ok(())
             }

@@ -15,14 +15,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
-use lockd_core::{Durability, Grant, Key, LockError};
+use lockd_core::{Claim, Durability, Grant, Key, LockError};
 use tokio::sync::oneshot;
 
 use super::keyspace::Keyspace;
 use super::txn::{unchanged, waiter_unchanged, LeaseEdits};
 use crate::events::Why;
+use crate::name::Name;
 use crate::record::{to_json, Held, LockRecord, Queued, WaiterRecord};
 use crate::rpc::gets;
+
+/// Whether a waiter asking for `claim` may join the grants of `name` at
+/// `now`.
+pub(super) fn admits(name: Option<&Name>, claim: Claim, now: u64) -> bool {
+    name.is_none_or(|n| n.in_the_way(claim, now).is_none())
+}
+
+/// The live grants of `current` under a lease that `keep` leaves out: they
+/// leave their lease's record in the same transaction.
+pub(super) fn leaving_leases<'a>(
+    current: Option<&'a Name>,
+    keep: &'a [LockRecord],
+    now: u64,
+) -> impl Iterator<Item = &'a Held> + 'a {
+    current
+        .into_iter()
+        .flat_map(move |n| n.live(now))
+        .filter(move |h| {
+            h.rec.lease
+                && !keep
+                    .iter()
+                    .any(|k| k.token == Some(h.token) && k.ended_at_ms.is_none())
+        })
+}
 
 /// Pause after a watch fails (a leader change, a dropped connection) before
 /// reading again: error backoff, not polling.
@@ -52,7 +77,7 @@ pub(super) enum WaitEnd {
 /// One consistent read of a lock and its queue.
 pub(super) struct Snap {
     pub(super) revision: i64,
-    pub(super) lock: Option<Held>,
+    pub(super) lock: Option<Name>,
     /// The first waiter (lowest create revision).
     pub(super) head: Option<Queued>,
     /// For a waiter: whether its own key still exists.
@@ -95,6 +120,10 @@ impl Queue {
         let mut ops = vec![
             TxnOp::get(lock_key.to_vec(), None),
             TxnOp::get(queue.to_vec(), Some(first_waiter)),
+            TxnOp::get(
+                self.ks.layout.all_sessions(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ),
         ];
         if let Some(w) = me {
             ops.push(TxnOp::get(
@@ -116,17 +145,21 @@ impl Queue {
         let revision = resp.header().map_or(0, |h| h.revision());
         let gets = gets(&resp);
         let first = |i: usize| gets.get(i).and_then(|g| g.kvs().first());
-        let lock = first(0).map(Held::from_kv).transpose()?;
+        let alive = self.ks.sessions(gets.get(2));
+        let lock = first(0)
+            .map(Name::from_kv)
+            .transpose()?
+            .map(|n| n.without_dead(&alive));
         let head = first(1).map(Queued::from_kv).transpose()?;
         let (own_present, ahead) = match me {
             Some(w) => {
-                let ahead = first(3)
+                let ahead = first(4)
                     .filter(|kv| {
                         kv.key() != w.key.as_slice() && kv.create_revision() < w.create_revision
                     })
                     .map(Queued::from_kv)
                     .transpose()?;
-                (first(2).is_some(), ahead)
+                (first(3).is_some(), ahead)
             }
             None => (false, None),
         };
@@ -139,10 +172,11 @@ impl Queue {
         })
     }
 
-    /// A snapshot in which the lock is not free while someone waits: if it
-    /// is, the lock is first handed to the head of the queue. Every path
-    /// (a waiter, a `wait = 0` caller, an unlock) goes through here, so
-    /// nobody can take a lock past the queue.
+    /// A snapshot in which the head of the queue, if any, cannot join the
+    /// name's grants: while it can, it is handed its grant first (so
+    /// consecutive shared waiters at the head are granted one after the
+    /// other). Every path (a waiter, a `wait = 0` caller, an unlock) goes
+    /// through here, so nobody can take a lock past the queue.
     pub(super) async fn settled(
         &self,
         lock_key: &[u8],
@@ -152,45 +186,54 @@ impl Queue {
         loop {
             let snap = self.snapshot(lock_key, queue, me).await?;
             let now = self.ks.clock.now_ms();
-            let free = snap.lock.as_ref().is_none_or(|h| !h.live(now));
             match &snap.head {
-                Some(head) if free => {
+                Some(head) if admits(snap.lock.as_ref(), head.rec.claim(), now) => {
                     // Either way, read again: handed off, or raced.
-                    self.hand_off(lock_key, snap.lock.as_ref(), head, now, Why::Expired)
-                        .await?;
+                    let keep = snap.lock.as_ref().map(|n| n.tidied(now).0);
+                    self.hand_off(
+                        lock_key,
+                        snap.lock.as_ref(),
+                        keep.unwrap_or_default(),
+                        head,
+                        now,
+                        Why::Expired,
+                    )
+                    .await?;
                 }
                 _ => return Ok(snap),
             }
         }
     }
 
-    /// Grants the lock to the waiter `head`, taking it out of the queue, in
+    /// Grants the waiter `head` its claim beside `keep` (the grants of
+    /// `current` that stay, tokens in them), taking it out of the queue, in
     /// one transaction that holds only if neither changed since the read.
-    /// Returns whether it held; `current` (expired, or being unlocked) is
-    /// replaced then.
+    /// Returns whether it held.
     ///
-    /// Leases: a live `current` under a lease leaves that lease's record,
-    /// and a waiter under a lease enters its lease's record, in the same
-    /// transaction (guarded by the lease keys' revisions). A waiter whose
-    /// lease has ended is dropped from the queue instead (`false`: read
-    /// again), so no lock is handed to a lease that ended.
+    /// Leases: a live grant of `current` under a lease that `keep` leaves
+    /// out leaves that lease's record, and a waiter under a lease enters its
+    /// lease's record, in the same transaction (guarded by the lease keys'
+    /// revisions). A waiter whose lease has ended is dropped from the queue
+    /// instead (`false`: read again), so no lock is handed to a lease that
+    /// ended.
     ///
-    /// `why` is why `current` leaves (the transaction's marker).
+    /// `why` is why grants of `current` leave (the transaction's marker).
     pub(super) async fn hand_off(
         &self,
         lock_key: &[u8],
-        current: Option<&Held>,
+        current: Option<&Name>,
+        keep: Vec<LockRecord>,
         head: &Queued,
         now: u64,
         why: Why,
     ) -> Result<bool, LockError> {
         let key = self.ks.key_of(lock_key)?;
         let mut edits = LeaseEdits::new(&self.ks.etcd);
-        if let Some(h) = current.filter(|h| h.rec.lease && h.live(now)) {
+        for h in leaving_leases(current, &keep, now) {
             let lease_key = self.ks.layout.lease_key(&key.namespace, &h.rec.owner);
             edits.remove_lock(lease_key, &key.name).await?;
         }
-        let Some((rec, lease)) = self.grant_for_waiter(&key, head, now, &mut edits).await? else {
+        let Some((rec, session)) = self.grant_for_waiter(&key, head, now, &mut edits).await? else {
             self.drop_waiter(head).await?;
             return Ok(false);
         };
@@ -200,38 +243,41 @@ impl Queue {
         edits.apply(&mut when, &mut extra);
         Ok(self
             .ks
-            .put_holder(lock_key, when, &rec, lease, extra)
+            .put_grant(lock_key, when, keep, rec, session, now, extra)
             .await?
             .is_some())
     }
 
-    /// The record and etcd lease of the lock `key` handed to the waiter
-    /// `head` at `now`. A waiter under a lease gets the lease's expiry and
-    /// durability, and the lease lists the lock (in `edits`); `None` if
-    /// that lease has ended (or is full), and the waiter is to be dropped.
+    /// The record of the lock `key` handed to the waiter `head` at `now`,
+    /// and the session an ephemeral grant lives on. A waiter under a lease
+    /// gets the lease's expiry and durability, and the lease lists the lock
+    /// (in `edits`); `None` if that lease has ended (or is full), and the
+    /// waiter is to be dropped.
     pub(super) async fn grant_for_waiter(
         &self,
         key: &Key,
         head: &Queued,
         now: u64,
         edits: &mut LeaseEdits<'_>,
-    ) -> Result<Option<(LockRecord, i64)>, LockError> {
+    ) -> Result<Option<(LockRecord, Option<i64>)>, LockError> {
         let w = &head.rec;
         let Some(lease_id) = &w.lease else {
             // On the waiter's own session if ephemeral: an ephemeral lock
             // belongs to the host whose caller holds it.
-            let lease = self
-                .ks
-                .etcd_lease(w.durability.into(), w.ttl_ms, Some(w.session))
-                .await?;
             let rec = LockRecord::fresh(
                 &w.owner,
                 now,
                 now.saturating_add(w.ttl_ms),
                 w.durability.into(),
                 Some(w.id.clone()),
-            );
-            return Ok(Some((rec, lease)));
+            )
+            .claiming(w.claim(), w.lock_delay_ms)
+            .on_session(Some(w.session));
+            let rec = LockRecord {
+                value: w.value.clone(),
+                ..rec
+            };
+            return Ok(Some((rec, Some(w.session))));
         };
         let lease_key = self.ks.layout.lease_key(&key.namespace, lease_id);
         let added = edits
@@ -240,19 +286,17 @@ impl Queue {
         let Some(l) = added.cloned() else {
             return Ok(None);
         };
-        let etcd_lease = self
-            .ks
-            .etcd_lease(l.durability.into(), l.expires_at_ms - now, l.session)
-            .await?;
         let mut rec = LockRecord::fresh(
             lease_id,
             now,
             l.expires_at_ms,
             l.durability.into(),
             Some(w.id.clone()),
-        );
+        )
+        .claiming(Claim::Exclusive, w.lock_delay_ms)
+        .on_session(l.session);
         rec.lease = true;
-        Ok(Some((rec, etcd_lease)))
+        Ok(Some((rec, l.session)))
     }
 
     /// Takes a waiter nobody can hand the lock to (its lease ended) out of
@@ -264,8 +308,11 @@ impl Queue {
         self.ks.etcd.txn("drop waiter", txn).await.map(drop)
     }
 
-    /// Puts a waiter key (on the session lease) at the back of the queue;
-    /// with `lease`, a waiter under that lease (`owner` is its id).
+    /// Puts a waiter key (on the session lease) asking for `claim` at the
+    /// back of the queue; with `lease`, a waiter under that lease (`owner`
+    /// is its id). Its grant will carry `lock_delay_ms` (and, for a
+    /// candidate, its `value`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn enqueue(
         &self,
         key: &Key,
@@ -273,6 +320,9 @@ impl Queue {
         ttl_ms: u64,
         durability: Durability,
         lease: Option<&str>,
+        claim: Claim,
+        lock_delay_ms: u64,
+        value: Option<&str>,
     ) -> Result<Waiter, LockError> {
         // Unique among all waiters ever: `<session lease hex>-<sequence>`.
         let session = self.ks.etcd_leases.session();
@@ -282,7 +332,9 @@ impl Queue {
         );
         let wkey = self.ks.layout.waiter_key(key, &id);
         let lease = lease.map(str::to_string);
-        let rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease);
+        let mut rec = WaiterRecord::new(id.clone(), owner, ttl_ms, durability, session, lease)
+            .claiming(claim, lock_delay_ms);
+        rec.value = value.map(str::to_string);
         let txn = Txn::new()
             .when(vec![Compare::version(wkey.clone(), CompareOp::Equal, 0)])
             .and_then(vec![
@@ -326,8 +378,7 @@ impl Queue {
         let Some(kv) = gets.first().and_then(|g| g.kvs().first()) else {
             return Ok(None);
         };
-        let h = Held::from_kv(kv)?;
-        Ok((h.rec.waiter.as_deref() == Some(w.id.as_str())).then_some(h))
+        Ok(Name::from_kv(kv)?.of_waiter(&w.id).cloned())
     }
 
     /// Waits in the queue until the lock is handed to `w`, the deadline
@@ -344,10 +395,8 @@ impl Queue {
     ) -> Result<WaitEnd, LockError> {
         loop {
             let snap = self.settled(lock_key, queue, Some(w)).await?;
-            if let Some(h) = &snap.lock {
-                if h.rec.waiter.as_deref() == Some(w.id.as_str()) {
-                    return Ok(WaitEnd::Granted(h.grant()));
-                }
+            if let Some(h) = snap.lock.as_ref().and_then(|n| n.of_waiter(&w.id)) {
+                return Ok(WaitEnd::Granted(h.grant()));
             }
             if !snap.own_present {
                 return Ok(WaitEnd::Lost);
@@ -364,8 +413,10 @@ impl Queue {
                 Some(ahead) => keys.push(ahead.key.clone()),
                 None => {
                     keys.push(lock_key.to_vec());
-                    if let Some(h) = &snap.lock {
-                        wake_at = wake_at.min(h.rec.expires_at_ms);
+                    // Until a grant's expiry or the end of a delay.
+                    let now = self.ks.clock.now_ms();
+                    if let Some(at) = snap.lock.as_ref().and_then(|n| n.next_change(now)) {
+                        wake_at = wake_at.min(at);
                     }
                 }
             }

@@ -13,15 +13,22 @@ use std::collections::BTreeMap;
 use etcd_client::{Compare, CompareOp, PutOptions, TxnOp};
 use lockd_core::LockError;
 
-use crate::record::{to_json, Held, LeaseRecord, Leased, Queued};
+use crate::name::Name;
+use crate::record::{to_json, LeaseRecord, Leased, Queued};
 use crate::rpc::Etcd;
 
 /// The compare that holds while the lock key is as read: absent, or at the
 /// revision read.
-pub(super) fn unchanged(lock_key: &[u8], current: Option<&Held>) -> Compare {
-    match current {
+pub(super) fn unchanged(lock_key: &[u8], current: Option<&Name>) -> Compare {
+    unchanged_at(lock_key, current.map(|n| n.mod_revision))
+}
+
+/// The compare that holds while the lock key is absent (`None`) or at the
+/// revision `mod_revision`.
+pub(super) fn unchanged_at(lock_key: &[u8], mod_revision: Option<i64>) -> Compare {
+    match mod_revision {
         None => Compare::version(lock_key.to_vec(), CompareOp::Equal, 0),
-        Some(h) => Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, h.mod_revision),
+        Some(r) => Compare::mod_revision(lock_key.to_vec(), CompareOp::Equal, r),
     }
 }
 
