@@ -49,9 +49,9 @@ impl LockCtx {
         }
     }
 
-    /// Caps the guards and leases this instance may hold at once (default
-    /// [`DEFAULT_MAX_GUARDS`]); past it, `acquire` and `grant` answer
-    /// `denied`.
+    /// Caps the guards, holds, leaderships, leader watches and leases this
+    /// instance may hold at once (default [`DEFAULT_MAX_GUARDS`]); past it,
+    /// `acquire`, `campaign`, `open` and `grant` answer `denied`.
     pub fn with_max_guards(mut self, max: usize) -> Self {
         self.max_guards = max;
         self
