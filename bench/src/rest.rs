@@ -331,6 +331,8 @@ impl PairRequests {
             wait_ms: None,
             durability: Some(self.durability),
             lease_id: None,
+            mode: None,
+            permits: None,
         }
     }
 

@@ -201,6 +201,8 @@ fn lock(name: &str, owner: &str, ttl_ms: u32, options: LockOptions) -> Result<Gr
         wait_ms: Some(options.wait_ms.into()),
         durability: Some(call::wire_durability(options.durability)),
         lease_id: None,
+        mode: None,
+        permits: None,
     };
     let reply: GrantReply = call::post(
         config,
@@ -433,6 +435,8 @@ impl GuestLease for Lease {
             wait_ms: Some(wait_ms.into()),
             durability: None,
             lease_id: Some(self.id.clone()),
+            mode: None,
+            permits: None,
         };
         let reply: GrantReply =
             call::post(config, Route::Lock, &request, Status::Acquired, wait_ms)?;

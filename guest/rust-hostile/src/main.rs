@@ -34,6 +34,11 @@
 //!   so one instance can have only one waiter queued at a time: this is
 //!   "thousands of waits from one instance", one after the other.
 //!
+//! - `claims`: shared locks, semaphores and elections with bad input: 0 and
+//!   `u32::MAX` permits, a 10 MiB name or value, a campaign or a permit on a
+//!   lock's name, an owner asking for the other mode. Each must be
+//!   `invalid-argument`; the lock it took is released at the end.
+//!
 //! Output: `result <attack> <step> <Debug of the host's answer>` for each
 //! call that matters (bulk calls print a summary and any unexpected answer),
 //! `UNEXPECTED <attack> <step>` after an answer a safe host would not give,
@@ -83,6 +88,7 @@ fn main() {
         "guess-owner" => guess_owner(arg(rest, 0)),
         "trap-guards" => trap_guards(number(rest, 0), rest.get(1).map(String::as_str)),
         "waiters" => waiters(number(rest, 0), arg(rest, 1)),
+        "claims" => claims(),
         other => usage(&format!("unknown attack {other:?}")),
     }
 }
@@ -240,6 +246,94 @@ fn huge_name() -> ! {
     a.check("extend", &r, invalid_mentioning(&r, &words));
     let r = Guard::acquire(&name, 10_000, o);
     a.check("guard", &r, invalid_mentioning(&r, &words));
+    a.finish()
+}
+
+fn claims() -> ! {
+    use raw::lockd::lock::elections::{self, CampaignOptions, LeaderWatch, Leadership};
+    use raw::lockd::lock::guards::GuardOptions;
+    use raw::lockd::lock::holds::Hold;
+    use raw::lockd::lock::{rwlocks, semaphores};
+
+    let mut a = Attack::new("claims");
+    let o = opts(0, Durability::Ephemeral);
+    let huge = "n".repeat(HUGE);
+    let campaign = CampaignOptions {
+        wait_ms: 0,
+        durability: Durability::Ephemeral,
+        keep_alive: false,
+    };
+    let guard = GuardOptions {
+        wait_ms: 0,
+        durability: Durability::Ephemeral,
+        keep_alive: false,
+    };
+
+    let r = semaphores::acquire("c/sem", ME, 0, 10_000, o);
+    a.check("permits-0", &r, invalid_mentioning(&r, &["permits"]));
+    let r = semaphores::acquire("c/sem", ME, u32::MAX, 10_000, o);
+    a.check("permits-max", &r, invalid_mentioning(&r, &["permits"]));
+    let r = Hold::acquire_permit("c/sem", 0, 10_000, guard);
+    a.check("hold-permits-0", &r, invalid_mentioning(&r, &["permits"]));
+    let r = rwlocks::lock_shared(&huge, ME, 10_000, o);
+    a.check(
+        "shared-huge-name",
+        &r,
+        invalid_mentioning(&r, &["name", "limit"]),
+    );
+    let r = rwlocks::describe(&huge);
+    a.check(
+        "describe-huge-name",
+        &r,
+        invalid_mentioning(&r, &["name", "limit"]),
+    );
+    let r = elections::leader(&huge);
+    a.check(
+        "leader-huge-name",
+        &r,
+        invalid_mentioning(&r, &["name", "limit"]),
+    );
+    let r = LeaderWatch::open(&huge);
+    a.check(
+        "watch-huge-name",
+        &r,
+        invalid_mentioning(&r, &["name", "limit"]),
+    );
+    let r = Leadership::campaign("c/election", &huge, 10_000, campaign);
+    a.check(
+        "campaign-huge-value",
+        &r,
+        invalid_mentioning(&r, &["value", "limit"]),
+    );
+
+    let held = locks::lock("c/lock", ME, 10_000, o);
+    a.check("lock", &held, held.is_ok());
+    let r = Leadership::campaign("c/lock", "v", 10_000, campaign);
+    a.check(
+        "campaign-on-lock",
+        &r,
+        matches!(r, Err(Error::InvalidArgument(_))),
+    );
+    let r = semaphores::acquire("c/lock", "other", 2, 10_000, o);
+    a.check(
+        "permit-on-lock",
+        &r,
+        matches!(r, Err(Error::InvalidArgument(_))),
+    );
+    let r = rwlocks::lock_shared("c/lock", ME, 10_000, o);
+    a.check(
+        "both-modes",
+        &r,
+        matches!(r, Err(Error::InvalidArgument(_))),
+    );
+    let r = elections::leader("c/lock");
+    a.check(
+        "leader-of-lock",
+        &r,
+        matches!(r, Err(Error::InvalidArgument(_))),
+    );
+    let r = locks::unlock("c/lock", ME, None);
+    a.check("unlock", &r, r.is_ok());
     a.finish()
 }
 

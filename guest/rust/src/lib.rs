@@ -14,6 +14,19 @@
 //! carries a fencing token: pass it to the resource you protect so that it
 //! can reject writes from a holder whose lease has already expired.
 //!
+//! Beyond the exclusive lock:
+//!
+//! - read-write locks: [`lock_shared`] (release with [`unlock`]), or a
+//!   [`Hold`] taken [`Hold::shared`] or [`Hold::exclusive`];
+//! - semaphores whose permits expire with their holders: [`acquire_permit`],
+//!   or [`Hold::permit`];
+//! - leader election: [`Leadership::campaign`] (resigns when dropped),
+//!   [`leader`], and a [`LeaderWatch`] whose pollable tells of a new leader;
+//! - [`describe`]: every holder of a name with its [`Mode`].
+//!
+//! [`Hold`] and [`Leadership`] give back what they hold when dropped, as a
+//! [`Guard`] does.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use lockd_guest::{Error, Guard, LockOptions};
@@ -62,6 +75,14 @@
 use std::fmt;
 use std::time::Duration;
 
+mod claims;
+mod elections;
+
+pub use claims::{
+    acquire_permit, describe, lock_shared, Hold, HoldMode, HoldOptions, Holder, Mode, NameState,
+};
+pub use elections::{leader, LeaderInfo, LeaderWatch, Leadership};
+
 /// The `wit-bindgen` bindings for the `lockd:lock/imports` world. Kept private:
 /// the public API re-exports the plain data types and wraps the rest.
 mod raw {
@@ -80,15 +101,16 @@ use raw::lockd::lock::leases as wit_leases;
 use raw::lockd::lock::locks as wit_locks;
 use raw::lockd::lock::types as wit_types;
 
-pub use wit_types::{Durability, Grant, LockInfo};
-/// The `wasi:io/poll` pollable [`Guard::lost`] and [`Lease::lost`] answer;
+/// The `wasi:io/poll` pollable [`Guard::lost`], [`Lease::lost`],
+/// [`Hold::lost`], [`Leadership::lost`] and [`LeaderWatch::changed`] answer;
 /// wait on it with [`Pollable::block`] or, with other pollables,
 /// [`wasip2::io::poll::poll`].
 pub use wasip2::io::poll::Pollable;
+pub use wit_types::{Durability, Grant, LockInfo};
 
 /// Converts a duration to the WIT millisecond count: truncated to whole
 /// milliseconds and saturated at `u32::MAX` (see the crate docs).
-fn to_millis(duration: Duration) -> u32 {
+pub(crate) fn to_millis(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
@@ -202,7 +224,7 @@ impl LockOptions {
         LockOptions { durability, ..self }
     }
 
-    fn to_wit(self) -> wit_locks::LockOptions {
+    pub(crate) fn to_wit(self) -> wit_locks::LockOptions {
         wit_locks::LockOptions {
             wait_ms: to_millis(self.wait),
             durability: self.durability,

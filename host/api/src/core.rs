@@ -2,14 +2,16 @@
 //! types, and the tests that hold the words of both crates equal.
 
 use lockd_core::{
-    Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
+    Claim, Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
+    NameState,
 };
 
 use crate::reply::{
-    BusyReply, Event, FoundReply, GrantReply, LeaseFoundReply, LeaseGrantedReply, ListReply,
-    ListedLock, ReleasedReply,
+    BusyReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding, LeaseFoundReply,
+    LeaseGrantedReply, ListReply, ListedLock, ReleasedReply,
 };
-use crate::words::{DurabilityWord, EventWord, Status};
+use crate::request::LockClaim;
+use crate::words::{DurabilityWord, EventWord, HeldMode, Status};
 
 impl Status {
     /// The lock error this status reports, if it reports one.
@@ -77,6 +79,72 @@ impl From<EventKind> for EventWord {
     }
 }
 
+impl From<Claim> for HeldMode {
+    fn from(claim: Claim) -> Self {
+        match claim {
+            Claim::Exclusive => HeldMode::Exclusive,
+            Claim::Shared => HeldMode::Shared,
+            Claim::Permit { .. } => HeldMode::Permit,
+            Claim::Leader => HeldMode::Leader,
+        }
+    }
+}
+
+impl From<LockClaim> for Claim {
+    fn from(claim: LockClaim) -> Self {
+        match claim {
+            LockClaim::Exclusive => Claim::Exclusive,
+            LockClaim::Shared => Claim::Shared,
+            LockClaim::Permit { permits } => Claim::Permit { permits },
+        }
+    }
+}
+
+impl From<&lockd_core::Holding> for Holding {
+    fn from(h: &lockd_core::Holding) -> Self {
+        Holding {
+            acquired_at_ms: h.acquired_at_ms,
+            durability: h.info.durability.into(),
+            expires_at_ms: h.info.expires_at_ms,
+            fencing_token: h.info.fencing_token,
+            mode: h.claim.into(),
+            owner: h.info.owner.clone(),
+        }
+    }
+}
+
+/// `get` from a name's full state: its most recent grant (the highest
+/// token) and every holder, or, for a name nobody holds, the lock-delay in
+/// force and who waits through it.
+impl From<NameState> for GetReply {
+    fn from(state: NameState) -> Self {
+        let holders = state.holders.iter().map(Holding::from).collect();
+        let latest = state
+            .holders
+            .into_iter()
+            .max_by_key(|h| h.info.fencing_token);
+        match latest {
+            Some(latest) => GetReply::Found(FoundReply {
+                durability: latest.info.durability.into(),
+                expires_at_ms: latest.info.expires_at_ms,
+                fencing_token: latest.info.fencing_token,
+                holders,
+                lock_delay_until_ms: state.delay_until_ms,
+                mode: latest.claim.into(),
+                owner: latest.info.owner,
+                permits: latest.claim.permits(),
+                status: Status::Found,
+                waiters: state.waiters,
+            }),
+            None => GetReply::Free(FreeReply {
+                lock_delay_until_ms: state.delay_until_ms,
+                status: Status::NotFound,
+                waiters: state.delay_until_ms.map(|_| state.waiters),
+            }),
+        }
+    }
+}
+
 impl From<&LockEvent> for Event {
     fn from(e: &LockEvent) -> Self {
         Event {
@@ -86,6 +154,7 @@ impl From<&LockEvent> for Event {
             owner: e.owner.to_string(),
             fencing_token: e.fencing_token,
             at_ms: e.at_ms,
+            mode: e.claim.into(),
         }
     }
 }
@@ -110,18 +179,6 @@ impl GrantReply {
     }
 }
 
-impl From<LockInfo> for FoundReply {
-    fn from(info: LockInfo) -> Self {
-        FoundReply {
-            durability: info.durability.into(),
-            expires_at_ms: info.expires_at_ms,
-            fencing_token: info.fencing_token,
-            owner: info.owner,
-            status: Status::Found,
-        }
-    }
-}
-
 impl ListReply {
     /// The answer listing `locks`.
     pub fn new(locks: Vec<lockd_core::ListedLock>) -> Self {
@@ -132,15 +189,25 @@ impl ListReply {
     }
 }
 
+/// The entry's own fields are the most recent grant's; a shared name or a
+/// semaphore also lists every holder.
 impl From<lockd_core::ListedLock> for ListedLock {
     fn from(lock: lockd_core::ListedLock) -> Self {
+        let holders = if lock.claim == Claim::Exclusive {
+            Vec::new()
+        } else {
+            lock.holders.iter().map(Holding::from).collect()
+        };
         ListedLock {
             acquired_at_ms: lock.acquired_at_ms,
             durability: lock.info.durability.into(),
             expires_at_ms: lock.info.expires_at_ms,
             fencing_token: lock.info.fencing_token,
+            holders,
+            mode: lock.claim.into(),
             name: lock.name,
             owner: lock.info.owner,
+            permits: lock.claim.permits(),
             waiters: lock.waiters,
         }
     }
@@ -260,9 +327,73 @@ mod tests {
             expires_at_ms: 42,
             durability: Durability::Ephemeral,
         };
+        let holding = |info: &LockInfo, claim, acquired_at_ms| lockd_core::Holding {
+            info: info.clone(),
+            claim,
+            acquired_at_ms,
+        };
+        let found = GetReply::from(NameState {
+            holders: vec![holding(&info, Claim::Exclusive, Some(40))],
+            waiters: 2,
+            delay_until_ms: None,
+        });
+        let GetReply::Found(found) = found else {
+            panic!("{found:?}")
+        };
         assert_eq!(
-            serde_json::to_string(&FoundReply::from(info.clone())).unwrap(),
-            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"owner":"w1","status":"found"}"#
+            serde_json::to_string(&found).unwrap(),
+            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"holders":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"exclusive","owner":"w1"}],"mode":"exclusive","owner":"w1","status":"found","waiters":2}"#
+        );
+        // A semaphore: the most recent permit on top, every one listed.
+        let newer = LockInfo {
+            owner: "w2".to_string(),
+            fencing_token: 9,
+            ..info.clone()
+        };
+        let permit = Claim::Permit { permits: 3 };
+        let GetReply::Found(found) = GetReply::from(NameState {
+            holders: vec![holding(&info, permit, None), holding(&newer, permit, None)],
+            waiters: 0,
+            delay_until_ms: Some(50),
+        }) else {
+            panic!("not found")
+        };
+        assert_eq!(
+            (found.owner.as_str(), found.fencing_token, found.mode),
+            ("w2", 9, HeldMode::Permit)
+        );
+        assert_eq!(
+            (
+                found.permits,
+                found.holders.len(),
+                found.lock_delay_until_ms
+            ),
+            (Some(3), 2, Some(50))
+        );
+        let text = serde_json::to_string(&found).unwrap();
+        assert_eq!(
+            decode::<FoundReply>(Route::Get, text.as_bytes()).unwrap(),
+            found
+        );
+        // Nobody holds it: 404, with a delay in force when there is one.
+        assert_eq!(
+            GetReply::from(NameState::default()),
+            GetReply::Free(FreeReply {
+                lock_delay_until_ms: None,
+                status: Status::NotFound,
+                waiters: None,
+            })
+        );
+        let GetReply::Free(free) = GetReply::from(NameState {
+            holders: vec![],
+            waiters: 1,
+            delay_until_ms: Some(60),
+        }) else {
+            panic!("found")
+        };
+        assert_eq!(
+            serde_json::to_string(&free).unwrap(),
+            r#"{"lock_delay_until_ms":60,"status":"not_found","waiters":1}"#
         );
         assert_eq!(
             serde_json::to_string(&BusyReply::new(&info, "m".to_string())).unwrap(),
@@ -272,18 +403,36 @@ mod tests {
             serde_json::to_string(&ReleasedReply::from(info.clone())).unwrap(),
             r#"{"fencing_token":7,"owner":"w1","status":"released"}"#
         );
-        let list = ListReply::new(vec![lockd_core::ListedLock {
-            claim: Claim::Exclusive,
-            holders: Vec::new(),
-            name: "a".to_string(),
-            info,
-            acquired_at_ms: Some(40),
-            waiters: 2,
-        }]);
+        let shared = LockInfo {
+            owner: "r2".to_string(),
+            fencing_token: 8,
+            ..info.clone()
+        };
+        let list = ListReply::new(vec![
+            lockd_core::ListedLock {
+                name: "a".to_string(),
+                info: info.clone(),
+                acquired_at_ms: Some(40),
+                waiters: 2,
+                claim: Claim::Exclusive,
+                holders: vec![holding(&info, Claim::Exclusive, Some(40))],
+            },
+            lockd_core::ListedLock {
+                name: "b".to_string(),
+                info: shared.clone(),
+                acquired_at_ms: None,
+                waiters: 0,
+                claim: Claim::Shared,
+                holders: vec![
+                    holding(&info, Claim::Shared, None),
+                    holding(&shared, Claim::Shared, None),
+                ],
+            },
+        ]);
         let text = serde_json::to_string(&list).unwrap();
         assert_eq!(
             text,
-            r#"{"locks":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"name":"a","owner":"w1","waiters":2}],"status":"found"}"#
+            r#"{"locks":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"exclusive","name":"a","owner":"w1","waiters":2},{"durability":"ephemeral","expires_at_ms":42,"fencing_token":8,"holders":[{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"shared","owner":"w1"},{"durability":"ephemeral","expires_at_ms":42,"fencing_token":8,"mode":"shared","owner":"r2"}],"mode":"shared","name":"b","owner":"r2","waiters":0}],"status":"found"}"#
         );
         // And each parses back into itself.
         assert_eq!(

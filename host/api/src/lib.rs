@@ -27,6 +27,8 @@
 //!     wait_ms: None,
 //!     durability: None,
 //!     lease_id: None,
+//!     mode: None,
+//!     permits: None,
 //! };
 //! let body = serde_json::to_vec(&request).unwrap();
 //! assert_eq!(body, br#"{"name":"deploy","owner":"worker-1","ttl_ms":30000}"#);
@@ -55,16 +57,16 @@ mod words;
 pub use decode::{decode, DecodeError, Problem, Refusal, Reply};
 pub use query::{EventQuery, ListQuery};
 pub use reply::{
-    BusyReply, ErrorReply, Event, FoundReply, GrantReply, LaggedEvent, LeaseFoundReply,
-    LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply, ListReply, ListedLock,
-    NamespaceSummary, NamespacesReply, ReleasedReply, StatusReply,
+    BusyReply, ErrorReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding,
+    LaggedEvent, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply,
+    ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReleasedReply, StatusReply,
 };
 pub use request::{
-    ExtendRequest, ForceUnlockRequest, GetRequest, LeaseGrantRequest, LeaseRequest, LockHolder,
-    LockRequest, UnlockRequest,
+    ExtendRequest, ForceUnlockRequest, GetRequest, LeaseGrantRequest, LeaseRequest, LockClaim,
+    LockHolder, LockRequest, UnlockRequest,
 };
 pub use route::{Method, Route};
-pub use words::{DurabilityWord, EventWord, Status};
+pub use words::{DurabilityWord, EventWord, HeldMode, LockMode, Status};
 
 /// The namespace of requests that name none.
 pub const DEFAULT_NAMESPACE: &str = "default";

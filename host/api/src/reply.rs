@@ -2,13 +2,14 @@
 //!
 //! Replies accept unknown fields (a newer server may add some), but a
 //! missing or mistyped field is an error: nothing is defaulted, except
-//! `waiters` of a listed lock, which older servers did not send. Fields are
+//! what older servers did not send (`waiters`, the `mode` of a grant,
+//! `holders`), which is what such a server would have meant. Fields are
 //! declared in alphabetical order, the order in which the server has always
 //! written them, so replies stay byte for byte what they were.
 
 use serde::{Deserialize, Serialize};
 
-use crate::words::{DurabilityWord, EventWord, Status};
+use crate::words::{DurabilityWord, EventWord, HeldMode, Status};
 
 /// `acquired` (lock) or `extended` (extend): the grant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,19 +30,81 @@ pub struct StatusReply {
     pub status: Status,
 }
 
-/// `found`: the holder of a lock (`get`).
+/// `found`: who holds a name (`get`). The top-level fields are the most
+/// recent grant's (the highest token), whatever its mode; `holders` has
+/// every grant (docs/contract.md#c21-shared).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FoundReply {
     /// Whether it survives a restart.
     pub durability: DurabilityWord,
     /// End of the lease, Unix epoch milliseconds.
     pub expires_at_ms: u64,
-    /// The current grant's fencing token.
+    /// The most recent grant's fencing token.
     pub fencing_token: u64,
-    /// The current holder.
+    /// Every holder, by token (empty from a server older than this field).
+    #[serde(default)]
+    pub holders: Vec<Holding>,
+    /// The end of a lock-delay in force (docs/contract.md#c23-lock-delay),
+    /// Unix epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_until_ms: Option<u64>,
+    /// What the most recent grant holds.
+    #[serde(default)]
+    pub mode: HeldMode,
+    /// The most recent grant's holder.
     pub owner: String,
+    /// The semaphore's number of permits, when the name is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// `found`.
     pub status: Status,
+    /// Callers waiting in its queue.
+    #[serde(default)]
+    pub waiters: u64,
+}
+
+/// `not_found`: nobody holds the name (`get`); during a lock-delay, when
+/// it ends and who waits for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeReply {
+    /// The end of a lock-delay in force, Unix epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_until_ms: Option<u64>,
+    /// `not_found`.
+    pub status: Status,
+    /// Callers waiting for the delay to end (given with
+    /// `lock_delay_until_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiters: Option<u64>,
+}
+
+/// `get`'s answer, as the server builds it: 200 with the holders, or 404
+/// for a name nobody holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetReply {
+    /// Held.
+    Found(FoundReply),
+    /// Nobody holds it.
+    Free(FreeReply),
+}
+
+/// One holder of a name, in a [`FoundReply`] or a [`ListedLock`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holding {
+    /// When it was granted, Unix epoch milliseconds; absent if the store
+    /// does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_at_ms: Option<u64>,
+    /// Whether it survives a restart.
+    pub durability: DurabilityWord,
+    /// End of its lease, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// Its fencing token.
+    pub fencing_token: u64,
+    /// What it holds.
+    pub mode: HeldMode,
+    /// Its holder.
+    pub owner: String,
 }
 
 /// `found`: the live locks of a namespace (`list`), sorted by name.
@@ -66,10 +129,21 @@ pub struct ListedLock {
     pub expires_at_ms: u64,
     /// The current grant's fencing token.
     pub fencing_token: u64,
+    /// Every holder of a shared name or a semaphore, by token; empty for
+    /// an exclusive lock (its holder is the entry itself).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holding>,
+    /// What the current grant holds (exclusive from a server older than
+    /// this field).
+    #[serde(default)]
+    pub mode: HeldMode,
     /// The lock name.
     pub name: String,
     /// The current holder.
     pub owner: String,
+    /// The semaphore's number of permits, when the name is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// Callers waiting in its queue (0 from a server older than this field).
     #[serde(default)]
     pub waiters: u64,
@@ -251,6 +325,10 @@ pub struct Event {
     pub fencing_token: u64,
     /// When, Unix epoch milliseconds.
     pub at_ms: u64,
+    /// What the grant holds (`exclusive` for lease events, and from a
+    /// server older than this field).
+    #[serde(default)]
+    pub mode: HeldMode,
 }
 
 /// The final event of a stream that fell behind: `event: lagged`.
@@ -309,13 +387,29 @@ mod tests {
             owner: "o".to_string(),
             fencing_token: u64::MAX,
             at_ms: 5,
+            mode: HeldMode::Shared,
         };
         assert_eq!(
             serde_json::to_string(&event).unwrap(),
             format!(
-                r#"{{"type":"handed_off","namespace":"ns","name":"a","owner":"o","fencing_token":{},"at_ms":5}}"#,
+                r#"{{"type":"handed_off","namespace":"ns","name":"a","owner":"o","fencing_token":{},"at_ms":5,"mode":"shared"}}"#,
                 u64::MAX
             )
+        );
+        // From a server older than modes: exclusive.
+        let old: Event = serde_json::from_str(
+            r#"{"type":"acquired","namespace":"ns","name":"a","owner":"o","fencing_token":1,"at_ms":5}"#,
+        )
+        .unwrap();
+        assert_eq!(old.mode, HeldMode::Exclusive);
+        assert_eq!(
+            serde_json::to_string(&FreeReply {
+                lock_delay_until_ms: None,
+                status: Status::NotFound,
+                waiters: None,
+            })
+            .unwrap(),
+            r#"{"status":"not_found"}"#
         );
     }
 

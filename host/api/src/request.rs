@@ -6,10 +6,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::route::Route;
-use crate::words::DurabilityWord;
+use crate::words::{DurabilityWord, LockMode};
 
 /// `POST /v1/locks/lock`
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockRequest {
     /// The namespace; `default` if `None`.
@@ -35,6 +35,14 @@ pub struct LockRequest {
     /// place of `owner` and `ttl_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
+    /// `exclusive` (if `None`) or `shared` (docs/contract.md#c21-shared);
+    /// not with `permits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+    /// Take one permit of the semaphore `name`, which has this many
+    /// (docs/contract.md#c22-semaphores); not with `mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
 }
 
 impl LockRequest {
@@ -71,6 +79,50 @@ impl LockRequest {
             (None, None) => Err("missing field `owner` (or `lease_id`)".to_string()),
         }
     }
+
+    /// What the lock takes of its name: `mode` or `permits`, not both, and
+    /// exclusive under a lease (shared grants and permits are not taken
+    /// under one). The error names the fields, as serde's do. The server
+    /// checks the permit count's bounds.
+    pub fn claim(&self) -> Result<LockClaim, String> {
+        let claim =
+            match (self.mode, self.permits) {
+                (Some(_), Some(_)) => return Err(
+                    "`mode` and `permits` were both given; give `mode` for a lock, `permits` for \
+                     a semaphore's permit"
+                        .to_string(),
+                ),
+                (None | Some(LockMode::Exclusive), None) => LockClaim::Exclusive,
+                (Some(LockMode::Shared), None) => LockClaim::Shared,
+                (None, Some(permits)) => LockClaim::Permit { permits },
+            };
+        if claim != LockClaim::Exclusive && self.lease_id.is_some() {
+            return Err(format!(
+                "`{}` is not allowed with `lease_id`: shared locks and permits are not taken \
+                 under a lease",
+                if self.permits.is_some() {
+                    "permits"
+                } else {
+                    "mode"
+                }
+            ));
+        }
+        Ok(claim)
+    }
+}
+
+/// What a [`LockRequest`] takes of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockClaim {
+    /// The name alone.
+    Exclusive,
+    /// The name beside other shared holders.
+    Shared,
+    /// One permit of a semaphore of `permits`.
+    Permit {
+        /// How many permits the semaphore has.
+        permits: u32,
+    },
 }
 
 /// Who takes a lock of a [`LockRequest`].
@@ -254,6 +306,8 @@ mod tests {
             wait_ms: None,
             durability: Some(DurabilityWord::Persistent),
             lease_id: None,
+            mode: None,
+            permits: None,
         };
         let text = serde_json::to_string(&lock).unwrap();
         assert_eq!(
@@ -320,10 +374,79 @@ mod tests {
             wait_ms: Some(1),
             durability: None,
             lease_id: Some("l".to_string()),
+            mode: None,
+            permits: None,
         };
         assert_eq!(
             serde_json::to_string(&lease).unwrap(),
             r#"{"name":"a","wait_ms":1,"lease_id":"l"}"#
+        );
+    }
+
+    #[test]
+    fn a_lock_takes_a_mode_or_permits() {
+        let parse = |body: &str| serde_json::from_str::<LockRequest>(body).unwrap();
+        for (body, claim) in [
+            (
+                r#"{"name":"a","owner":"o","ttl_ms":5}"#,
+                LockClaim::Exclusive,
+            ),
+            (
+                r#"{"name":"a","owner":"o","ttl_ms":5,"mode":"exclusive"}"#,
+                LockClaim::Exclusive,
+            ),
+            (
+                r#"{"name":"a","owner":"o","ttl_ms":5,"mode":"shared"}"#,
+                LockClaim::Shared,
+            ),
+            (
+                r#"{"name":"a","owner":"o","ttl_ms":5,"permits":3}"#,
+                LockClaim::Permit { permits: 3 },
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","mode":"exclusive"}"#,
+                LockClaim::Exclusive,
+            ),
+        ] {
+            assert_eq!(parse(body).claim(), Ok(claim), "{body}");
+        }
+        for (body, needle) in [
+            (
+                r#"{"name":"a","owner":"o","ttl_ms":5,"mode":"shared","permits":2}"#,
+                "`mode` and `permits` were both given",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","mode":"shared"}"#,
+                "`mode` is not allowed with `lease_id`",
+            ),
+            (
+                r#"{"name":"a","lease_id":"l","permits":2}"#,
+                "`permits` is not allowed with `lease_id`",
+            ),
+        ] {
+            let err = parse(body).claim().unwrap_err();
+            assert!(err.contains(needle), "{body}: {err}");
+        }
+        let err = serde_json::from_str::<LockRequest>(
+            r#"{"name":"a","owner":"o","ttl_ms":5,"mode":"read"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("expected `exclusive` or `shared`"), "{err}");
+        assert!(serde_json::from_str::<LockRequest>(
+            r#"{"name":"a","owner":"o","ttl_ms":5,"permits":-1}"#
+        )
+        .is_err());
+        let shared = LockRequest {
+            name: "a".to_string(),
+            owner: Some("o".to_string()),
+            ttl_ms: Some(5),
+            mode: Some(LockMode::Shared),
+            ..LockRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&shared).unwrap(),
+            r#"{"name":"a","owner":"o","ttl_ms":5,"mode":"shared"}"#
         );
     }
 

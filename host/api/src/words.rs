@@ -1,7 +1,8 @@
-//! The words of the wire: a reply's `status`, a lock's `durability` and an
-//! event's `type`. Each enum spells its words once, in `words!`; `as_str`,
-//! `from_word`, `Display` and serde all read them from there, and an unknown
-//! word is refused as serde refuses an unknown variant.
+//! The words of the wire: a reply's `status`, a lock's `durability`, a
+//! request's and a holder's `mode` and an event's `type`. Each enum spells
+//! its words once, in `words!`; `as_str`, `from_word`, `Display` and serde
+//! all read them from there, and an unknown word is refused as serde
+//! refuses an unknown variant.
 
 use std::fmt;
 
@@ -156,6 +157,37 @@ words! {
 }
 
 words! {
+    /// The `mode` a lock request asks for (docs/contract.md#c21-shared); a
+    /// semaphore's permit is asked for with `permits` instead.
+    LockMode, expecting "a lock mode (exclusive or shared)" {
+        /// `exclusive`: the name alone (the default).
+        Exclusive => "exclusive",
+        /// `shared`: beside other shared holders (a read lock).
+        Shared => "shared",
+    }
+}
+
+words! {
+    /// The `mode` of a grant in a reply or an event: what its holder holds.
+    /// The default, for a server older than modes: all its grants were
+    /// exclusive.
+    #[derive(Default)]
+    HeldMode, expecting "a held mode (exclusive, shared, permit or leader)" {
+        /// `exclusive`: the name alone.
+        #[default]
+        Exclusive => "exclusive",
+        /// `shared`: beside other shared holders.
+        Shared => "shared",
+        /// `permit`: one permit of a semaphore
+        /// (docs/contract.md#c22-semaphores).
+        Permit => "permit",
+        /// `leader`: the leadership of an election
+        /// (docs/contract.md#c24-elections).
+        Leader => "leader",
+    }
+}
+
+words! {
     /// The `type` of an event of `GET /v1/events` (docs/http.md#events).
     EventWord, expecting "an event type word" {
         /// A free lock was granted.
@@ -246,5 +278,16 @@ mod tests {
             assert_eq!(serde_json::from_str::<EventWord>(&json).unwrap(), e);
         }
         assert!(serde_json::from_str::<EventWord>("\"stolen\"").is_err());
+        let mode = serde_json::from_str::<LockMode>("\"read\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            mode.contains("unknown variant `read`, expected `exclusive` or `shared`"),
+            "{mode}"
+        );
+        for m in HeldMode::ALL {
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(serde_json::from_str::<HeldMode>(&json).unwrap(), m);
+        }
     }
 }

@@ -32,9 +32,13 @@
 //!
 //! [namespaces]
 //! default_quota = 10000                  # most locks any namespace may hold
+//! default_lock_delay_ms = 0              # hold an expired or force-released grant's place back
 //!
 //! [namespaces.quotas]                    # per namespace
 //! jobs = 1000
+//!
+//! [namespaces.lock_delay_ms]             # per namespace (docs/contract.md#c23-lock-delay)
+//! payments = 15000
 //!
 //! [dapr]                                 # Dapr's lock API (docs/http.md#compatibility-routes)
 //! durability = "persistent"              # or "ephemeral": locks taken through it
@@ -70,7 +74,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use lockd_core::{Limits, LockService, Quotas};
+use lockd_core::{Limits, LockDelays, LockService, Quotas};
 use lockd_etcd::{ClientCert, EtcdUser};
 use serde::Deserialize;
 
@@ -95,7 +99,7 @@ pub struct LockdConfig {
     /// Limits on callers and on component instances.
     #[serde(default)]
     pub limits: LimitsConfig,
-    /// Quotas per namespace.
+    /// Quotas and lock-delays per namespace.
     #[serde(default)]
     pub namespaces: NamespacesConfig,
     /// Settings per spin.toml component id.
@@ -339,6 +343,12 @@ pub struct NamespacesConfig {
     /// Quotas by namespace.
     #[serde(default)]
     pub quotas: HashMap<String, u64>,
+    /// Lock-delay of every namespace not listed in `lock_delay_ms`; none
+    /// (0) if unset.
+    pub default_lock_delay_ms: Option<u64>,
+    /// Lock-delays by namespace.
+    #[serde(default)]
+    pub lock_delay_ms: HashMap<String, u64>,
 }
 
 /// `[components.<id>]`
@@ -392,12 +402,15 @@ impl LockdConfig {
     }
 
     /// Opens `store` behind the lock service this file describes: `[etcd]`
-    /// applied, its limits and quotas in force. Every subcommand that holds
-    /// locks (`run`, `serve`, `up`) opens its service here, so none of them
-    /// ignores a setting.
+    /// applied, its limits, quotas and lock-delays in force. Every subcommand
+    /// that holds
+    /// locks (`run`, `serve`, `up`) opens its service here, so none of
+    /// them ignores a setting.
     pub async fn open_service(&self, store: &StoreSpec) -> anyhow::Result<LockService> {
         let store = self.etcd.apply(store.clone())?;
-        Ok(LockService::new(store.open().await?, self.lock_limits()).with_quotas(self.quotas()))
+        Ok(LockService::new(store.open().await?, self.lock_limits())
+            .with_quotas(self.quotas())
+            .with_lock_delays(self.lock_delays()))
     }
 
     /// Reads `path` if given; otherwise `./lockd.toml` if it exists; otherwise
@@ -435,6 +448,14 @@ impl LockdConfig {
         Quotas {
             default: self.namespaces.default_quota,
             per_namespace: self.namespaces.quotas.clone(),
+        }
+    }
+
+    /// Namespace lock-delays (docs/contract.md#c23-lock-delay).
+    pub fn lock_delays(&self) -> LockDelays {
+        LockDelays {
+            default_ms: self.namespaces.default_lock_delay_ms.unwrap_or(0),
+            per_namespace: self.namespaces.lock_delay_ms.clone(),
         }
     }
 
@@ -487,6 +508,39 @@ mod tests {
         assert_eq!(config.namespace_of("b"), "shared");
         assert_eq!(config.namespace_of("c"), "c");
         assert!(toml::from_str::<LockdConfig>("[limits]\nmax_ttl = 5").is_err());
+    }
+
+    #[test]
+    fn lock_delays_are_read_like_quotas() {
+        let config: LockdConfig = toml::from_str(
+            r#"
+            [namespaces]
+            default_lock_delay_ms = 300
+            [namespaces.lock_delay_ms]
+            payments = 15000
+            fast = 0
+            "#,
+        )
+        .unwrap();
+        let delays = config.lock_delays();
+        assert_eq!(
+            (delays.of("payments"), delays.of("fast"), delays.of("other")),
+            (15_000, 0, 300)
+        );
+        assert_eq!(LockdConfig::default().lock_delays().of("any"), 0);
+        for (bad, needle) in [
+            ("[namespaces]\ndefault_lock_delay = 5", "unknown field"),
+            ("[namespaces]\ndefault_lock_delay_ms = -1", "invalid value"),
+            (
+                "[namespaces]\ndefault_lock_delay_ms = \"1s\"",
+                "invalid type",
+            ),
+            ("[namespaces.lock_delay_ms]\njobs = 1.5", "invalid type"),
+            ("[namespaces.lock_delay_ms]\njobs = \"5\"", "invalid type"),
+        ] {
+            let err = toml::from_str::<LockdConfig>(bad).unwrap_err().to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
     }
 
     #[test]

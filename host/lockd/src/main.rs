@@ -21,6 +21,7 @@ use commands::lock::LockCommand;
 use commands::ls::LsCommand;
 use commands::plug::PlugCommand;
 use commands::run::RunCommand;
+use commands::sem::SemCommand;
 use commands::serve::ServeCommand;
 use commands::token::TokenCommand;
 use commands::unlock::UnlockCommand;
@@ -70,6 +71,7 @@ enum Command {
     ForceUnlock(ForceUnlockCommand),
     Watch(WatchCommand),
     Lease(LeaseCommand),
+    Sem(SemCommand),
     Token(TokenCommand),
     #[cfg(unix)]
     Exec(ExecCommand),
@@ -90,6 +92,7 @@ impl Command {
             Command::ForceUnlock(command) => command.execute(),
             Command::Watch(command) => command.execute(),
             Command::Lease(command) => command.execute(),
+            Command::Sem(command) => command.execute(),
             Command::Token(command) => command.execute(),
             #[cfg(unix)]
             Command::Exec(command) => command.execute(),

@@ -124,6 +124,7 @@ fn text_output_of_every_subcommand() {
             "NAME",
             "OWNER",
             "TOKEN",
+            "MODE",
             "HELD",
             "EXPIRES",
             "WAITERS",
@@ -132,10 +133,11 @@ fn text_output_of_every_subcommand() {
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[..3], ["job/1", "w1", token.to_string().as_str()]);
-    assert!(row[3].ends_with('s'), "held for: {}", row[3]);
-    assert_eq!(row[4], "in");
-    assert_eq!(row[6], "0", "waiters");
-    assert_eq!(row[7], "persistent");
+    assert_eq!(row[3], "exclusive");
+    assert!(row[4].ends_with('s'), "held for: {}", row[4]);
+    assert_eq!(row[5], "in");
+    assert_eq!(row[7], "0", "waiters");
+    assert_eq!(row[8], "persistent");
     assert!(lines[2].starts_with("job/2 "), "{}", run.stdout);
 
     let run = cli(

@@ -143,11 +143,16 @@ fn summary(e: &Value) -> (String, String, String, String, u64) {
         [
             "at_ms",
             "fencing_token",
+            "mode",
             "name",
             "namespace",
             "owner",
             "type"
         ],
+        "{e}"
+    );
+    assert!(
+        ["exclusive", "shared", "permit", "leader"].contains(&e["mode"].as_str().unwrap()),
         "{e}"
     );
     let s = |k: &str| e[k].as_str().unwrap().to_string();

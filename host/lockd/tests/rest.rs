@@ -122,6 +122,7 @@ fn every_endpoint_and_status_word() {
             "expires_at_ms": extended.json["expires_at_ms"],
             "durability": "persistent",
             "acquired_at_ms": acquired_at,
+            "mode": "exclusive",
             "waiters": 0,
         })
     );
@@ -898,8 +899,37 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
                     true,
                 ),
                 probe(
+                    "shared",
+                    Some(
+                        json!({"name": "shared", "owner": "o", "ttl_ms": 60_000, "mode": "shared"}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "a permit",
+                    Some(json!({"name": "sem", "owner": "o", "ttl_ms": 60_000, "permits": 2})),
+                    true,
+                ),
+                probe(
                     "ttl 0",
                     Some(json!({"name": "l", "owner": "o", "ttl_ms": 0})),
+                    false,
+                ),
+                probe(
+                    "mode and permits",
+                    Some(
+                        json!({"name": "sem", "owner": "o", "ttl_ms": 1000, "mode": "shared", "permits": 2}),
+                    ),
+                    false,
+                ),
+                probe(
+                    "unknown mode",
+                    Some(json!({"name": "l", "owner": "o", "ttl_ms": 1000, "mode": "read"})),
+                    false,
+                ),
+                probe(
+                    "permits 0",
+                    Some(json!({"name": "sem", "owner": "o", "ttl_ms": 1000, "permits": 0})),
                     false,
                 ),
                 probe(
@@ -945,6 +975,8 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
         ],
         ("post", "/v1/locks/get") => vec![
             probe("found", Some(json!({"name": "l"})), true),
+            probe("found shared", Some(json!({"name": "shared"})), true),
+            probe("found a semaphore", Some(json!({"name": "sem"})), true),
             probe(
                 "not found",
                 Some(json!({"namespace": "n", "name": "free"})),
@@ -958,6 +990,13 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
             Probe {
                 what: "list",
                 query: "?namespace=default&prefix=l",
+                body: None,
+                token: Some(TOKEN),
+                valid: true,
+            },
+            Probe {
+                what: "list shared names and semaphores",
+                query: "?namespace=default",
                 body: None,
                 token: Some(TOKEN),
                 valid: true,

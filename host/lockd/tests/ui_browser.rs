@@ -269,6 +269,14 @@ fn row_script(ns: &str, name: &str) -> String {
     )
 }
 
+/// The mode cell of a lock's row (`shared (2)`), or null.
+fn mode_script(ns: &str, name: &str) -> String {
+    format!(
+        r#"const r = document.querySelector('tr.lock[data-ns="{ns}"][data-name="{name}"]');
+           return r ? r.querySelector('td.mode').textContent : null;"#
+    )
+}
+
 /// Makes the store at `path` issue tokens from 2^53 + 2 on, as a store
 /// written by hand or before tokens followed the clock would: a page that
 /// read them as doubles would show an odd one rounded to its even neighbour
@@ -451,10 +459,6 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     browser.type_into("#prefix", "");
     assert!(browser.js(&row_script("default", "db-migrate")).is_array());
 
-    let shot = target_dir().join("ui-screenshot.png");
-    browser.screenshot(&shot);
-    eprintln!("screenshot: {}", shot.display());
-
     // Force-unlock with the button: a confirmation first.
     browser.click(r#"tr.lock[data-name="deploy"] button.force"#);
     let question = browser.cmd("GET", "/alert/text", None);
@@ -511,6 +515,54 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     assert_eq!(row[0], "job-8");
     let granted = waiter.join().unwrap();
     assert_eq!(granted.code, 200, "{}", granted.body);
+    assert_eq!(
+        browser.js(&mode_script("default", "db-migrate")),
+        "exclusive"
+    );
+
+    // A shared name and a semaphore: their mode, holders and permits.
+    for (name, owner, claim) in [
+        ("reports", "r1", json!({"mode": "shared"})),
+        ("reports", "r2", json!({"mode": "shared"})),
+        ("pool", "p1", json!({"permits": 3})),
+        ("pool", "p2", json!({"permits": 3})),
+    ] {
+        let mut body = json!({"name": name, "owner": owner, "ttl_ms": 60_000});
+        body.as_object_mut()
+            .unwrap()
+            .extend(claim.as_object().unwrap().clone());
+        post(&server, "/v1/locks/lock", body);
+    }
+    let shows = |name: &str, mode: &str| {
+        browser.wait_for(
+            Duration::from_secs(2),
+            &format!("{name} shown as {mode}"),
+            &format!(
+                "const m = (() => {{ {} }})(); return m === '{mode}' ? m : null;",
+                mode_script("default", name)
+            ),
+        );
+    };
+    shows("reports", "shared (2)");
+    shows("pool", "permit (2/3)");
+    // docs/ui.png is this picture.
+    let shot = target_dir().join("ui-screenshot.png");
+    browser.screenshot(&shot);
+    eprintln!("screenshot: {}", shot.display());
+    post(
+        &server,
+        "/v1/locks/unlock",
+        json!({"name": "reports", "owner": "r2"}),
+    );
+    shows("reports", "shared (1)");
+    browser.wait_for(
+        Duration::from_secs(2),
+        "reports shown held by r1",
+        &format!(
+            "const r = (() => {{ {} }})(); return r && r[0] === 'r1' ? r : null;",
+            row_script("default", "reports")
+        ),
+    );
 
     // Signed in with a token scoped to team-*, the page shows team-a only.
     browser.js("sessionStorage.clear(); location.reload(); return null;");

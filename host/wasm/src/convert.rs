@@ -1,9 +1,9 @@
 //! Conversions between the core's types and the WIT types: the one place
 //! where core errors become WIT errors.
 
-use lockd_core::{Durability, Grant, LockError, LockInfo, LockOptions};
+use lockd_core::{Claim, Durability, Grant, Leader, LockError, LockInfo, LockOptions, NameState};
 
-use crate::wit::{guards, locks, types};
+use crate::wit::{elections, guards, locks, rwlocks, types};
 
 /// What a host function with a WIT `result` returns: the outer error traps
 /// (a host bug), the inner one is the guest's to handle.
@@ -64,6 +64,59 @@ pub(crate) fn lock_options_from_wit(options: locks::LockOptions) -> LockOptions 
 /// The options of `acquire-with`: the lock's options and whether to keep the
 /// guard alive.
 pub(crate) fn guard_options_from_wit(options: guards::GuardOptions) -> (LockOptions, bool) {
+    let lock_options = LockOptions {
+        wait_ms: u64::from(options.wait_ms),
+        durability: durability_from_wit(options.durability),
+        ..LockOptions::default()
+    };
+    (lock_options, options.keep_alive)
+}
+
+pub(crate) fn mode_to_wit(claim: Claim) -> rwlocks::Mode {
+    match claim {
+        Claim::Exclusive => rwlocks::Mode::Exclusive,
+        Claim::Shared => rwlocks::Mode::Shared,
+        Claim::Permit { .. } => rwlocks::Mode::Permit,
+        Claim::Leader => rwlocks::Mode::Leader,
+    }
+}
+
+/// `describe`'s answer: every holder with its mode, and the semaphore's
+/// size when the name is one.
+pub(crate) fn name_state_to_wit(state: NameState) -> rwlocks::NameState {
+    let permits = state.holders.iter().find_map(|h| h.claim.permits());
+    rwlocks::NameState {
+        holders: state
+            .holders
+            .into_iter()
+            .map(|h| rwlocks::Holder {
+                info: info_to_wit(h.info),
+                mode: mode_to_wit(h.claim),
+                acquired_at_ms: h.acquired_at_ms,
+            })
+            .collect(),
+        waiters: state.waiters,
+        permits,
+        lock_delay_until_ms: state.delay_until_ms,
+    }
+}
+
+pub(crate) fn leader_to_wit(leader: Leader) -> elections::LeaderInfo {
+    elections::LeaderInfo {
+        candidate: leader.info.owner,
+        value: leader.value,
+        fencing_token: leader.info.fencing_token,
+        since_ms: leader.since_ms,
+        expires_at_ms: leader.info.expires_at_ms,
+        durability: durability_to_wit(leader.info.durability),
+    }
+}
+
+/// The options of `campaign`: the lock's options and whether to keep the
+/// leadership alive.
+pub(crate) fn campaign_options_from_wit(
+    options: elections::CampaignOptions,
+) -> (LockOptions, bool) {
     let lock_options = LockOptions {
         wait_ms: u64::from(options.wait_ms),
         durability: durability_from_wit(options.durability),

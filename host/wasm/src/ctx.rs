@@ -9,7 +9,8 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 use crate::resources::Slot;
 use crate::wit;
 
-/// Default cap on guards and leases one instance may hold at once.
+/// Default cap on the resources one instance may hold at once: guards,
+/// holds, leaderships and leader watches (counted together) and leases.
 pub const DEFAULT_MAX_GUARDS: usize = 4096;
 
 /// Per-instance lock state: the service, the namespace the host assigned,
@@ -19,7 +20,8 @@ pub const DEFAULT_MAX_GUARDS: usize = 4096;
 pub struct LockCtx {
     pub(crate) service: LockService,
     pub(crate) namespace: String,
-    /// Guards not yet released, counted by their [`Slot`]s.
+    /// Guards, holds, leaderships and leader watches not yet released,
+    /// counted by their [`Slot`]s.
     live_guards: Arc<AtomicUsize>,
     /// Leases not yet revoked, counted by their [`Slot`]s.
     live_leases: Arc<AtomicUsize>,
@@ -47,9 +49,9 @@ impl LockCtx {
         }
     }
 
-    /// Caps the guards and leases this instance may hold at once (default
-    /// [`DEFAULT_MAX_GUARDS`]); past it, `acquire` and `grant` answer
-    /// `denied`.
+    /// Caps the guards, holds, leaderships, leader watches and leases this
+    /// instance may hold at once (default [`DEFAULT_MAX_GUARDS`]); past it,
+    /// `acquire`, `campaign`, `open` and `grant` answer `denied`.
     pub fn with_max_guards(mut self, max: usize) -> Self {
         self.max_guards = max;
         self
@@ -122,8 +124,9 @@ impl HasData for HasLockCtx {
     type Data<'a> = LockCtxView<'a>;
 }
 
-/// Adds `lockd:lock/locks`, `lockd:lock/guards` and `lockd:lock/leases` to
-/// `linker`.
+/// Adds the interfaces of the `lockd:lock` world `imports` to `linker`:
+/// `locks`, `guards`, `leases`, `rwlocks`, `semaphores`, `holds` and
+/// `elections`.
 ///
 /// `subscribe-lost` hands out `wasi:io/poll` pollables, so the linker needs
 /// `wasi:io` too, from wasmtime-wasi (`wasmtime_wasi::p2::add_to_linker_async`
@@ -133,5 +136,9 @@ pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime:
     wit::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::rwlocks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::semaphores::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::holds::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::elections::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

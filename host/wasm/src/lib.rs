@@ -1,7 +1,8 @@
 //! The lockd lock capability for wasmtime.
 //!
 //! Any wasmtime embedder gives its components the `lockd:lock` interfaces
-//! (`locks`, `guards` and `leases`) with one call to [`add_to_linker`]. The store's data
+//! (`locks`, `guards`, `leases`, `rwlocks`, `semaphores`, `holds` and
+//! `elections`) with one call to [`add_to_linker`]. The store's data
 //! holds a [`LockCtx`] — the lock service plus the namespace this instance may
 //! use — and implements [`LockView`] to hand it out.
 //!
@@ -44,19 +45,25 @@
 //!   before it reaches the store; a bad argument is an `invalid-argument`
 //!   error, never a trap or a panic.
 //! - Host functions are async: a `lock` that waits parks only its own guest.
-//! - Guards and leases still held when the instance ends (normally or by a
-//!   trap) are released and revoked: each gives back what it holds when the
+//! - Guards, holds, leaderships and leases still held when the instance
+//!   ends (normally or by a trap) are released, resigned and revoked: each gives back what it holds when the
 //!   store's resource table drops it.
 #![deny(missing_docs)]
 
 mod convert;
 mod ctx;
+mod elections;
+mod grants;
 mod guards;
+mod holds;
 mod leases;
 mod liveness;
 mod locks;
 mod resources;
+mod rwlocks;
+mod watch;
 mod wit;
 
 pub use ctx::{add_to_linker, LockCtx, LockCtxView, LockView, DEFAULT_MAX_GUARDS};
-pub use resources::{Guard, Lease};
+pub use resources::{Guard, Hold, Leadership, Lease};
+pub use watch::LeaderWatch;

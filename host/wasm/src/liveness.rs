@@ -1,4 +1,4 @@
-//! Keep-alive and the lost signal of guards and leases
+//! Keep-alive and the lost signal of guards, holds, leaderships and leases
 //! (docs/contract.md#c17-keep-alive, #c18-lost), on the core's one rule
 //! ([`lockd_core::keepalive`]).
 //!
@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use lockd_core::keepalive::{self, CheckHeld, Holding, Lost, Renew, Terms};
-use lockd_core::{Clock, LockError, LockService, SystemClock};
+use lockd_core::{Claim, Clock, LockError, LockInfo, LockService, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wasmtime::component::{Resource, ResourceTable};
@@ -65,15 +65,45 @@ impl Pollable for LostPollable {
 /// What a monitor renews and checks.
 #[derive(Debug)]
 pub(crate) enum Subject {
-    /// A guard: lock `name` held by `owner` under `token`.
-    Guard {
+    /// A guard, hold or leadership: `name` held by `owner` under `token`
+    /// for `claim`.
+    Grant {
         namespace: String,
         name: String,
         owner: String,
         token: u64,
+        claim: Claim,
     },
     /// A lease.
     Lease { namespace: String, id: String },
+}
+
+/// The expiry of the grant of `name` held by `owner` under `token`, or none
+/// if the store shows no such grant. `get` shows an exclusive lock's holder
+/// and an election's leader; a shared name or a semaphore has several
+/// holders, among which `get` shows only the most recent, so it is looked up
+/// in the name's full state.
+pub(crate) async fn held_until(
+    service: &LockService,
+    (namespace, name): (&str, &str),
+    (owner, token): (&str, u64),
+    claim: Claim,
+) -> Result<Option<u64>, LockError> {
+    let is_it = |info: &LockInfo| info.owner == owner && info.fencing_token == token;
+    Ok(match claim {
+        Claim::Exclusive | Claim::Leader => service
+            .get(namespace, name)
+            .await?
+            .filter(is_it)
+            .map(|info| info.expires_at_ms),
+        Claim::Shared | Claim::Permit { .. } => service
+            .describe(namespace, name)
+            .await?
+            .holders
+            .into_iter()
+            .find(|h| is_it(&h.info))
+            .map(|h| h.info.expires_at_ms),
+    })
 }
 
 /// A subject in the service that holds it: what the core's keep-alive
@@ -89,7 +119,7 @@ impl Renew for Held {
     /// Renews a guard's lock for `ttl_ms`, a lease for its own TTL.
     async fn renew(&self, ttl_ms: u64) -> Result<u64, LockError> {
         match &self.subject {
-            Subject::Guard {
+            Subject::Grant {
                 namespace,
                 name,
                 owner,
@@ -113,17 +143,13 @@ impl CheckHeld for Held {
 
     async fn held_until(&self) -> Result<Option<u64>, LockError> {
         match &self.subject {
-            Subject::Guard {
+            Subject::Grant {
                 namespace,
                 name,
                 owner,
                 token,
-            } => Ok(self
-                .service
-                .get(namespace, name)
-                .await?
-                .filter(|info| info.owner == *owner && info.fencing_token == *token)
-                .map(|info| info.expires_at_ms)),
+                claim,
+            } => held_until(&self.service, (namespace, name), (owner, *token), *claim).await,
             Subject::Lease { namespace, id } => Ok(self
                 .service
                 .get_lease(namespace, id)
@@ -141,7 +167,7 @@ impl Held {
     async fn ended_elsewhere(&self) {
         let service = &self.service;
         match &self.subject {
-            Subject::Guard {
+            Subject::Grant {
                 namespace, owner, ..
             } => service.force_released(namespace, owner).await,
             Subject::Lease { namespace, id } => {

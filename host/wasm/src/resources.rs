@@ -1,5 +1,5 @@
-//! The host state behind the guest's `guard` and `lease` resources, the
-//! types `bindgen!`'s `with:` names.
+//! The host state behind the guest's `guard`, `hold`, `leadership` and
+//! `lease` resources, the types `bindgen!`'s `with:` names.
 //!
 //! Each resource gives back what it holds when it is dropped: by the guest,
 //! or with the store's resource table when the instance ends (it returned,
@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lockd_core::keepalive::{Holding, Terms};
-use lockd_core::{LockError, LockService};
+use lockd_core::{Claim, Grant, LockError, LockService};
 
-use crate::liveness::{Monitor, Subject};
+use crate::liveness::{held_until, now_ms, terms, Monitor, Subject};
 
 /// One guard's or lease's place under its instance's cap, counted in the
 /// count it was taken from until it is dropped.
@@ -33,41 +33,48 @@ impl Drop for Slot {
     }
 }
 
-/// A lock held through the `guards` interface, as the host keeps it.
+/// One grant held by a resource (a guard, a hold or a leadership): its
+/// name, the owner the host generated, its token and what it claims. Gives
+/// the grant back when dropped unless it was released.
 #[derive(Debug)]
-pub struct Guard {
+pub(crate) struct HeldGrant {
     service: LockService,
     namespace: String,
     pub(crate) name: String,
     pub(crate) owner: String,
     pub(crate) token: u64,
+    /// Exclusive, shared, a permit or a leadership: how the store shows
+    /// whether this grant still holds.
+    pub(crate) claim: Claim,
     /// Its terms and lost flag, shared with the monitor and pollables.
     pub(crate) holding: Arc<Holding>,
     /// Renews it (keep-alive) or watches it (once a guest subscribed to its
-    /// loss); none until either is asked for. Aborted with the guard.
+    /// loss); none until either is asked for. Aborted with the grant.
     monitor: Option<Monitor>,
-    /// Its place under the cap while it holds the lock; none once released.
+    /// Its place under the cap while it holds; none once released.
     slot: Option<Slot>,
 }
 
-impl Guard {
-    /// The guard of the lock `name` just granted to `owner` under `token`,
+impl HeldGrant {
+    /// The grant of `name` just made to `owner` under `token` for `claim`,
     /// on `terms`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         service: LockService,
         namespace: String,
         name: String,
         owner: String,
-        token: u64,
+        (token, claim): (u64, Claim),
         terms: Terms,
         slot: Slot,
-    ) -> Guard {
-        Guard {
+    ) -> HeldGrant {
+        HeldGrant {
             service,
             namespace,
             name,
             owner,
             token,
+            claim,
             holding: Arc::new(Holding::new(terms)),
             monitor: None,
             slot: Some(slot),
@@ -75,11 +82,12 @@ impl Guard {
     }
 
     fn start_monitor(&mut self, keep_alive: bool) {
-        let subject = Subject::Guard {
+        let subject = Subject::Grant {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             owner: self.owner.clone(),
             token: self.token,
+            claim: self.claim,
         };
         let monitor = Monitor::start(
             self.service.clone(),
@@ -96,8 +104,8 @@ impl Guard {
         self.start_monitor(true);
     }
 
-    /// Watches its expiry from now on, unless it is watched already (a
-    /// keep-alive guard) or holds nothing.
+    /// Watches its expiry from now on, unless it is watched already (kept
+    /// alive) or holds nothing.
     pub(crate) fn watch(&mut self) {
         if self.monitor.is_none() && !self.is_released() && !self.holding.is_lost() {
             self.start_monitor(false);
@@ -108,12 +116,48 @@ impl Guard {
         self.slot.is_none()
     }
 
-    /// Gives the lock back, awaiting the store's answer. Not-held or
+    /// Whether the store shows this grant (owner and token) holding: false
+    /// once released or lost, and false when the store cannot answer (a
+    /// caller acting on `true` must be right).
+    pub(crate) async fn is_held(&self) -> bool {
+        if self.is_released() || self.holding.is_lost() {
+            return false;
+        }
+        matches!(
+            held_until(
+                &self.service,
+                (&self.namespace, &self.name),
+                (&self.owner, self.token),
+                self.claim
+            )
+            .await,
+            Ok(Some(_))
+        )
+    }
+
+    /// Gives the grant back, awaiting the store's answer. Not-held or
     /// not-owner means it was lost already.
     pub(crate) async fn unlock(&self) -> Result<(), LockError> {
         self.service
             .unlock(&self.namespace, &self.name, &self.owner, Some(self.token))
             .await
+    }
+
+    /// Moves its expiry to now + `ttl_ms`, and its terms with it.
+    pub(crate) async fn extend(&self, ttl_ms: u64) -> Result<Grant, LockError> {
+        let sent_at_ms = now_ms();
+        let grant = self
+            .service
+            .extend(&self.namespace, &self.name, &self.owner, ttl_ms)
+            .await?;
+        self.holding
+            .renewed(terms(sent_at_ms, ttl_ms, grant.expires_at_ms));
+        Ok(grant)
+    }
+
+    /// The service and namespace it was granted in.
+    pub(crate) fn place(&self) -> (&LockService, &str) {
+        (&self.service, &self.namespace)
     }
 
     /// It holds nothing any more: stop renewing it, free its place under
@@ -125,7 +169,7 @@ impl Guard {
     }
 }
 
-impl Drop for Guard {
+impl Drop for HeldGrant {
     /// Nothing can be awaited here, so the release is detached; the TTL
     /// remains the safety net.
     fn drop(&mut self) {
@@ -136,6 +180,40 @@ impl Drop for Guard {
         self.holding.mark_lost();
     }
 }
+
+/// A lock held through the `guards` interface, as the host keeps it.
+#[derive(Debug)]
+pub struct Guard(pub(crate) HeldGrant);
+
+/// A shared lock, exclusive lock or permit held through the `holds`
+/// interface, as the host keeps it.
+#[derive(Debug)]
+pub struct Hold(pub(crate) HeldGrant);
+
+/// The leadership of an election held through the `elections` interface,
+/// as the host keeps it.
+#[derive(Debug)]
+pub struct Leadership(pub(crate) HeldGrant);
+
+/// A resource that holds one grant.
+pub(crate) trait HoldsGrant: Send + 'static {
+    fn grant(&self) -> &HeldGrant;
+    fn grant_mut(&mut self) -> &mut HeldGrant;
+}
+
+macro_rules! holds_grant {
+    ($($t:ident),*) => {$(
+        impl HoldsGrant for $t {
+            fn grant(&self) -> &HeldGrant {
+                &self.0
+            }
+            fn grant_mut(&mut self) -> &mut HeldGrant {
+                &mut self.0
+            }
+        }
+    )*};
+}
+holds_grant!(Guard, Hold, Leadership);
 
 /// A lease held through the `leases` interface, as the host keeps it.
 #[derive(Debug)]

@@ -13,6 +13,9 @@ wasmtime::component::bindgen!({
     with: {
         "lockd:lock/guards.guard": crate::resources::Guard,
         "lockd:lock/leases.lease": crate::resources::Lease,
+        "lockd:lock/holds.hold": crate::resources::Hold,
+        "lockd:lock/elections.leadership": crate::resources::Leadership,
+        "lockd:lock/elections.leader-watch": crate::watch::LeaderWatch,
         // The embedder's WASI implementation owns `wasi:io`; a pollable
         // this capability hands out is one of its `DynPollable`s.
         "wasi:io": wasmtime_wasi_io::bindings::wasi::io,
@@ -20,4 +23,6 @@ wasmtime::component::bindgen!({
 });
 
 // `self::`: the generated module, never the `lockd` crate.
-pub(crate) use self::lockd::lock::{guards, leases, locks, types};
+pub(crate) use self::lockd::lock::{
+    elections, guards, holds, leases, locks, rwlocks, semaphores, types,
+};

@@ -258,6 +258,12 @@ async fn held(service: &LockService, namespace: &str, prefix: &str) -> HashMap<S
 pub(crate) async fn rust_hostile() {
     let (service, _dir, _) = store();
 
+    // Shared locks, semaphores and elections: every bad input refused, the
+    // lock the attack took left free.
+    let a = attack(&service, &["claims"]).await;
+    a.assert_safe("claims");
+    assert_eq!(service.get("hostile", "c/lock").await.unwrap(), None);
+
     let a = attack(&service, &["huge-name"]).await;
     a.assert_safe("huge-name");
     for step in ["lock", "get", "unlock", "extend", "guard"] {

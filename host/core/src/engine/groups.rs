@@ -338,7 +338,8 @@ impl Engine {
             // C2: the same token, a new expiry, the durability it has (and
             // for a leader, the value of this campaign).
             member.expires_at_ms = deadline(now, ttl_ms)?;
-            if value.is_some() {
+            let proclaimed = value.is_some() && value != member.value;
+            if proclaimed {
                 member.value = value;
             }
             let grant = member.grant();
@@ -347,6 +348,10 @@ impl Engine {
                 JournalOp::PutShare(key.clone(), self.share_record(member))
             });
             self.emit_member(EventKind::Extended, key, member, now);
+            if proclaimed {
+                // A leader campaigning again with another value proclaims it.
+                self.emit_member(EventKind::Proclaimed, key, member, now);
+            }
             group.journal_pos = self.journal.submitted();
             if let Some(due) = shard.groups.refile(key) {
                 self.purge.note_deadline(due);

@@ -28,10 +28,11 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use lockd_api::{
-    BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, GetRequest,
-    GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
-    LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, Method,
-    NamespaceSummary, NamespacesReply, ReleasedReply, Route, Status, StatusReply, UnlockRequest,
+    BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, FreeReply,
+    GetReply, GetRequest, GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply,
+    LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder,
+    LockRequest, Method, NamespaceSummary, NamespacesReply, ReleasedReply, Route, Status,
+    StatusReply, UnlockRequest,
 };
 use lockd_core::{Durability, LockError, LockOptions, LockService};
 use serde::de::DeserializeOwned;
@@ -219,6 +220,7 @@ impl Api {
 
     async fn lock(&self, a: Asker<'_>, r: LockRequest) -> Result<GrantReply, Refused> {
         let holder = r.holder().map_err(Refused::InvalidArgument)?;
+        let claim = r.claim().map_err(Refused::InvalidArgument)?;
         let wait_ms = r.wait_ms.unwrap_or(0);
         let namespace = namespace(a, r.namespace.as_deref())?;
         // A waiting lock parks here, in the engine's FIFO queue. If the client
@@ -228,12 +230,14 @@ impl Api {
                 let options = LockOptions {
                     wait_ms,
                     durability: r.durability.map_or(Durability::Persistent, Into::into),
+                    claim: claim.into(),
                     ..LockOptions::default()
                 };
                 self.service
                     .lock(namespace, &r.name, owner, ttl_ms, options)
                     .await?
             }
+            // `claim` refused anything but exclusive under a lease.
             LockHolder::Lease { lease_id } => self
                 .service
                 .lock_in_lease(namespace, &r.name, lease_id, wait_ms)
@@ -262,11 +266,12 @@ impl Api {
         Ok(GrantReply::extended(grant))
     }
 
-    /// The holder, or `None` for a free lock (404 `not_found`).
-    async fn get(&self, a: Asker<'_>, r: GetRequest) -> Result<Option<FoundReply>, Refused> {
+    /// Every holder, or 404 `not_found` for a free name (with a lock-delay
+    /// in force, when it ends).
+    async fn get(&self, a: Asker<'_>, r: GetRequest) -> Result<GetReply, Refused> {
         let namespace = namespace(a, r.namespace.as_deref())?;
-        let info = self.service.get(namespace, &r.name).await?;
-        Ok(info.map(FoundReply::from))
+        let state = self.service.describe(namespace, &r.name).await?;
+        Ok(GetReply::from(state))
     }
 
     async fn force_unlock(
@@ -494,6 +499,7 @@ answer_with_its_status!(
     GrantReply,
     StatusReply,
     FoundReply,
+    FreeReply,
     ListReply,
     ReleasedReply,
     LeaseGrantedReply,
@@ -503,15 +509,12 @@ answer_with_its_status!(
     NamespacesReply,
 );
 
-/// `get`: the holder, or 404 `not_found` for a free lock.
-impl Answer for Option<FoundReply> {
+/// `get`: the holders, or 404 `not_found` for a free name.
+impl Answer for GetReply {
     fn into_response(self) -> Response<Body> {
         match self {
-            Some(found) => found.into_response(),
-            None => StatusReply {
-                status: Status::NotFound,
-            }
-            .into_response(),
+            GetReply::Found(found) => found.into_response(),
+            GetReply::Free(free) => free.into_response(),
         }
     }
 }
@@ -613,7 +616,23 @@ where
             )
         }
     };
-    serde_json::from_slice(&bytes)
+    let mut json = serde_json::Deserializer::from_slice(&bytes);
+    let parsed = serde_path_to_error::deserialize(&mut json)
+        .map_err(|e| {
+            // A value of the wrong type or range is named by its field
+            // (`permits: invalid value: integer `-1`, expected u32`); serde
+            // names only unknown and missing fields itself.
+            let path = e.path().to_string();
+            let named = e.path().iter().next().is_some();
+            let e = e.into_inner();
+            if e.is_data() && named {
+                format!("`{path}`: {e}")
+            } else {
+                e.to_string()
+            }
+        })
+        .and_then(|value| json.end().map(|()| value).map_err(|e| e.to_string()));
+    parsed
         .map_err(|e| Refused::InvalidArgument(format!("invalid request body: {e}")).into_response())
 }
 
@@ -669,100 +688,4 @@ fn text(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::Value;
-
-    use super::*;
-
-    #[test]
-    fn routes_have_one_method() {
-        for path in [
-            "/v1/locks/lock",
-            "/v1/locks/unlock",
-            "/v1/locks/extend",
-            "/v1/locks/get",
-            "/v1/locks",
-            "/v1/locks/force-unlock",
-            "/v1/events",
-            "/v1/namespaces",
-            "/v1/leases/grant",
-            "/v1/leases/refresh",
-            "/v1/leases/revoke",
-            "/v1/leases/get",
-            "/metrics",
-            "/healthz",
-            "/openapi.json",
-        ] {
-            assert!(Api::owns(path), "{path}");
-            assert!(Route::from_path(path).is_some(), "{path}");
-        }
-        assert!(Route::from_path("/v1/locks/").is_none());
-        assert!(Api::owns("/v1/locks/"));
-        assert!(!Api::owns("/ui/"));
-    }
-
-    #[test]
-    fn every_status_word_has_a_valid_http_code() {
-        for status in Status::ALL {
-            assert_eq!(http_code(status).as_u16(), status.http_code(), "{status}");
-        }
-    }
-
-    fn body_of(response: Response<Body>) -> Value {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let bytes = rt
-            .block_on(response.into_body().collect())
-            .unwrap()
-            .to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
-    }
-
-    #[test]
-    fn one_mapping_from_lock_errors_to_http() {
-        let holder = lockd_core::LockInfo {
-            owner: "w1".to_string(),
-            fencing_token: u64::MAX,
-            expires_at_ms: 42,
-            durability: Durability::Ephemeral,
-        };
-        let cases = [
-            (LockError::Busy(holder), 409, "busy"),
-            (LockError::NotOwner, 409, "not_owner"),
-            (LockError::NotHeld, 409, "not_held"),
-            (
-                LockError::InvalidArgument("x".into()),
-                400,
-                "invalid_argument",
-            ),
-            (LockError::Denied("quota".into()), 403, "denied"),
-            (LockError::Unavailable("disk".into()), 503, "unavailable"),
-        ];
-        for (err, code, word) in cases {
-            let response = error_response(&err);
-            assert_eq!(response.status().as_u16(), code, "{err:?}");
-            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
-            let body = body_of(response);
-            assert_eq!(body["status"], word);
-            assert_eq!(body["message"], err.to_string());
-        }
-        let busy = body_of(error_response(&LockError::Busy(lockd_core::LockInfo {
-            owner: "w1".to_string(),
-            fencing_token: u64::MAX,
-            expires_at_ms: 42,
-            durability: Durability::Ephemeral,
-        })));
-        // u64 tokens stay exact JSON numbers.
-        assert_eq!(busy["fencing_token"].as_u64(), Some(u64::MAX));
-        assert_eq!(busy["owner"], "w1");
-        assert_eq!(busy["expires_at_ms"], 42);
-        assert_eq!(busy["durability"], "ephemeral");
-    }
-
-    #[test]
-    fn openapi_document_is_json() {
-        let doc: Value = serde_json::from_str(OPENAPI_JSON).unwrap();
-        assert_eq!(doc["openapi"], "3.0.3");
-    }
-}
+mod tests;

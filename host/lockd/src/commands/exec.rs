@@ -2,9 +2,10 @@
 //! like `flock`, `etcdctl lock` and `consul lock`, over the REST API
 //! (docs/contract.md#c17-keep-alive, #c18-lost).
 //!
-//! 1. Takes NAME for a fresh owner (`exec-` and 32 hex digits from the OS's
-//!    secure random source), waiting in its FIFO queue up to `--wait`. If it
-//!    cannot: exit 75 (EX_TEMPFAIL) with one line on stderr; CMD never starts.
+//! 1. Takes NAME (shared with `--shared`) for a fresh owner (`exec-` and 32
+//!    hex digits from the OS's secure random source), waiting in its FIFO
+//!    queue up to `--wait`. If it cannot: exit 75 (EX_TEMPFAIL) with one
+//!    line on stderr; CMD never starts.
 //! 2. Runs CMD with `LOCKD_LOCK_NAME`, `LOCKD_NAMESPACE`, `LOCKD_OWNER` and
 //!    `LOCKD_FENCING_TOKEN` in its environment, and extends the lock at a
 //!    third of its TTL while CMD runs. A renewal that fails with `unavailable`
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use clap::Args;
 use lockd_api::{
-    ExtendRequest, GrantReply, LockRequest, Route, Status, StatusReply, UnlockRequest,
+    ExtendRequest, GrantReply, LockMode, LockRequest, Route, Status, StatusReply, UnlockRequest,
 };
 use lockd_core::keepalive::{keep_alive, Holding, Lost, Renew, Terms};
 use lockd_core::{random_id, Clock, SystemClock};
@@ -71,6 +72,10 @@ pub struct ExecCommand {
     /// Keep the lock in memory only (lost if the server restarts).
     #[arg(long)]
     ephemeral: bool,
+    /// Hold it shared (a read lock): CMD runs beside other shared holders,
+    /// never beside an exclusive one.
+    #[arg(long)]
+    shared: bool,
     /// The namespace of the lock.
     #[arg(long, default_value = "default")]
     namespace: String,
@@ -165,6 +170,7 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
         ttl,
         wait,
         ephemeral,
+        shared,
         namespace,
         kill_after,
         server,
@@ -188,6 +194,8 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
         wait_ms: Some(wait),
         durability: Some(durability(ephemeral)),
         lease_id: None,
+        mode: shared.then_some(LockMode::Shared),
+        permits: None,
     };
     let clock = SystemClock;
     // The server's expiry is at least the send time + TTL.

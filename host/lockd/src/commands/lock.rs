@@ -1,7 +1,7 @@
 //! `lockd lock`: takes a lock (`POST /v1/locks/lock`).
 
 use clap::Args;
-use lockd_api::{ErrorReply, GrantReply, LockRequest, Route, Status};
+use lockd_api::{ErrorReply, GrantReply, LockMode, LockRequest, Route, Status};
 
 use super::lease::lease_not_live;
 use crate::cli::client::Client;
@@ -31,6 +31,10 @@ pub struct LockCommand {
     /// Keep the lock in memory only (lost if the server restarts).
     #[arg(long)]
     ephemeral: bool,
+    /// Take it shared (a read lock): beside other shared holders, never
+    /// beside an exclusive one.
+    #[arg(long, conflicts_with = "lease")]
+    shared: bool,
     /// The namespace of the lock.
     #[arg(long, default_value = "default")]
     namespace: String,
@@ -56,6 +60,8 @@ impl LockCommand {
             // Under a lease, the lease's durability applies.
             durability: self.lease.is_none().then_some(durability(self.ephemeral)),
             lease_id: self.lease,
+            mode: self.shared.then_some(LockMode::Shared),
+            permits: None,
         };
         let answer = client.post(Route::Lock, &request)?;
         let name = request.name;
@@ -66,9 +72,10 @@ impl LockCommand {
             }
         }
         let grant: GrantReply = client.expect(&name, &answer, Status::Acquired)?;
+        let shared = if self.shared { " shared" } else { "" };
         client.text(|| {
             format!(
-                "acquired {name} token {} expires {}",
+                "acquired {name}{shared} token {} expires {}",
                 grant.fencing_token,
                 rfc3339(grant.expires_at_ms)
             )

@@ -14,6 +14,7 @@ pub mod lock;
 pub mod ls;
 pub mod plug;
 pub mod run;
+pub mod sem;
 pub mod serve;
 pub mod token;
 pub mod unlock;

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 
 use clap::Args;
-use lockd_api::{decode, Event, EventQuery, LaggedEvent, Route};
+use lockd_api::{decode, Event, EventQuery, HeldMode, LaggedEvent, Route};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
@@ -118,10 +118,15 @@ pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<
     }
 }
 
-/// `2025-01-31T12:00:00.250Z acquired default/deploy owner w1 token 7`
+/// `2025-01-31T12:00:00.250Z acquired default/deploy owner w1 token 7`,
+/// and ` shared` or ` permit` after a grant that is not exclusive.
 fn text_line(e: &Event) -> String {
+    let mode = match e.mode {
+        HeldMode::Exclusive => String::new(),
+        mode => format!(" {mode}"),
+    };
     format!(
-        "{} {} {}/{} owner {} token {}",
+        "{} {} {}/{} owner {} token {}{mode}",
         rfc3339(e.at_ms),
         e.kind.as_str(),
         e.namespace,
@@ -146,13 +151,13 @@ mod tests {
         let stream = ": lockd events\n\n\
             data: {\"type\":\"acquired\",\"namespace\":\"default\",\"name\":\"deploy\",\"owner\":\"w1\",\"fencing_token\":7,\"at_ms\":0}\n\n\
             : heartbeat\n\n\
-            data: {\"type\":\"force_released\",\"namespace\":\"n\",\"name\":\"a\",\"owner\":\"w2\",\"fencing_token\":8,\"at_ms\":1000}\n\n";
+            data: {\"type\":\"force_released\",\"namespace\":\"n\",\"name\":\"a\",\"owner\":\"w2\",\"fencing_token\":8,\"at_ms\":1000,\"mode\":\"shared\"}\n\n";
         let (result, out) = run(stream, Format::Text);
         assert!(result.unwrap_err().contains("closed the event stream"));
         assert_eq!(
             out,
             "1970-01-01T00:00:00.000Z acquired default/deploy owner w1 token 7\n\
-             1970-01-01T00:00:01.000Z force_released n/a owner w2 token 8\n"
+             1970-01-01T00:00:01.000Z force_released n/a owner w2 token 8 shared\n"
         );
         let (_, out) = run(stream, Format::Json);
         assert_eq!(out.lines().count(), 2);

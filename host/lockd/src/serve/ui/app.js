@@ -3,7 +3,10 @@
 // GET /v1/namespaces (those the token may see), each listed once with
 // GET /v1/locks; after that, events keep the page current. An event that
 // grants or extends a lock re-lists its namespace (once per burst), since
-// events carry no expiry. Nothing is loaded from another host.
+// events carry no expiry. A shared name or a semaphore is one row with its
+// mode and its holders (and permits); a holder leaving it re-lists the
+// namespace, since others may still hold it. Nothing is loaded from another
+// host.
 "use strict";
 
 const MAX_EVENTS = 200;
@@ -153,10 +156,25 @@ function onEvent(e) {
         case "force_released":
           state.released.add(releasedKey(e.namespace, e.name, e.fencing_token));
           if (state.released.size > 10000) state.released.clear();
-          if (held && held.fencing_token === e.fencing_token) locks.delete(e.name);
+          if (held && isShared(held)) {
+            // One holder of several left: the listing says who remains.
+            held.holders = (held.holders || []).filter((h) => h.fencing_token !== e.fencing_token);
+            const latest = held.holders[held.holders.length - 1];
+            if (!latest) locks.delete(e.name);
+            else if (held.fencing_token === e.fencing_token) {
+              // The row shows the most recent grant that remains.
+              Object.assign(held, { owner: latest.owner, fencing_token: latest.fencing_token, expires_at_ms: latest.expires_at_ms ?? null });
+            }
+            scheduleReload(e.namespace);
+          } else if (held && held.fencing_token === e.fencing_token) {
+            locks.delete(e.name);
+          }
           break;
         case "acquired":
-        case "handed_off":
+        case "handed_off": {
+          const mode = e.mode || "exclusive";
+          const joins = held && held.mode === mode && mode !== "exclusive";
+          const holder = { owner: e.owner, fencing_token: e.fencing_token, mode };
           locks.set(e.name, {
             name: e.name,
             owner: e.owner,
@@ -164,9 +182,13 @@ function onEvent(e) {
             expires_at_ms: null,
             durability: held ? held.durability : null,
             waiters: held && e.type === "handed_off" ? Math.max(0, held.waiters - 1) : null,
+            mode,
+            holders: mode === "exclusive" ? [] : [...(joins ? held.holders || [] : []), holder],
+            permits: joins ? held.permits : undefined,
           });
           scheduleReload(e.namespace);
           break;
+        }
         case "extended":
           scheduleReload(e.namespace);
           break;
@@ -204,6 +226,24 @@ function connect() {
   };
 }
 
+function isShared(lock) {
+  return lock.mode === "shared" || lock.mode === "permit";
+}
+
+// The mode cell, short enough for the table, and its tooltip: "exclusive",
+// "shared (3)" (holders), "permit (2/5)" (permits held of the semaphore's).
+function modeText(lock) {
+  if (!lock.mode) return ["…", ""];
+  if (!isShared(lock)) return [lock.mode, ""];
+  const n = Math.max(1, (lock.holders || []).length);
+  if (lock.mode === "permit") {
+    return lock.permits
+      ? [`permit (${n}/${lock.permits})`, `${n} of ${lock.permits} permits held`]
+      : [`permit (${n})`, `${n} permits held`];
+  }
+  return [`shared (${n})`, `${n} shared holder${n === 1 ? "" : "s"}`];
+}
+
 function remaining(lock) {
   if (lock.expires_at_ms == null) return "…";
   const ms = Math.max(0, lock.expires_at_ms - Date.now());
@@ -234,10 +274,12 @@ function render() {
     if (locks.length === 0) {
       section.append(el("p", { class: "empty" }, prefix ? `no locks named ${prefix}… held` : "no locks held"));
     } else {
-      const head = el("tr", {}, ...["Name", "Owner", "Token", "Durability", "Expires in", "Waiters", ""].map((h) => el("th", {}, h)));
+      const head = el("tr", {}, ...["Name", "Mode", "Owner", "Token", "Durability", "Expires in", "Waiters", ""].map((h) => el("th", {}, h)));
       const rows = locks.map((lock) => el("tr", { class: "lock", "data-ns": ns, "data-name": lock.name },
         el("td", { class: "name" }, lock.name),
-        el("td", { class: "owner" }, lock.owner),
+        el("td", { class: "mode", title: modeText(lock)[1] }, modeText(lock)[0]),
+        // A shared name's row shows its most recent holder; the tooltip has them all.
+        el("td", { class: "owner", title: (lock.holders || []).map((h) => `${h.owner} (token ${h.fencing_token})`).join("\n") }, lock.owner),
         el("td", { class: "token" }, String(lock.fencing_token)),
         el("td", { class: "durability" }, lock.durability || "…"),
         el("td", { class: "expires", "data-expires": lock.expires_at_ms == null ? "" : String(lock.expires_at_ms) }, remaining(lock)),
@@ -254,7 +296,8 @@ function render() {
     .map((e) => el("li", { class: "event t-" + e.type },
       el("span", { class: "time" }, new Date(e.at_ms).toLocaleTimeString()),
       el("span", { class: "type" }, e.type),
-      `${e.namespace}/${e.name} · ${e.owner} · token ${e.fencing_token}`)));
+      `${e.namespace}/${e.name} · ${e.owner} · token ${e.fencing_token}` +
+        (e.mode && e.mode !== "exclusive" ? ` · ${e.mode}` : ""))));
 }
 
 // The countdowns: a local clock, not a poll of the server.
