@@ -3,17 +3,20 @@
 //! names (lock with and without wait, relock, extend, unlock with token,
 //! get, all persistent) and by lease clients (persistent leases holding 2 to 4
 //! locks each: grant, lock under the lease, refresh, lease get, unlock by the
-//! lease id, revoke or expiry), is SIGKILLed at random moments and restarted
-//! on the same store. Every call is recorded with a common clock, and the history
+//! lease id, revoke or expiry) and by permit clients (permits of a semaphore
+//! of 2 and one of 3: acquire with and without wait, extend, relock, get,
+//! release or expiry), is SIGKILLed at random moments and restarted on the
+//! same store. Every call is recorded with a common clock, and the history
 //! checker (`lockd_testing::history`, whose module docs state the rules) must
 //! find no lost grant, no token going backwards, no overlap and no
 //! out-of-order wake, no lease lock lost before its expiry and none held
-//! after its lease's acknowledged revoke.
+//! after its lease's acknowledged revoke, and never more permits of a
+//! semaphore held than it has.
 //!
 //! Before each kill a *sentinel* client takes a long persistent lock, and a
 //! persistent lease holding two locks, and reads them back after the
 //! restart (then refreshes and revokes the lease, and reads its locks
-//! again), so every kill is followed by calls the checker judges against a
+//! again), and a permit of the semaphore of 3, so every kill is followed by calls the checker judges against a
 //! lock and a lease acknowledged before it.
 //!
 //! `LOCKD_CRASH_SEED=N` replays a run's random choices (thread timing still
@@ -42,6 +45,9 @@ struct Plan {
     clients: u32,
     /// Clients driving leases ([`Client::run_leases`]), besides `clients`.
     lease_clients: u32,
+    /// Clients taking permits of [`SEMAPHORES`] ([`Client::run_permits`]),
+    /// besides the others.
+    permit_clients: u32,
     hot: usize,
     cold: usize,
     kills: usize,
@@ -67,6 +73,8 @@ struct Outcomes {
 const SENTINEL: &str = "sentinel";
 /// The sentinel's lock outlives any restart of the run.
 const SENTINEL_TTL_MS: u64 = 20_000;
+/// The semaphores the permit clients share: (name, permits).
+const SEMAPHORES: [(&str, u32); 2] = [("sem/2", 2), ("sem/3", 3)];
 /// The sentinel's lease holds these two locks across each kill.
 const SENTINEL_LEASE_LOCKS: [&str; 2] = ["sentinel-lease/a", "sentinel-lease/b"];
 
@@ -78,6 +86,7 @@ fn kill_minus_nine_under_load() {
         store,
         clients: 16,
         lease_clients: 3,
+        permit_clients: 6,
         hot: 4,
         cold: 40,
         kills: 22,
@@ -141,6 +150,13 @@ fn kill_minus_nine_under_load() {
         "{}",
         failure("too few lease calls judged, or calls after a revoke")
     );
+    // Semaphores: permits judged across kills, and semaphores certainly
+    // full, where one permit too many would be caught.
+    assert!(
+        coverage.permit_windows >= 200 && coverage.semaphore_full >= 50,
+        "{}",
+        failure("too few permits judged, or semaphores seen full")
+    );
     assert!(
         run.elapsed < Duration::from_secs(90),
         "{}",
@@ -158,6 +174,7 @@ fn memory_store_is_caught() {
         store: "memory".to_string(),
         clients: 8,
         lease_clients: 1,
+        permit_clients: 2,
         hot: 4,
         cold: 10,
         kills: 3,
@@ -361,7 +378,13 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             .chain((0..plan.cold).map(|i| format!("cold/{i}")))
             .collect(),
     );
-    let clients: Vec<_> = (0..plan.clients + plan.lease_clients)
+    let semaphores: Arc<Vec<(String, u32)>> = Arc::new(
+        SEMAPHORES
+            .iter()
+            .map(|&(name, permits)| (name.to_string(), permits))
+            .collect(),
+    );
+    let clients: Vec<_> = (0..plan.clients + plan.lease_clients + plan.permit_clients)
         .map(|id| {
             let client = Client {
                 id,
@@ -376,11 +399,15 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
                 incarnation: 0,
             };
             let names = names.clone();
+            let semaphores = semaphores.clone();
             let hot = plan.hot;
             let stop = stop.clone();
             let leases = id >= plan.clients;
+            let permits = id >= plan.clients + plan.lease_clients;
             thread::spawn(move || {
-                if leases {
+                if permits {
+                    client.run_permits(&semaphores, &stop)
+                } else if leases {
                     client.run_leases(&names, hot, &stop)
                 } else {
                     client.run(&names, hot, &stop)
@@ -391,7 +418,7 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
 
     // The sentinel: one more client, driven by this thread.
     let mut sentinel = Client {
-        id: plan.clients + plan.lease_clients,
+        id: plan.clients + plan.lease_clients + plan.permit_clients,
         owner: "sentinel".to_string(),
         rng: Rng::new(plan.seed ^ 0x5e47),
         recorder: recorder.clone(),
@@ -431,6 +458,18 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             }
             _ => None,
         };
+        // A permit of a semaphore, held across the kill.
+        let permit = match sentinel.call(
+            SEMAPHORES[1].0,
+            Call::Permit {
+                ttl_ms: SENTINEL_TTL_MS,
+                wait_ms: 500,
+                permits: SEMAPHORES[1].1,
+            },
+        ) {
+            Some(Outcome::Ok { token, .. }) => Some(token),
+            _ => None,
+        };
         // Let the load go on a little past the sentinel's grant.
         thread::sleep(Duration::from_millis(rng.range(0, 50)));
 
@@ -454,6 +493,11 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
         sentinel.call(SENTINEL, Call::Get);
         if let Some(token) = token {
             sentinel.call(SENTINEL, Call::Unlock { token });
+        }
+        // So did its permit, until it gives it back.
+        if let Some(token) = permit {
+            sentinel.call(SEMAPHORES[1].0, Call::Get);
+            sentinel.call(SEMAPHORES[1].0, Call::Unlock { token });
         }
         // So did its lease's locks; the lease refreshes, and once revoked
         // none of them is held.

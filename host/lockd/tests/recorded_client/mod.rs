@@ -68,6 +68,12 @@ impl Target {
 pub enum Call {
     /// `lock`, persistent.
     Lock { ttl_ms: u64, wait_ms: u64 },
+    /// `lock` of one permit of a semaphore of `permits`, persistent.
+    Permit {
+        ttl_ms: u64,
+        wait_ms: u64,
+        permits: u32,
+    },
     /// `extend`.
     Extend { ttl_ms: u64 },
     /// `unlock` with this token.
@@ -237,6 +243,55 @@ impl Client {
         }
     }
 
+    /// Permits of the semaphores `names` (name, permits), until `stop`:
+    /// take one (wait 0, or 50 to 400 ms), then hold it through extends,
+    /// relocks and reads for 100 to 1 200 ms and release it (3 in 4) or let
+    /// it expire. Several such clients on a semaphore of 2 keep it full.
+    pub fn run_permits(mut self, names: &[(String, u32)], stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            let (name, permits) = names[self.rng.range(0, names.len() as u64 - 1) as usize].clone();
+            let ttl_ms = self.rng.range(300, 1_500);
+            let wait_ms = if self.rng.chance(50) {
+                0
+            } else {
+                self.rng.range(50, 400)
+            };
+            let take = Call::Permit {
+                ttl_ms,
+                wait_ms,
+                permits,
+            };
+            let Some(Outcome::Ok { token, .. }) = self.call(&name, take) else {
+                thread::sleep(Duration::from_millis(self.rng.range(5, 40)));
+                continue;
+            };
+            for _ in 0..self.rng.range(0, 3) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(self.rng.range(50, 400)));
+                let call = match self.rng.next() % 3 {
+                    0 => Call::Extend { ttl_ms },
+                    1 => Call::Permit {
+                        ttl_ms,
+                        wait_ms: 0,
+                        permits,
+                    },
+                    _ => Call::Get,
+                };
+                if let Some(Outcome::NotHeld | Outcome::NotOwner | Outcome::Busy { .. }) =
+                    self.call(&name, call)
+                {
+                    break;
+                }
+            }
+            if self.rng.chance(75) {
+                self.call(&name, Call::Unlock { token });
+            }
+            thread::sleep(Duration::from_millis(self.rng.range(0, 20)));
+        }
+    }
+
     /// `lock` of `name` under the lease `lease_id` (wait 0), recorded as a
     /// lock by the lease id with the lease's TTL.
     pub fn lock_in_lease(&mut self, name: &str, lease_id: &str, ttl_ms: u64) -> Option<Outcome> {
@@ -295,6 +350,21 @@ impl Client {
                     ttl_ms,
                     wait_ms,
                     claim: Claim::Exclusive,
+                },
+                wait_ms,
+            ),
+            Call::Permit {
+                ttl_ms,
+                wait_ms,
+                permits,
+            } => (
+                "locks/lock",
+                json!({"name": name, "owner": owner, "ttl_ms": ttl_ms, "wait_ms": wait_ms,
+                       "durability": "persistent", "permits": permits}),
+                OpKind::Lock {
+                    ttl_ms,
+                    wait_ms,
+                    claim: Claim::Permit { permits },
                 },
                 wait_ms,
             ),
