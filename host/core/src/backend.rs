@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::LockError;
+use crate::limits::LockDelays;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
@@ -122,6 +123,16 @@ pub trait LockBackend: Send + Sync + 'static {
     fn leader<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Leader>, LockError>> {
         let _ = key;
         not_supported("elections")
+    }
+
+    /// The lock-delays in force (docs/contract.md#c23-lock-delay), given
+    /// once by [`LockService::with_lock_delays`](crate::LockService::with_lock_delays):
+    /// a store that keeps grants across restarts applies them to grants it
+    /// recovered too, before any call brings the namespace's delay. Calls
+    /// also carry the delay ([`LockOptions::lock_delay_ms`]). The default
+    /// does nothing.
+    fn set_lock_delays(&self, delays: &LockDelays) {
+        let _ = delays;
     }
 
     /// Whether `lock` takes shared locks and semaphore permits

@@ -60,9 +60,9 @@ pub use ids::random_id;
 pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
 };
-pub use limits::Limits;
+pub use limits::{Limits, LockDelays};
 pub use metrics::{BackendStats, Metrics, NamespaceStats};
-pub use service::{LockDelays, LockService, Quotas, MAX_PERMITS, MAX_VALUE_BYTES};
+pub use service::{LockService, Quotas, MAX_PERMITS, MAX_VALUE_BYTES};
 pub use types::{
     Claim, Durability, EventKind, Grant, Holding, Key, Leader, LeaseGrant, LeaseInfo, ListedLock,
     LockEvent, LockInfo, LockOptions, NameState,

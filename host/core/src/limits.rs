@@ -1,6 +1,8 @@
 //! Argument limits. Every caller input is checked here before any backend
 //! sees it, so a bad argument never changes the store.
 
+use std::collections::HashMap;
+
 use crate::error::LockError;
 
 /// Limits on caller input. The defaults are those of docs/contract.md#c11-limits.
@@ -82,6 +84,26 @@ fn check_len(what: &str, value: &str, max: usize) -> Result<(), LockError> {
         )));
     }
     Ok(())
+}
+
+/// How long each namespace holds back a grant that expired or was
+/// force-released (docs/contract.md#c23-lock-delay).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockDelays {
+    /// For namespaces not listed in `per_namespace`; 0 is no delay.
+    pub default_ms: u64,
+    /// Delays of named namespaces.
+    pub per_namespace: HashMap<String, u64>,
+}
+
+impl LockDelays {
+    /// The delay of `namespace`, 0 for none.
+    pub fn of(&self, namespace: &str) -> u64 {
+        self.per_namespace
+            .get(namespace)
+            .copied()
+            .unwrap_or(self.default_ms)
+    }
 }
 
 #[cfg(test)]

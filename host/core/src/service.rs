@@ -9,7 +9,7 @@ use crate::backend::{BoxFuture, LockBackend};
 use crate::background;
 use crate::error::LockError;
 use crate::ids::random_id;
-use crate::limits::Limits;
+use crate::limits::{Limits, LockDelays};
 use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op};
 use crate::types::{
     Claim, Durability, Grant, Key, Leader, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
@@ -29,26 +29,6 @@ impl Quotas {
     /// The quota of `namespace`, if it has one.
     pub fn of(&self, namespace: &str) -> Option<u64> {
         self.per_namespace.get(namespace).copied().or(self.default)
-    }
-}
-
-/// How long each namespace holds back a grant that expired or was
-/// force-released (docs/contract.md#c23-lock-delay).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LockDelays {
-    /// For namespaces not listed in `per_namespace`; 0 is no delay.
-    pub default_ms: u64,
-    /// Delays of named namespaces.
-    pub per_namespace: HashMap<String, u64>,
-}
-
-impl LockDelays {
-    /// The delay of `namespace`, 0 for none.
-    pub fn of(&self, namespace: &str) -> u64 {
-        self.per_namespace
-            .get(namespace)
-            .copied()
-            .unwrap_or(self.default_ms)
     }
 }
 
@@ -234,6 +214,9 @@ impl LockService {
     /// The same service with `delays` in force
     /// (docs/contract.md#c23-lock-delay).
     pub fn with_lock_delays(mut self, delays: LockDelays) -> Self {
+        // The store applies a delay when a grant expires, which may be a
+        // grant it recovered before any call brought the namespace's delay.
+        self.backend.set_lock_delays(&delays);
         self.lock_delays = Arc::new(delays);
         self
     }

@@ -25,7 +25,7 @@ const CASES: u32 = 2_000;
 /// costs nothing.
 #[test]
 fn redb_store_matches_the_model_across_restarts() {
-    let tally = model::check_against_model("redb", CASES, true, false, RedbFactory::on_tmpfs);
+    let tally = model::check_against_model("redb", CASES, true, true, RedbFactory::on_tmpfs);
     // Restarts with live locks are what this store adds to the model run.
     assert!(tally.restarts > 0 && tally.survived_restart > 0, "{tally}");
     assert!(tally.leases_survived_restart > 0, "{tally}");

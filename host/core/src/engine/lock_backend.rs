@@ -11,6 +11,7 @@ use super::{Engine, Request};
 use crate::backend::{BoxFuture, LockBackend};
 use crate::error::LockError;
 use crate::journal::Ticket;
+use crate::limits::LockDelays;
 use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
 use crate::types::{
     Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
@@ -212,6 +213,10 @@ impl LockBackend for Engine {
 
     fn supports_claims(&self) -> bool {
         true
+    }
+
+    fn set_lock_delays(&self, delays: &LockDelays) {
+        self.namespaces.set_lock_delays(delays);
     }
 
     fn campaign<'a>(

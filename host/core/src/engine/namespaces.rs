@@ -11,6 +11,7 @@ use std::time::Duration;
 use rustc_hash::FxHasher;
 
 use crate::error::LockError;
+use crate::limits::LockDelays;
 use crate::metrics::{Histogram, HoldTimes};
 
 /// The engine's hasher for maps keyed by its own strings.
@@ -96,21 +97,30 @@ impl Namespace {
 /// The namespaces an engine has seen, each interned once. Never shrinks:
 /// a namespace costs its name and a counter.
 #[derive(Default)]
-pub(super) struct Namespaces(RwLock<HashMap<Arc<str>, Arc<Namespace>, FxBuild>>);
+pub(super) struct Namespaces {
+    map: RwLock<HashMap<Arc<str>, Arc<Namespace>, FxBuild>>,
+    /// The configured lock-delays, for namespaces made from now on.
+    delays: RwLock<LockDelays>,
+}
 
 impl Namespaces {
     /// The namespace `name`, created if new. The common case takes only
     /// the read lock and allocates nothing: this is on every fresh grant.
     pub(super) fn get(&self, name: &Arc<str>) -> Arc<Namespace> {
         if let Some(ns) = self
-            .0
+            .map
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&**name)
         {
             return ns.clone();
         }
-        self.0
+        let delay_ms = self
+            .delays
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .of(name);
+        self.map
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(name.clone())
@@ -119,17 +129,29 @@ impl Namespaces {
                     name: name.clone(),
                     held: AtomicU64::new(0),
                     hold_times: Histogram::default(),
-                    lock_delay_ms: AtomicU64::new(0),
+                    lock_delay_ms: AtomicU64::new(delay_ms),
                 })
             })
             .clone()
     }
-}
 
-impl Namespaces {
+    /// Puts `delays` in force, for the namespaces seen so far (those of
+    /// recovered grants among them) and those to come.
+    pub(super) fn set_lock_delays(&self, delays: &LockDelays) {
+        *self.delays.write().unwrap_or_else(PoisonError::into_inner) = delays.clone();
+        for ns in self
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            ns.note_lock_delay(delays.of(&ns.name));
+        }
+    }
+
     /// The hold times of every namespace that has ended a grant.
     pub(super) fn hold_times(&self) -> HoldTimes {
-        self.0
+        self.map
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
