@@ -307,19 +307,44 @@ impl LockService {
                 ));
             }
             self.check_claim(options.claim)?;
-            let options = LockOptions {
-                quota: self.quotas.of(namespace),
-                lock_delay_ms: self.lock_delay(namespace)?,
-                ..options
-            };
+            let options = self.with_policy(namespace, options)?;
             self.backend.lock(&key, owner, ttl_ms, options).await
         }
         .await;
-        if options.wait_ms > 0 {
+        self.measured_waiting(
+            Op::Lock,
+            (namespace, name),
+            started,
+            options.wait_ms,
+            result,
+        )
+    }
+
+    /// `options` with what the service decides for `namespace`: its quota
+    /// and its lock-delay.
+    fn with_policy(&self, namespace: &str, options: LockOptions) -> Result<LockOptions, LockError> {
+        Ok(LockOptions {
+            quota: self.quotas.of(namespace),
+            lock_delay_ms: self.lock_delay(namespace)?,
+            ..options
+        })
+    }
+
+    /// [`LockService::measured`] for a call that may have waited up to
+    /// `wait_ms`: its wait counts in the namespace's wait times too.
+    fn measured_waiting<T>(
+        &self,
+        op: Op,
+        (namespace, name): (&str, &str),
+        started: Instant,
+        wait_ms: u64,
+        result: Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        if wait_ms > 0 {
             self.metrics
                 .record_wait(namespace, started.elapsed(), &result);
         }
-        self.measured(Op::Lock, (namespace, name), started, result)
+        self.measured(op, (namespace, name), started, result)
     }
 
     /// Releases `name` if `owner` holds it (under `token`, if given).
@@ -440,21 +465,21 @@ impl LockService {
             check_value(value)?;
             self.check_elections()?;
             let options = LockOptions {
-                quota: self.quotas.of(namespace),
-                lock_delay_ms: self.lock_delay(namespace)?,
                 refuse_relock: false,
-                ..options
+                ..self.with_policy(namespace, options)?
             };
             self.backend
                 .campaign(&key, candidate, value, ttl_ms, options)
                 .await
         }
         .await;
-        if options.wait_ms > 0 {
-            self.metrics
-                .record_wait(namespace, started.elapsed(), &result);
-        }
-        self.measured(Op::Campaign, (namespace, name), started, result)
+        self.measured_waiting(
+            Op::Campaign,
+            (namespace, name),
+            started,
+            options.wait_ms,
+            result,
+        )
     }
 
     /// Sets the value the leader of `name` proclaims; `candidate` must lead
@@ -612,18 +637,13 @@ impl LockService {
             self.limits.check_wait(wait_ms)?;
             let options = LockOptions {
                 wait_ms,
-                quota: self.quotas.of(namespace),
-                lock_delay_ms: self.lock_delay(namespace)?,
                 ..LockOptions::default()
             };
+            let options = self.with_policy(namespace, options)?;
             self.backend.lock_in_lease(&key, lease_id, options).await
         }
         .await;
-        if wait_ms > 0 {
-            self.metrics
-                .record_wait(namespace, started.elapsed(), &result);
-        }
-        self.measured(Op::Lock, (namespace, name), started, result)
+        self.measured_waiting(Op::Lock, (namespace, name), started, wait_ms, result)
     }
 
     /// Completes once the lease has ended (or at once if it is not live);
