@@ -295,7 +295,10 @@ fn shapes_spin_refuses_are_refused() {
     // An app built against 0.1.1, which `lockd plug` accepts (semver), has no
     // export of exactly its import's name in the 0.1.0 client.
     let dir = app_dir(&documented.replace("edge-jobs.wasm", "app-0.1.1.wasm"));
-    let app = stand_in::component_from_wit(&stand_in::lock_wit("0.1.1", ""), "imports");
+    let app = stand_in::component_from_wit(
+        &stand_in::lock_wit("0.1.1", stand_in::CLIENT_SIDE_APP),
+        "client-side-app",
+    );
     std::fs::write(dir.path().join("target/guests/app-0.1.1.wasm"), app).unwrap();
     let err = refused_in(dir);
     assert!(
