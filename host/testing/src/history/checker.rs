@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use lockd_core::Claim;
 
-use super::claim_rules::judge_beside_others;
 use super::record::{History, Kill, Op, OpKind, Outcome, MARGIN_MS};
 use super::verdict::{Coverage, Report, Rule, Violation};
 
@@ -381,7 +380,7 @@ impl<'h> Checker<'h> {
                     coverage.calls_judged_after_kill += 1;
                 }
                 let verdict = if several && lease.claim != Some(Claim::Exclusive) {
-                    judge_beside_others(op, lease)
+                    lease.judge_beside_others(op)
                 } else {
                     judge(op, lease)
                 };

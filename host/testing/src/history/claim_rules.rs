@@ -113,52 +113,56 @@ impl Checker<'_> {
     }
 }
 
-/// Judges one call made while `lease`, a shared grant or a permit, was
-/// certainly held throughout it, perhaps beside other holders: the name is
-/// not free, `get` and `busy` show a grant at least as recent as it
-/// (docs/contract.md#c21-shared: the most recent one), its owner's own
-/// calls find it, and no exclusive grant is made beside it. Other owners'
-/// grants of the same kind, extends and unlocks are theirs.
-pub(super) fn judge_beside_others(op: &Op, lease: &Lease<'_>) -> Option<(Rule, &'static str)> {
-    let own = op.owner == lease.owner;
-    match (&op.kind, &op.outcome) {
-        (_, Outcome::NotFound) => Some((Rule::LostGrant, "reported free")),
-        (_, Outcome::NotHeld) => Some((Rule::LostGrant, "answered not_held")),
-        (OpKind::Get, Outcome::Found { token, .. }) => (*token < lease.token).then_some((
-            Rule::LostGrant,
-            "get answered a grant older than one certainly held",
-        )),
-        (OpKind::Lock { .. }, Outcome::Busy { token, .. }) => {
-            if own {
-                Some((Rule::LostGrant, "the holder's own relock answered busy"))
-            } else {
-                (*token < lease.token).then_some((
-                    Rule::LostGrant,
-                    "busy named a grant older than one certainly held",
-                ))
+impl Lease<'_> {
+    /// Judges one call made while `lease`, a shared grant or a permit, was
+    /// certainly held throughout it, perhaps beside other holders: the name is
+    /// not free, `get` and `busy` show a grant at least as recent as it
+    /// (docs/contract.md#c21-shared: the most recent one), its owner's own
+    /// calls find it, and no exclusive grant is made beside it. Other owners'
+    /// grants of the same kind, extends and unlocks are theirs.
+    pub(super) fn judge_beside_others(&self, op: &Op) -> Option<(Rule, &'static str)> {
+        let lease = self;
+        let own = op.owner == lease.owner;
+        match (&op.kind, &op.outcome) {
+            (_, Outcome::NotFound) => Some((Rule::LostGrant, "reported free")),
+            (_, Outcome::NotHeld) => Some((Rule::LostGrant, "answered not_held")),
+            (OpKind::Get, Outcome::Found { token, .. }) => (*token < lease.token).then_some((
+                Rule::LostGrant,
+                "get answered a grant older than one certainly held",
+            )),
+            (OpKind::Lock { .. }, Outcome::Busy { token, .. }) => {
+                if own {
+                    Some((Rule::LostGrant, "the holder's own relock answered busy"))
+                } else {
+                    (*token < lease.token).then_some((
+                        Rule::LostGrant,
+                        "busy named a grant older than one certainly held",
+                    ))
+                }
             }
-        }
-        (OpKind::Lock { claim, .. }, Outcome::Ok { token, .. }) => {
-            if own {
-                (*token != lease.token).then_some((Rule::Overlap, "relock returned a new token"))
-            } else {
-                (*claim == Claim::Exclusive)
-                    .then_some((Rule::Overlap, "granted exclusive beside another holder"))
+            (OpKind::Lock { claim, .. }, Outcome::Ok { token, .. }) => {
+                if own {
+                    (*token != lease.token)
+                        .then_some((Rule::Overlap, "relock returned a new token"))
+                } else {
+                    (*claim == Claim::Exclusive)
+                        .then_some((Rule::Overlap, "granted exclusive beside another holder"))
+                }
             }
+            (OpKind::Extend { .. }, Outcome::Ok { token, .. }) => (own && *token != lease.token)
+                .then_some((Rule::LostGrant, "extend returned another token")),
+            (OpKind::Extend { .. }, Outcome::NotOwner) => {
+                own.then_some((Rule::LostGrant, "the holder's extend answered not_owner"))
+            }
+            (OpKind::Unlock { token }, Outcome::NotOwner) => (own
+                && token.is_none_or(|t| t == lease.token))
+            .then_some((Rule::LostGrant, "the holder's unlock answered not_owner")),
+            // Its own unlock with its token (or none) ends the window before it
+            // starts: this is a stale token of the same owner.
+            (OpKind::Unlock { .. }, Outcome::Unlocked) => {
+                own.then_some((Rule::Overlap, "unlocked under a stale token of its owner"))
+            }
+            _ => None,
         }
-        (OpKind::Extend { .. }, Outcome::Ok { token, .. }) => (own && *token != lease.token)
-            .then_some((Rule::LostGrant, "extend returned another token")),
-        (OpKind::Extend { .. }, Outcome::NotOwner) => {
-            own.then_some((Rule::LostGrant, "the holder's extend answered not_owner"))
-        }
-        (OpKind::Unlock { token }, Outcome::NotOwner) => (own
-            && token.is_none_or(|t| t == lease.token))
-        .then_some((Rule::LostGrant, "the holder's unlock answered not_owner")),
-        // Its own unlock with its token (or none) ends the window before it
-        // starts: this is a stale token of the same owner.
-        (OpKind::Unlock { .. }, Outcome::Unlocked) => {
-            own.then_some((Rule::Overlap, "unlocked under a stale token of its owner"))
-        }
-        _ => None,
     }
 }
