@@ -2,13 +2,13 @@
 //! types, and the tests that hold the words of both crates equal.
 
 use lockd_core::{
-    Claim, Durability, ErrorKind, EventKind, Grant, LeaseGrant, LeaseInfo, LockEvent, LockInfo,
-    NameState,
+    Claim, Durability, ErrorKind, EventKind, Grant, Leader, LeaseGrant, LeaseInfo, LockEvent,
+    LockInfo, NameState,
 };
 
 use crate::reply::{
-    BusyReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding, LeaseFoundReply,
-    LeaseGrantedReply, ListReply, ListedLock, ReleasedReply,
+    BusyReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding, LeaderReply,
+    LeaseFoundReply, LeaseGrantedReply, ListReply, ListedLock, ReleasedReply,
 };
 use crate::request::LockClaim;
 use crate::words::{DurabilityWord, EventWord, HeldMode, Status};
@@ -219,6 +219,20 @@ impl From<LockInfo> for ReleasedReply {
             fencing_token: info.fencing_token,
             owner: info.owner,
             status: Status::Released,
+        }
+    }
+}
+
+impl From<Leader> for LeaderReply {
+    fn from(leader: Leader) -> Self {
+        LeaderReply {
+            candidate: leader.info.owner,
+            durability: leader.info.durability.into(),
+            expires_at_ms: leader.info.expires_at_ms,
+            fencing_token: leader.info.fencing_token,
+            since_ms: leader.since_ms,
+            status: Status::Found,
+            value: leader.value,
         }
     }
 }

@@ -58,12 +58,14 @@ pub use decode::{decode, DecodeError, Problem, Refusal, Reply};
 pub use query::{EventQuery, ListQuery};
 pub use reply::{
     BusyReply, ErrorReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding,
-    LaggedEvent, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply,
-    ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReleasedReply, StatusReply,
+    LaggedEvent, LeaderReply, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply,
+    LeaseRevokedReply, ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReleasedReply,
+    StatusReply,
 };
 pub use request::{
-    ExtendRequest, ForceUnlockRequest, GetRequest, LeaseGrantRequest, LeaseRequest, LockClaim,
-    LockHolder, LockRequest, UnlockRequest,
+    CampaignRequest, ExtendRequest, ForceUnlockRequest, GetRequest, LeaderRequest,
+    LeaseGrantRequest, LeaseRequest, LockClaim, LockHolder, LockRequest, ProclaimRequest,
+    ResignRequest, UnlockRequest,
 };
 pub use route::{Method, Route};
 pub use words::{DurabilityWord, EventWord, HeldMode, LockMode, Status};

@@ -192,6 +192,27 @@ pub struct ReleasedReply {
     pub status: Status,
 }
 
+/// `found`: the leader of an election (`POST /v1/elections/leader`);
+/// nobody leads is 404 with a [`FreeReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderReply {
+    /// The candidate that leads.
+    pub candidate: String,
+    /// Whether the leadership survives a restart.
+    pub durability: DurabilityWord,
+    /// End of the leadership unless extended, Unix epoch milliseconds.
+    pub expires_at_ms: u64,
+    /// The fencing token of the leadership.
+    pub fencing_token: u64,
+    /// When it became leader, Unix epoch milliseconds, if the store knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// `found`.
+    pub status: Status,
+    /// What the leader proclaimed.
+    pub value: String,
+}
+
 /// `granted`: a new lease (`POST /v1/leases/grant`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGrantedReply {

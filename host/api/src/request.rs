@@ -257,6 +257,99 @@ impl GetRequest {
     pub const PATH: &'static str = Route::Get.path();
 }
 
+/// `POST /v1/elections/campaign` (docs/contract.md#c24-elections): lead
+/// the election `name` as `candidate`, proclaiming `value`. A leadership is
+/// a grant of the name: `/v1/locks/extend` keeps it, with `owner` the
+/// candidate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The election name.
+    pub name: String,
+    /// Who campaigns: the owner of the leadership.
+    pub candidate: String,
+    /// What the leader proclaims (at most 4,096 bytes), for example its
+    /// address.
+    pub value: String,
+    /// Leadership length in milliseconds.
+    pub ttl_ms: u64,
+    /// How long to wait in the election's FIFO queue; 0 if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Durability of the leadership; persistent if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityWord>,
+}
+
+impl CampaignRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Campaign.path();
+}
+
+/// `POST /v1/elections/proclaim`: the leader replaces its value; its token
+/// and expiry stay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProclaimRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The election name.
+    pub name: String,
+    /// The candidate that leads.
+    pub candidate: String,
+    /// The fencing token of its leadership.
+    pub fencing_token: u64,
+    /// The new value (at most 4,096 bytes).
+    pub value: String,
+}
+
+impl ProclaimRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Proclaim.path();
+}
+
+/// `POST /v1/elections/resign`: the leader stops leading; the head of the
+/// queue leads next.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResignRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The election name.
+    pub name: String,
+    /// The candidate that leads.
+    pub candidate: String,
+    /// Resign only the leadership with this token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+impl ResignRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Resign.path();
+}
+
+/// `POST /v1/elections/leader`: who leads, without campaigning.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderRequest {
+    /// The namespace; `default` if `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The election name.
+    pub name: String,
+}
+
+impl LeaderRequest {
+    /// Where it is posted.
+    pub const PATH: &'static str = Route::Leader.path();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

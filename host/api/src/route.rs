@@ -32,6 +32,14 @@ pub enum Route {
     LeaseRevoke,
     /// `POST /v1/leases/get`: `LeaseRequest`.
     LeaseGet,
+    /// `POST /v1/elections/campaign`: `CampaignRequest`.
+    Campaign,
+    /// `POST /v1/elections/proclaim`: `ProclaimRequest`.
+    Proclaim,
+    /// `POST /v1/elections/resign`: `ResignRequest`.
+    Resign,
+    /// `POST /v1/elections/leader`: `LeaderRequest`.
+    Leader,
     /// `GET /metrics`, Prometheus text.
     Metrics,
     /// `GET /healthz`.
@@ -67,7 +75,7 @@ impl fmt::Display for Method {
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 15] = [
+    pub const ALL: [Route; 19] = [
         Route::Lock,
         Route::Unlock,
         Route::Extend,
@@ -80,6 +88,10 @@ impl Route {
         Route::LeaseRefresh,
         Route::LeaseRevoke,
         Route::LeaseGet,
+        Route::Campaign,
+        Route::Proclaim,
+        Route::Resign,
+        Route::Leader,
         Route::Metrics,
         Route::Healthz,
         Route::OpenApi,
@@ -100,6 +112,10 @@ impl Route {
             Route::LeaseRefresh => "/v1/leases/refresh",
             Route::LeaseRevoke => "/v1/leases/revoke",
             Route::LeaseGet => "/v1/leases/get",
+            Route::Campaign => "/v1/elections/campaign",
+            Route::Proclaim => "/v1/elections/proclaim",
+            Route::Resign => "/v1/elections/resign",
+            Route::Leader => "/v1/elections/leader",
             Route::Metrics => "/metrics",
             Route::Healthz => "/healthz",
             Route::OpenApi => "/openapi.json",
@@ -117,7 +133,11 @@ impl Route {
             | Route::LeaseGrant
             | Route::LeaseRefresh
             | Route::LeaseRevoke
-            | Route::LeaseGet => Method::Post,
+            | Route::LeaseGet
+            | Route::Campaign
+            | Route::Proclaim
+            | Route::Resign
+            | Route::Leader => Method::Post,
             Route::List
             | Route::Events
             | Route::Namespaces

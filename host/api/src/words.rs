@@ -118,6 +118,10 @@ words! {
         Revoked => "revoked",
         /// `released`: a force-unlock released the lock from its holder.
         Released => "released",
+        /// `proclaimed`: an election's leader replaced its value.
+        Proclaimed => "proclaimed",
+        /// `resigned`: a leader stopped leading; the next candidate leads.
+        Resigned => "resigned",
     }
 }
 
@@ -135,7 +139,9 @@ impl Status {
             | Status::Granted
             | Status::Refreshed
             | Status::Revoked
-            | Status::Released => 200,
+            | Status::Released
+            | Status::Proclaimed
+            | Status::Resigned => 200,
             Status::InvalidArgument => 400,
             Status::Unauthorized => 401,
             Status::Denied | Status::Forbidden => 403,
@@ -242,6 +248,8 @@ mod tests {
                 Status::Refreshed => ("refreshed", 200),
                 Status::Revoked => ("revoked", 200),
                 Status::Released => ("released", 200),
+                Status::Proclaimed => ("proclaimed", 200),
+                Status::Resigned => ("resigned", 200),
             };
             assert!(seen.insert(word), "{word} twice");
             assert_eq!(status.as_str(), word);

@@ -76,6 +76,10 @@ impl Role {
             Route::LeaseGrant => (Role::Locker, "grant leases"),
             Route::LeaseRefresh => (Role::Locker, "refresh leases"),
             Route::LeaseRevoke => (Role::Locker, "revoke leases"),
+            Route::Leader => (Role::Reader, "ask who leads"),
+            Route::Campaign => (Role::Locker, "campaign"),
+            Route::Proclaim => (Role::Locker, "proclaim"),
+            Route::Resign => (Role::Locker, "resign"),
             Route::ForceUnlock => (Role::Admin, "force-unlock"),
         })
     }

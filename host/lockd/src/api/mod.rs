@@ -15,6 +15,7 @@
 //! against the caller's before it calls the service.
 
 mod access;
+mod elections;
 mod sse;
 
 use std::error::Error as StdError;
@@ -29,10 +30,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use lockd_api::{
     BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, FreeReply,
-    GetReply, GetRequest, GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply,
-    LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, ListQuery, ListReply, LockHolder,
-    LockRequest, Method, NamespaceSummary, NamespacesReply, ReleasedReply, Route, Status,
-    StatusReply, UnlockRequest,
+    GetReply, GetRequest, GrantReply, LeaderReply, LeaseFoundReply, LeaseGrantRequest,
+    LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, ListQuery, ListReply,
+    LockHolder, LockRequest, Method, NamespaceSummary, NamespacesReply, ReleasedReply, Route,
+    Status, StatusReply, UnlockRequest,
 };
 use lockd_core::{Durability, LockError, LockOptions, LockService};
 use serde::de::DeserializeOwned;
@@ -199,6 +200,10 @@ impl Api {
             Route::LeaseRefresh => call(req, |r| self.refresh_lease(a, r)).await,
             Route::LeaseRevoke => call(req, |r| self.revoke_lease(a, r)).await,
             Route::LeaseGet => call(req, |r| self.get_lease(a, r)).await,
+            Route::Campaign => call(req, |r| self.campaign(a, r)).await,
+            Route::Proclaim => call(req, |r| self.proclaim(a, r)).await,
+            Route::Resign => call(req, |r| self.resign(a, r)).await,
+            Route::Leader => call(req, |r| self.leader(a, r)).await,
             Route::List => answer(self.list(a, req.uri().query().unwrap_or("")).await),
             Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""))),
             Route::Namespaces => answer(self.namespaces(a).await),
@@ -507,6 +512,7 @@ answer_with_its_status!(
     LeaseRevokedReply,
     LeaseFoundReply,
     NamespacesReply,
+    LeaderReply,
 );
 
 /// `get`: the holders, or 404 `not_found` for a free name.
