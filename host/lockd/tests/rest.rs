@@ -778,7 +778,7 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 15] = [
+const SERVER_ROUTES: [(&str, &str); 19] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
@@ -791,6 +791,10 @@ const SERVER_ROUTES: [(&str, &str); 15] = [
     ("post", "/v1/leases/refresh"),
     ("post", "/v1/leases/revoke"),
     ("post", "/v1/leases/get"),
+    ("post", "/v1/elections/campaign"),
+    ("post", "/v1/elections/proclaim"),
+    ("post", "/v1/elections/resign"),
+    ("post", "/v1/elections/leader"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
@@ -844,6 +848,18 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
         r.json["lease_id"].as_str().unwrap().to_string()
     };
     let dead_lease = "lease-00000000000000000000000000000000";
+    let leader_token = |name: &str| {
+        let body = json!({"name": name}).to_string();
+        let r = request(
+            "POST",
+            &server.url,
+            "/v1/elections/leader",
+            Some(&body),
+            Some(TOKEN),
+        );
+        assert_eq!(r.code, 200, "{}", r.body);
+        r.json["fencing_token"].as_u64().unwrap()
+    };
     let no_token = |what| Probe {
         what,
         query: "",
@@ -1092,6 +1108,137 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
                 malformed,
                 too_large,
                 with_body_no_token,
+            ]
+        }
+        ("post", "/v1/elections/campaign") => {
+            with_body_no_token.body = Some(
+                json!({"name": "e", "candidate": "c", "value": "v", "ttl_ms": 1000}).to_string(),
+            );
+            vec![
+                probe(
+                    "campaign",
+                    Some(
+                        json!({"name": "e", "candidate": "c1", "value": "10.0.0.1:80", "ttl_ms": 60_000}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "campaign with every field",
+                    Some(
+                        json!({"namespace": "n", "name": "e", "candidate": "c1", "value": "", "ttl_ms": 60_000, "wait_ms": 0, "durability": "ephemeral"}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "busy",
+                    Some(json!({"name": "e", "candidate": "c2", "value": "v", "ttl_ms": 1000})),
+                    true,
+                ),
+                probe(
+                    "a lock's name",
+                    Some(json!({"name": "l", "candidate": "c1", "value": "v", "ttl_ms": 1000})),
+                    true,
+                ),
+                probe(
+                    "value too long",
+                    Some(
+                        json!({"name": "e3", "candidate": "c1", "value": "v".repeat(4097), "ttl_ms": 1000}),
+                    ),
+                    false,
+                ),
+                probe(
+                    "no value",
+                    Some(json!({"name": "e3", "candidate": "c1", "ttl_ms": 1000})),
+                    false,
+                ),
+                malformed,
+                too_large,
+                with_body_no_token,
+            ]
+        }
+        ("post", "/v1/elections/proclaim") => {
+            let token = leader_token("e");
+            vec![
+                probe(
+                    "proclaim",
+                    Some(
+                        json!({"name": "e", "candidate": "c1", "fencing_token": token, "value": "10.0.0.2:80"}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "another token",
+                    Some(
+                        json!({"name": "e", "candidate": "c1", "fencing_token": token + 1, "value": "v"}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "nobody leads",
+                    Some(
+                        json!({"namespace": "n", "name": "free", "candidate": "c1", "fencing_token": 1, "value": "v"}),
+                    ),
+                    true,
+                ),
+                probe(
+                    "no token",
+                    Some(json!({"name": "e", "candidate": "c1", "value": "v"})),
+                    false,
+                ),
+                malformed,
+                too_large,
+                no_token("no token"),
+            ]
+        }
+        ("post", "/v1/elections/resign") => vec![
+            probe(
+                "another candidate",
+                Some(json!({"name": "e", "candidate": "c2"})),
+                true,
+            ),
+            probe(
+                "a lock's name",
+                Some(json!({"name": "l", "candidate": "o"})),
+                true,
+            ),
+            probe(
+                "resign",
+                Some(json!({"name": "e", "candidate": "c1", "fencing_token": leader_token("e")})),
+                true,
+            ),
+            probe(
+                "nobody leads",
+                Some(json!({"name": "e", "candidate": "c1"})),
+                true,
+            ),
+            malformed,
+            too_large,
+            no_token("no token"),
+        ],
+        ("post", "/v1/elections/leader") => {
+            let r = request(
+                "POST",
+                &server.url,
+                "/v1/elections/campaign",
+                Some(
+                    &json!({"name": "e2", "candidate": "c1", "value": "v", "ttl_ms": 60_000})
+                        .to_string(),
+                ),
+                Some(TOKEN),
+            );
+            assert_eq!(r.code, 200, "{}", r.body);
+            vec![
+                probe("leads", Some(json!({"name": "e2"})), true),
+                probe("nobody leads", Some(json!({"name": "e"})), true),
+                probe("a lock's name", Some(json!({"name": "l"})), true),
+                probe(
+                    "unknown field",
+                    Some(json!({"name": "e", "candidate": "c1"})),
+                    false,
+                ),
+                malformed,
+                too_large,
+                no_token("no token"),
             ]
         }
         ("get", "/metrics") | ("get", "/openapi.json") | ("get", "/v1/namespaces") => vec![

@@ -1,7 +1,7 @@
-//! Shared locks, semaphores and lock-delay over the REST API of a real
-//! `lockd serve` (docs/contract.md C21-C23, docs/http.md): grants and the
-//! queue, what `get`, the listing and the event stream show, bad input, and
-//! a lock-delay set in lockd.toml.
+//! Shared locks, semaphores, lock-delay and elections over the REST API of a
+//! real `lockd serve` (docs/contract.md C21-C24, docs/http.md): grants and
+//! the queue, what `get`, the listing and the event stream show, bad input,
+//! and a lock-delay set in lockd.toml.
 
 mod lockd_server;
 
@@ -364,4 +364,165 @@ fn a_lock_delay_from_lockd_toml_holds_a_force_unlocked_lock_back() {
     );
     assert_status(&forced, 200, "released");
     token(&fast("b"));
+}
+
+const CAMPAIGN: &str = "/v1/elections/campaign";
+const LEADER: &str = "/v1/elections/leader";
+
+fn campaign(server: &Server, name: &str, candidate: &str, value: &str) -> Reply {
+    server.post_json(
+        CAMPAIGN,
+        &json!({"name": name, "candidate": candidate, "value": value, "ttl_ms": 30_000}),
+    )
+}
+
+fn leader(server: &Server, name: &str) -> Reply {
+    server.post_json(LEADER, &json!({"name": name}))
+}
+
+#[test]
+fn candidates_lead_in_turn_and_followers_see_who_leads() {
+    // On the durable store: leaderships and values are journaled.
+    let server = Server::start_in(None, &["--store", "redb:locks.redb"], &[]);
+    let stream = events(&server, "lead");
+    let before = now_ms();
+    let first = token(&campaign(&server, "lead", "c1", "10.0.0.1:80"));
+    let led = leader(&server, "lead");
+    assert_status(&led, 200, "found");
+    assert_eq!(led.json["candidate"], "c1");
+    assert_eq!(led.json["value"], "10.0.0.1:80");
+    assert_eq!(led.json["fencing_token"].as_u64(), Some(first));
+    assert_eq!(led.json["durability"], "persistent");
+    let since = led.json["since_ms"].as_u64().unwrap();
+    assert!((before..=now_ms()).contains(&since), "{}", led.body);
+    // `get` shows the leader as a holder of mode `leader`.
+    let found = get(&server, "lead");
+    assert_eq!(holders(&found.json), [("c1".into(), "leader".into())]);
+
+    // A second candidate waits in the queue; at wait 0 it is busy with the
+    // leader.
+    let busy = campaign(&server, "lead", "c2", "10.0.0.2:80");
+    assert_status(&busy, 409, "busy");
+    assert_eq!(busy.json["owner"], "c1", "{}", busy.body);
+    let url = server.url.clone();
+    let second = std::thread::spawn(move || {
+        let body = json!({"name": "lead", "candidate": "c2", "value": "10.0.0.2:80", "ttl_ms": 30_000, "wait_ms": 10_000});
+        request("POST", &url, CAMPAIGN, Some(&body.to_string()), None)
+    });
+    server.wait_for_waiters(1);
+
+    // The leader proclaims a new value and keeps its term alive; its token
+    // stays.
+    let proclaimed = server.post_json(
+        "/v1/elections/proclaim",
+        &json!({"name": "lead", "candidate": "c1", "fencing_token": first, "value": "10.0.0.1:81"}),
+    );
+    assert_status(&proclaimed, 200, "proclaimed");
+    let stale = server.post_json(
+        "/v1/elections/proclaim",
+        &json!({"name": "lead", "candidate": "c2", "fencing_token": first, "value": "x"}),
+    );
+    assert_status(&stale, 409, "not_owner");
+    let kept = server.post_json(
+        "/v1/locks/extend",
+        &json!({"name": "lead", "owner": "c1", "ttl_ms": 60_000}),
+    );
+    assert_status(&kept, 200, "extended");
+    assert_eq!(kept.json["fencing_token"].as_u64(), Some(first));
+    let led = leader(&server, "lead");
+    assert_eq!(
+        (
+            led.json["value"].as_str(),
+            led.json["fencing_token"].as_u64()
+        ),
+        (Some("10.0.0.1:81"), Some(first))
+    );
+
+    // Only the leader resigns; then the head of the queue leads.
+    let not_leader = server.post_json(
+        "/v1/elections/resign",
+        &json!({"name": "lead", "candidate": "c2"}),
+    );
+    assert_status(&not_leader, 409, "not_owner");
+    let resigned = server.post_json(
+        "/v1/elections/resign",
+        &json!({"name": "lead", "candidate": "c1", "fencing_token": first}),
+    );
+    assert_status(&resigned, 200, "resigned");
+    let next = token(&second.join().unwrap());
+    assert!(next > first);
+    let led = leader(&server, "lead");
+    assert_eq!(
+        (led.json["candidate"].as_str(), led.json["value"].as_str()),
+        (Some("c2"), Some("10.0.0.2:80"))
+    );
+    let again = server.post_json(
+        "/v1/elections/resign",
+        &json!({"name": "lead", "candidate": "c1"}),
+    );
+    assert_status(&again, 409, "not_owner");
+
+    let event = |t: &str, o: &str| (t.to_string(), o.to_string(), "leader".to_string());
+    assert_eq!(
+        next_events(&stream, 5),
+        [
+            event("acquired", "c1"),
+            event("proclaimed", "c1"),
+            event("extended", "c1"),
+            event("released", "c1"),
+            event("handed_off", "c2"),
+        ]
+    );
+
+    // After the last candidate resigns nobody leads: 404.
+    assert_status(
+        &server.post_json(
+            "/v1/elections/resign",
+            &json!({"name": "lead", "candidate": "c2"}),
+        ),
+        200,
+        "resigned",
+    );
+    let nobody = leader(&server, "lead");
+    assert_status(&nobody, 404, "not_found");
+    assert_eq!(nobody.json, json!({"status": "not_found"}));
+}
+
+#[test]
+fn elections_and_locks_keep_to_their_names() {
+    let server = Server::start(&[]);
+    let held = token(&lock(&server, "name", "o", json!({})));
+    let refused = |r: Reply, needle: &str| {
+        assert_status(&r, 400, "invalid_argument");
+        assert!(r.message().contains(needle), "{needle:?}: {}", r.body);
+    };
+    refused(campaign(&server, "name", "c", "v"), "lock");
+    refused(leader(&server, "name"), "lock");
+    refused(
+        server.post_json(
+            "/v1/elections/resign",
+            &json!({"name": "name", "candidate": "o"}),
+        ),
+        "lock",
+    );
+    // The lock is untouched.
+    assert_eq!(
+        get(&server, "name").json["fencing_token"].as_u64(),
+        Some(held)
+    );
+
+    token(&campaign(&server, "vote", "c", "v"));
+    refused(lock(&server, "vote", "o", json!({})), "election");
+    refused(
+        lock(&server, "vote", "o", json!({"permits": 2})),
+        "election",
+    );
+    let long = server.post_json(
+        CAMPAIGN,
+        &json!({"name": "other", "candidate": "c", "value": "v".repeat(4097), "ttl_ms": 1000}),
+    );
+    refused(long, "4096");
+    assert_status(&leader(&server, "other"), 404, "not_found");
+    let missing = server.post_json(CAMPAIGN, &json!({"name": "other", "candidate": "c"}));
+    refused(missing, "value");
 }
