@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Usage: guest/c-conformance/build.sh OUT_DIR
 #
-# Builds the C conformance guest into OUT_DIR/c-conformance.wasm (a wasi:cli
-# command component):
+# Builds the C guests into OUT_DIR, each a wasi:cli command component:
+# c-conformance.wasm (conformance.c: locks, guards, leases) and c-claims.wasm
+# (claims.c: read-write locks, semaphores, holds). Both share common.h and
+# one set of bindings; each component imports only the interfaces its
+# program calls.
 #   1. `wit-bindgen c wit --world imports` generates imports.{c,h} and
 #      imports_component_type.o from the contract in wit/;
-#   2. clang (wasm32-wasi, Debian's wasi-libc) compiles them with
-#      conformance.c into a core module with an ordinary `main`;
+#   2. clang (wasm32-wasi, Debian's wasi-libc) compiles them with each
+#      program into a core module with an ordinary `main`;
 #   3. `wasm-tools component new --adapt` wraps it with the
 #      wasi_snapshot_preview1 *command* adapter of wasmtime 48.0.8, which
 #      exports wasi:cli/run.
@@ -14,13 +17,14 @@
 # libclang-rt-dev-wasm32), wit-bindgen-cli and wasm-tools (cargo install,
 # several minutes), and the adapter (extracted from the crate
 # wasi-preview1-component-adapter-provider =48.0.8 into <repo>/target/c-tools).
-# Does nothing when the output is newer than every input. Runs from any cwd.
+# Does nothing when both outputs are newer than every input. Runs from any cwd.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 clear_cargo_env
 
 NAME=c-conformance
+PROGRAMS=(conformance:c-conformance claims:c-claims) # source stem:output name
 ADAPTER_VERSION=48.0.8 # = the wasmtime version of the host
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,15 +32,25 @@ repo="$(cd "$here/../.." && pwd)"
 out_dir="${1:?usage: $0 OUT_DIR}"
 mkdir -p "$out_dir"
 out_dir="$(cd "$out_dir" && pwd)"
-out="$out_dir/$NAME.wasm"
 
 inputs=(
-    "$here/conformance.c"
+    "$here/common.h"
     "$here/build.sh"
     "$repo/wit/lock.wit"
     "$repo/wit/deps/io/poll.wit"
 )
-exit_if_up_to_date "$NAME" "$repo/target/guest-build" "$out" "${inputs[@]}"
+for program in "${PROGRAMS[@]}"; do inputs+=("$here/${program%%:*}.c"); done
+# The oldest output, or a missing one: when it is up to date, all are.
+oldest=""
+for program in "${PROGRAMS[@]}"; do
+    out="$out_dir/${program#*:}.wasm"
+    if [[ ! -f "$out" ]]; then
+        oldest="$out"
+        break
+    fi
+    if [[ -z "$oldest" || "$out" -ot "$oldest" ]]; then oldest="$out"; fi
+done
+exit_if_up_to_date "$NAME" "$repo/target/guest-build" "$oldest" "${inputs[@]}"
 
 # --- tools -------------------------------------------------------------------
 apt_install clang lld wasi-libc libclang-rt-dev-wasm32
@@ -85,15 +99,20 @@ rm -rf "$work"
 mkdir -p "$work"
 
 wit-bindgen c "$repo/wit" --world imports --out-dir "$work/gen" >/dev/null
-echo "$NAME: clang -> core module"
-clang --target=wasm32-wasi -Oz -s -Wall -Wextra -Werror \
-    -I "$work/gen" \
-    -o "$work/core.wasm" \
-    "$here/conformance.c" "$work/gen/imports.c" "$work/gen/imports_component_type.o"
-echo "$NAME: wasm-tools component new -> $out"
-wasm-tools component new "$work/core.wasm" \
-    --adapt "wasi_snapshot_preview1=$adapter" \
-    -o "$work/$NAME.wasm"
-wasm-tools validate "$work/$NAME.wasm"
-mv -f "$work/$NAME.wasm" "$out"
-echo "$NAME: built $out ($(stat -c %s "$out") bytes)"
+for program in "${PROGRAMS[@]}"; do
+    source_stem="${program%%:*}"
+    name="${program#*:}"
+    out="$out_dir/$name.wasm"
+    echo "$name: clang -> core module"
+    clang --target=wasm32-wasi -Oz -s -Wall -Wextra -Werror \
+        -I "$here" -I "$work/gen" \
+        -o "$work/$name.core.wasm" \
+        "$here/$source_stem.c" "$work/gen/imports.c" "$work/gen/imports_component_type.o"
+    echo "$name: wasm-tools component new -> $out"
+    wasm-tools component new "$work/$name.core.wasm" \
+        --adapt "wasi_snapshot_preview1=$adapter" \
+        -o "$work/$name.wasm"
+    wasm-tools validate "$work/$name.wasm"
+    mv -f "$work/$name.wasm" "$out"
+    echo "$name: built $out ($(stat -c %s "$out") bytes)"
+done

@@ -20,7 +20,6 @@
 // allocated in guest memory and freed with the generated `*_free` functions.
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,140 +27,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "imports.h"
+#include "common.h"
 
 #define TTL 10000u
 
-typedef lockd_lock_types_error_t lock_error_t;
-typedef lockd_lock_types_grant_t grant_t;
-typedef lockd_lock_locks_lock_options_t lock_options_t;
-
 static const lock_options_t PERSISTENT = {0, LOCKD_LOCK_TYPES_DURABILITY_PERSISTENT};
 static const lock_options_t EPHEMERAL = {0, LOCKD_LOCK_TYPES_DURABILITY_EPHEMERAL};
-
-static const char *PREFIX;
-
-// --- reporting -----------------------------------------------------------
-
-static void passed(int step) {
-    printf("ok %d\n", step);
-    fflush(stdout);
-}
-
-// Prints `FAIL <step>: <detail>` and ends the program with status 1.
-__attribute__((noreturn, format(printf, 2, 3))) static void fail(int step, const char *fmt, ...) {
-    char detail[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    printf("FAIL %d: %s\n", step, detail);
-    fflush(stdout);
-    exit(1);
-}
-
-static const char *error_name(const lock_error_t *e) {
-    switch (e->tag) {
-    case LOCKD_LOCK_TYPES_ERROR_BUSY: return "busy";
-    case LOCKD_LOCK_TYPES_ERROR_NOT_OWNER: return "not-owner";
-    case LOCKD_LOCK_TYPES_ERROR_NOT_HELD: return "not-held";
-    case LOCKD_LOCK_TYPES_ERROR_INVALID_ARGUMENT: return "invalid-argument";
-    case LOCKD_LOCK_TYPES_ERROR_DENIED: return "denied";
-    case LOCKD_LOCK_TYPES_ERROR_UNAVAILABLE: return "unavailable";
-    default: return "unknown error tag";
-    }
-}
-
-// Renders an error variant with its payload into buf.
-static const char *describe(const lock_error_t *e, char *buf, size_t n) {
-    const imports_string_t *msg = NULL;
-    switch (e->tag) {
-    case LOCKD_LOCK_TYPES_ERROR_BUSY:
-        snprintf(buf, n, "busy(owner \"%.*s\", token %" PRIu64 ", expires %" PRIu64 ")",
-                 (int)e->val.busy.owner.len, (const char *)e->val.busy.owner.ptr,
-                 e->val.busy.fencing_token, e->val.busy.expires_at_ms);
-        return buf;
-    case LOCKD_LOCK_TYPES_ERROR_INVALID_ARGUMENT: msg = &e->val.invalid_argument; break;
-    case LOCKD_LOCK_TYPES_ERROR_DENIED: msg = &e->val.denied; break;
-    case LOCKD_LOCK_TYPES_ERROR_UNAVAILABLE: msg = &e->val.unavailable; break;
-    default: break;
-    }
-    if (msg) {
-        snprintf(buf, n, "%s(\"%.*s\")", error_name(e), (int)msg->len, (const char *)msg->ptr);
-    } else {
-        snprintf(buf, n, "%s", error_name(e));
-    }
-    return buf;
-}
-
-__attribute__((noreturn)) static void fail_err(int step, const char *what, const lock_error_t *e) {
-    char buf[768];
-    fail(step, "%s: unexpected error %s", what, describe(e, buf, sizeof buf));
-}
-
-// --- thin wrappers over the generated bindings ------------------------------
-
-static imports_string_t str(const char *s) {
-    imports_string_t r;
-    imports_string_set(&r, s); // borrows s; nothing to free
-    return r;
-}
-
-static bool str_eq(const imports_string_t *a, const imports_string_t *b) {
-    return a->len == b->len && memcmp(a->ptr, b->ptr, a->len) == 0;
-}
-
-static bool str_eq_c(const imports_string_t *a, const char *b) {
-    return a->len == strlen(b) && memcmp(a->ptr, b, a->len) == 0;
-}
-
-static bool do_lock(const char *name, const char *owner, uint32_t ttl, lock_options_t opts,
-                    grant_t *grant, lock_error_t *err) {
-    imports_string_t n = str(name), o = str(owner);
-    return lockd_lock_locks_lock(&n, &o, ttl, &opts, grant, err);
-}
-
-static bool do_unlock(const char *name, const char *owner, const uint64_t *token, lock_error_t *err) {
-    imports_string_t n = str(name), o = str(owner);
-    uint64_t t = token ? *token : 0;
-    return lockd_lock_locks_unlock(&n, &o, token ? &t : NULL, err);
-}
-
-static bool do_extend(const char *name, const char *owner, uint32_t ttl, grant_t *grant,
-                      lock_error_t *err) {
-    imports_string_t n = str(name), o = str(owner);
-    return lockd_lock_locks_extend(&n, &o, ttl, grant, err);
-}
-
-static bool do_get(const char *name, lockd_lock_locks_option_lock_info_t *info, lock_error_t *err) {
-    imports_string_t n = str(name);
-    return lockd_lock_locks_get(&n, info, err);
-}
-
-// Locks or fails the step.
-static grant_t must_lock(int step, const char *name, const char *owner, uint32_t ttl,
-                         lock_options_t opts) {
-    grant_t g;
-    lock_error_t e;
-    if (!do_lock(name, owner, ttl, opts, &g, &e)) fail_err(step, "lock", &e);
-    return g;
-}
-
-static void must_unlock(int step, const char *name, const char *owner, uint64_t token) {
-    lock_error_t e;
-    if (!do_unlock(name, owner, &token, &e)) fail_err(step, "unlock", &e);
-}
-
-// Fails the step unless get(name) returns none.
-static void must_be_free(int step, const char *name, const char *why) {
-    lockd_lock_locks_option_lock_info_t info;
-    lock_error_t e;
-    if (!do_get(name, &info, &e)) fail_err(step, "get", &e);
-    if (info.is_some) {
-        fail(step, "%s: get returned owner \"%.*s\" token %" PRIu64, why, (int)info.val.owner.len,
-             (const char *)info.val.owner.ptr, info.val.fencing_token);
-    }
-}
 
 // Fails the step unless get(name) shows owner `owner` (not NUL-terminated),
 // token `token` and expiry `expiry`, persistent.
@@ -197,14 +68,6 @@ static bool lost_ready(lockd_lock_leases_borrow_lease_t lease, int looks) {
     }
     wasi_io_poll_pollable_drop_own(lost);
     return ready;
-}
-
-static char *name_of(const char *suffix) {
-    size_t n = strlen(PREFIX) + 1 + strlen(suffix) + 1;
-    char *s = malloc(n);
-    if (!s) fail(0, "out of memory");
-    snprintf(s, n, "%s/%s", PREFIX, suffix);
-    return s;
 }
 
 // --- the scenario -------------------------------------------------------------

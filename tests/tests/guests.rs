@@ -1,6 +1,9 @@
 //! Every guest program, run by the host through the path `lockd run` uses,
 //! with the store checked afterwards.
 
+mod c_claims;
+#[allow(unused_imports)]
+use c_claims::c_claims;
 mod claims;
 #[allow(unused_imports)]
 use claims::rust_claims;
