@@ -12,10 +12,13 @@ use clap::{Parser, Subcommand};
 
 use cli::logging::{self, LogFormat};
 #[cfg(unix)]
+use commands::elect::ElectCommand;
+#[cfg(unix)]
 use commands::exec::ExecCommand;
 use commands::extend::ExtendCommand;
 use commands::force_unlock::ForceUnlockCommand;
 use commands::get::GetCommand;
+use commands::leader::LeaderCommand;
 use commands::lease::LeaseCommand;
 use commands::lock::LockCommand;
 use commands::ls::LsCommand;
@@ -55,7 +58,7 @@ struct Cli {
 }
 
 /// Every subcommand; each runs synchronously and returns the exit code.
-/// Those that need an async runtime (`run`, `serve`, `up`, `exec`) build
+/// Those that need an async runtime (`run`, `serve`, `up`, `exec`, `elect`) build
 /// it inside their own `execute`.
 #[derive(Subcommand)]
 enum Command {
@@ -75,6 +78,9 @@ enum Command {
     Token(TokenCommand),
     #[cfg(unix)]
     Exec(ExecCommand),
+    #[cfg(unix)]
+    Elect(ElectCommand),
+    Leader(LeaderCommand),
 }
 
 impl Command {
@@ -96,6 +102,9 @@ impl Command {
             Command::Token(command) => command.execute(),
             #[cfg(unix)]
             Command::Exec(command) => command.execute(),
+            #[cfg(unix)]
+            Command::Elect(command) => command.execute(),
+            Command::Leader(command) => command.execute(),
         }
     }
 }
