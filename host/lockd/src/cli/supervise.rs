@@ -21,9 +21,9 @@
 //! ([`lockd_core::keepalive`], the same as a guest's guards and leases),
 //! driven by [`keep_alive`] over the REST API (`Held`'s [`Renew`]).
 //! 4. When CMD exits, the grant is released (an unlock or a resignation,
-//!    with its fencing token) and the command exits with CMD's status (128
-//!    + the signal if a signal killed it). SIGINT and SIGTERM sent to the
-//!    command go to CMD.
+//!    with its fencing token) and the command exits with CMD's status
+//!    (128 + the signal if a signal killed it). SIGINT and SIGTERM sent to
+//!    the command go to CMD.
 
 use std::future::Future;
 use std::process::ExitStatus;
