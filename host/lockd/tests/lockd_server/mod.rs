@@ -527,13 +527,17 @@ impl Background {
 
     /// The next line of stdout, waiting up to `limit` for it.
     pub fn next_line(&self, limit: Duration) -> String {
-        let lines = self
-            .lines
-            .as_ref()
-            .expect("started with Background::reading");
+        self.line_within(limit)
+            .unwrap_or_else(|| panic!("no line on stdout within {limit:?}"))
+    }
+
+    /// The next line of stdout, if one comes within `limit`.
+    pub fn line_within(&self, limit: Duration) -> Option<String> {
+        let lines = self.lines.as_ref();
         lines
+            .expect("started with Background::reading")
             .recv_timeout(limit)
-            .unwrap_or_else(|e| panic!("no line on stdout within {limit:?}: {e}"))
+            .ok()
     }
 
     /// Waits up to `limit` for the exit; returns the code and stderr.
