@@ -9,9 +9,9 @@
 mod lockd_server;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use lockd_server::{lockd, read_ms, wait_for_file, Background, Run, Server};
+use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
 use serde_json::{json, Value};
 
 const CAMPAIGN: &str = "/v1/elections/campaign";
@@ -38,13 +38,6 @@ const FINISH: Duration = Duration::from_secs(20);
 /// file `$1/NAME` exists.
 fn until(name: &str) -> String {
     format!(r#"i=0; while [ ! -e "$1/{name}" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// `lockd elect --server URL ARGS -- sh -c SCRIPT sh DIR LOCKD URL`: the

@@ -7,9 +7,9 @@ mod lockd_server;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, read_ms, wait_for_file, Background, Run, Server};
+use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
 use serde_json::json;
 
 const GET: &str = "/v1/locks/get";
@@ -22,13 +22,6 @@ const LOCK: &str = "/v1/locks/lock";
 /// does not depend on the TTL's size.
 const KEEP_ALIVE_TTL: &str = "2s";
 const KEEP_ALIVE_TTL_MS: u64 = 2_000;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// `lockd exec ARGS --server URL -- sh -c SCRIPT` in `dir`, waited for.
 fn exec(server: &Server, dir: &Path, args: &[&str], script: &str) -> Run {

@@ -588,3 +588,12 @@ pub fn read_ms(path: &Path) -> u64 {
         .parse()
         .unwrap_or_else(|e| panic!("{}: {text:?}: {e}", path.display()))
 }
+
+/// This host's wall clock, Unix epoch milliseconds (as the server's
+/// expiries are).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
