@@ -23,6 +23,7 @@ use commands::lease::LeaseCommand;
 use commands::lock::LockCommand;
 use commands::ls::LsCommand;
 use commands::plug::PlugCommand;
+use commands::proclaim::ProclaimCommand;
 use commands::run::RunCommand;
 use commands::sem::SemCommand;
 use commands::serve::ServeCommand;
@@ -81,6 +82,7 @@ enum Command {
     #[cfg(unix)]
     Elect(ElectCommand),
     Leader(LeaderCommand),
+    Proclaim(ProclaimCommand),
 }
 
 impl Command {
@@ -105,6 +107,7 @@ impl Command {
             #[cfg(unix)]
             Command::Elect(command) => command.execute(),
             Command::Leader(command) => command.execute(),
+            Command::Proclaim(command) => command.execute(),
         }
     }
 }

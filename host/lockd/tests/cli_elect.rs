@@ -3,8 +3,8 @@
 //! environment and the resignation after it, a waiting candidate that leads
 //! when the leader resigns and when its process is killed (TTL expiry), a
 //! force-unlocked leader whose CMD is stopped (exit 76, as `lockd exec`),
-//! the leader's line, JSON and not-found exit code, bad input, and
-//! `--watch` printing each change.
+//! the leader's line, JSON and not-found exit code, bad input, `--watch`
+//! printing each change, and `lockd proclaim` run by CMD.
 
 mod lockd_server;
 
@@ -414,4 +414,60 @@ fn leader_watch_prints_each_change() {
         line.starts_with(&format!("w led by b value \"v3\" token {next} ")),
         "{line}"
     );
+}
+
+#[test]
+fn proclaim_under_elect_needs_only_the_value() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = elect(
+        &server,
+        d,
+        &["p", "--value", "a", "--candidate", "web-1"],
+        r#""$2" proclaim --value b --server "$3" > "$1/proclaimed" || exit 10
+           "$2" leader p --server "$3" > "$1/leader"
+           "$2" proclaim --value c --token 1 --server "$3" 2> "$1/wrong"; echo "$?" > "$1/wrong_code""#,
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let read = |name: &str| std::fs::read_to_string(d.join(name)).unwrap();
+    assert_eq!(read("proclaimed"), "p led by web-1 value \"b\"\n");
+    assert!(read("leader").starts_with("p led by web-1 value \"b\" "));
+    assert_eq!(read("wrong_code"), "1\n");
+    assert_eq!(
+        read("wrong"),
+        "lockd: p is led by another candidate than \"web-1\" or under another token than 1; \
+         see 'lockd leader p'\n"
+    );
+    // Nobody leads once `lockd elect` resigned.
+    let args = [
+        "proclaim",
+        "p",
+        "--value",
+        "x",
+        "--candidate",
+        "web-1",
+        "--token",
+        "5",
+    ];
+    let run = lockd(&[&args[..], &["--server", &server.url]].concat(), &[]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert_eq!(
+        run.one_stderr_line(),
+        "lockd: nobody leads p (the leadership may have expired); see 'lockd leader p'"
+    );
+    let long = "a".repeat(4097);
+    let args = [
+        "proclaim",
+        "p",
+        "--value",
+        &long,
+        "--candidate",
+        "c",
+        "--token",
+        "5",
+    ];
+    let run = lockd(&[&args[..], &["--server", &server.url]].concat(), &[]);
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.one_stderr_line().contains("--value is 4097 bytes"));
 }

@@ -13,9 +13,10 @@
 
 use clap::Args;
 use lockd_api::{CampaignRequest, Route};
-use lockd_core::{random_id, MAX_VALUE_BYTES};
+use lockd_core::random_id;
 
 use crate::cli::failure::{fail, Failure};
+use crate::cli::flags::check_leader_value;
 use crate::cli::supervise::{self, not_taken, run_while_held, take, Held, HoldArgs, Kind};
 
 /// Run a command while leading an election: campaign for NAME with
@@ -57,17 +58,7 @@ async fn elect(args: ElectCommand) -> Result<i32, Failure> {
         candidate,
         hold,
     } = args;
-    // Known before asking, and too long to show back in full.
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(fail(
-            2,
-            format!(
-                "--value is {} bytes, over the limit of {MAX_VALUE_BYTES}; \
-                 proclaim something short, such as an address or an id",
-                value.len()
-            ),
-        ));
-    }
+    check_leader_value(&value)?;
     let candidate = match candidate {
         Some(candidate) => candidate,
         None => random_id("elect").map_err(|e| not_taken("lead", &name, fail(3, e.to_string())))?,

@@ -16,6 +16,7 @@ pub mod lease;
 pub mod lock;
 pub mod ls;
 pub mod plug;
+pub mod proclaim;
 pub mod run;
 pub mod sem;
 pub mod serve;
