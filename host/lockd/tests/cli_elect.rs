@@ -4,11 +4,16 @@
 //! when the leader resigns and when its process is killed (TTL expiry), a
 //! force-unlocked leader whose CMD is stopped (exit 76, as `lockd exec`),
 //! the leader's line, JSON and not-found exit code, bad input, `--watch`
-//! printing each change, and `lockd proclaim` run by CMD.
+//! printing each change (and asking again after a stream that lagged or
+//! ended), and `lockd proclaim` run by CMD.
 
 mod lockd_server;
 
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
@@ -470,4 +475,87 @@ fn proclaim_under_elect_needs_only_the_value() {
     let run = lockd(&[&args[..], &["--server", &server.url]].concat(), &[]);
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.one_stderr_line().contains("--value is 4097 bytes"));
+}
+
+/// A stand-in for lockd with an event stream that lags, then ends, then
+/// stays open, and a leader whose value is `v` and the number of streams
+/// opened so far: each change happens with no event of its own, so only a
+/// new subscription and a new question can show it.
+fn flaky_events_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let streams = Arc::new(AtomicU64::new(0));
+    std::thread::spawn(move || {
+        for connection in listener.incoming() {
+            let Ok(connection) = connection else { break };
+            let streams = Arc::clone(&streams);
+            std::thread::spawn(move || answer_one(connection, &streams));
+        }
+    });
+    url
+}
+
+fn answer_one(mut connection: TcpStream, streams: &AtomicU64) {
+    let mut reader = BufReader::new(connection.try_clone().unwrap());
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).unwrap();
+    let mut length = 0;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).unwrap();
+        if header.trim_end().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap();
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    if request_line.starts_with("GET /v1/events") {
+        let n = streams.fetch_add(1, Ordering::SeqCst) + 1;
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n";
+        connection.write_all(head.as_bytes()).unwrap();
+        let chunk = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+        let mut frames = chunk(": lockd events\n\n");
+        match n {
+            1 => frames += &chunk("event: lagged\ndata: {\"type\":\"lagged\",\"missed\":5}\n\n"),
+            2 => {}
+            _ => {
+                connection.write_all(frames.as_bytes()).unwrap();
+                std::thread::sleep(Duration::from_secs(30));
+                return;
+            }
+        }
+        frames += "0\r\n\r\n";
+        connection.write_all(frames.as_bytes()).unwrap();
+    } else {
+        assert!(request_line.starts_with("POST /v1/elections/leader"));
+        let value = format!("v{}", streams.load(Ordering::SeqCst));
+        let reply = json!({"candidate": "c", "durability": "persistent", "expires_at_ms": 0,
+                           "fencing_token": 1, "status": "found", "value": value})
+        .to_string();
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{reply}",
+            reply.len()
+        );
+        connection.write_all(answer.as_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn leader_watch_asks_again_after_a_lagged_or_closed_stream() {
+    let url = flaky_events_server();
+    let watch = Background::reading(&["leader", "w", "--watch", "--server", &url]);
+    for value in ["v1", "v2", "v3"] {
+        let line = watch.next_line(LINE);
+        assert!(
+            line.starts_with(&format!("w led by c value \"{value}\" token 1 ")),
+            "{line}"
+        );
+    }
 }
