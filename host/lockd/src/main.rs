@@ -12,14 +12,18 @@ use clap::{Parser, Subcommand};
 
 use cli::logging::{self, LogFormat};
 #[cfg(unix)]
+use commands::elect::ElectCommand;
+#[cfg(unix)]
 use commands::exec::ExecCommand;
 use commands::extend::ExtendCommand;
 use commands::force_unlock::ForceUnlockCommand;
 use commands::get::GetCommand;
+use commands::leader::LeaderCommand;
 use commands::lease::LeaseCommand;
 use commands::lock::LockCommand;
 use commands::ls::LsCommand;
 use commands::plug::PlugCommand;
+use commands::proclaim::ProclaimCommand;
 use commands::run::RunCommand;
 use commands::sem::SemCommand;
 use commands::serve::ServeCommand;
@@ -55,7 +59,7 @@ struct Cli {
 }
 
 /// Every subcommand; each runs synchronously and returns the exit code.
-/// Those that need an async runtime (`run`, `serve`, `up`, `exec`) build
+/// Those that need an async runtime (`run`, `serve`, `up`, `exec`, `elect`) build
 /// it inside their own `execute`.
 #[derive(Subcommand)]
 enum Command {
@@ -75,6 +79,10 @@ enum Command {
     Token(TokenCommand),
     #[cfg(unix)]
     Exec(ExecCommand),
+    #[cfg(unix)]
+    Elect(ElectCommand),
+    Leader(LeaderCommand),
+    Proclaim(ProclaimCommand),
 }
 
 impl Command {
@@ -96,6 +104,10 @@ impl Command {
             Command::Token(command) => command.execute(),
             #[cfg(unix)]
             Command::Exec(command) => command.execute(),
+            #[cfg(unix)]
+            Command::Elect(command) => command.execute(),
+            Command::Leader(command) => command.execute(),
+            Command::Proclaim(command) => command.execute(),
         }
     }
 }

@@ -6,11 +6,10 @@ mod lockd_server;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, request, Server, LOCKD_ENV};
+use lockd_server::{lockd, request, Background, Server};
 use serde_json::{json, Value};
 
 const REDB: [&str; 2] = ["--store", "redb:locks.redb"];
@@ -452,55 +451,25 @@ fn force_unlock_from_the_cli() {
 
 /// A `lockd watch` child, killed on drop, whose stdout lines arrive on a
 /// channel.
-struct Watch {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
+struct Watch(Background);
 
 impl Watch {
     fn start(server: &Server, args: &[&str]) -> Watch {
         let before = server.metric("lockd_event_streams");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
-        cmd.arg("watch")
-            .args(["--server", &server.url])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for var in LOCKD_ENV {
-            cmd.env_remove(var);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut all = vec!["watch", "--server", &server.url];
+        all.extend_from_slice(args);
+        let watch = Background::reading(&all);
         // Subscribed once the server counts its stream.
         let deadline = Instant::now() + Duration::from_secs(30);
         while server.metric("lockd_event_streams") == before {
             assert!(Instant::now() < deadline, "lockd watch never connected");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Watch { child, lines }
+        Watch(watch)
     }
 
     fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("lockd watch printed nothing")
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.next_line(Duration::from_secs(10))
     }
 }
 
@@ -538,7 +507,7 @@ fn lockd_watch_prints_events() {
         "{line}"
     );
     // test-1 is filtered out.
-    assert!(text.lines.recv_timeout(Duration::from_millis(300)).is_err());
+    assert!(text.0.line_within(Duration::from_millis(300)).is_none());
 
     let kinds: Vec<(String, String)> = (0..3)
         .map(|_| {

@@ -6,10 +6,10 @@
 mod lockd_server;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, Run, Server, LOCKD_ENV};
+use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
 use serde_json::json;
 
 const GET: &str = "/v1/locks/get";
@@ -23,13 +23,6 @@ const LOCK: &str = "/v1/locks/lock";
 const KEEP_ALIVE_TTL: &str = "2s";
 const KEEP_ALIVE_TTL_MS: u64 = 2_000;
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 /// `lockd exec ARGS --server URL -- sh -c SCRIPT` in `dir`, waited for.
 fn exec(server: &Server, dir: &Path, args: &[&str], script: &str) -> Run {
     let dir_s = dir.to_str().unwrap();
@@ -39,75 +32,12 @@ fn exec(server: &Server, dir: &Path, args: &[&str], script: &str) -> Run {
     lockd(&all, &[])
 }
 
-/// A `lockd exec` running in the background, killed on drop.
-struct Background {
-    child: Child,
-}
-
-impl Background {
-    fn start(server: &Server, dir: &Path, args: &[&str], script: &str) -> Background {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
-        cmd.args(["exec", "--server", &server.url])
-            .args(args)
-            .args(["--", "sh", "-c", script, "sh", dir.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for var in LOCKD_ENV {
-            cmd.env_remove(var);
-        }
-        Background {
-            child: cmd.spawn().unwrap(),
-        }
-    }
-
-    /// Waits up to `limit` for the exit; returns the code and stderr.
-    fn finish(&mut self, limit: Duration) -> (Option<i32>, String) {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "lockd exec did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let mut stderr = String::new();
-        use std::io::Read as _;
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        (status.code(), stderr)
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits up to 20 s for `path` to exist.
-fn wait_for_file(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn read_ms(path: &Path) -> u64 {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{}: {text:?}: {e}", path.display()))
+/// `lockd exec --server URL ARGS -- sh -c SCRIPT sh DIR` in the background.
+fn background(server: &Server, dir: &Path, args: &[&str], script: &str) -> Background {
+    let mut all = vec!["exec", "--server", &server.url];
+    all.extend_from_slice(args);
+    all.extend(["--", "sh", "-c", script, "sh", dir.to_str().unwrap()]);
+    Background::start(&all)
 }
 
 #[test]
@@ -225,14 +155,14 @@ fn a_second_exec_waits_for_the_first() {
     let d = dir.path();
     // The first holds the lock for 2.5 s (with a TTL shorter than that, so
     // keep-alive is needed too).
-    let mut first = Background::start(
+    let mut first = background(
         &server,
         d,
         &["q", "--ttl", KEEP_ALIVE_TTL],
         r#"date +%s%3N > "$1/a_start"; sleep 2.5; date +%s%3N > "$1/a_end""#,
     );
     wait_for_file(&d.join("a_start"));
-    let mut second = Background::start(
+    let mut second = background(
         &server,
         d,
         &["q", "--ttl", KEEP_ALIVE_TTL, "--wait", "20s"],
@@ -256,7 +186,7 @@ fn keep_alive_holds_the_lock_past_its_ttl() {
     let d = dir.path();
     // CMD runs until the test is done looking (30 s at most, should the test
     // die first).
-    let mut run = Background::start(
+    let mut run = background(
         &server,
         d,
         &["k", "--ttl", KEEP_ALIVE_TTL],
@@ -282,7 +212,7 @@ fn keep_alive_holds_the_lock_past_its_ttl() {
 fn signals_are_passed_to_cmd() {
     let server = Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let mut run = Background::start(
+    let mut run = background(
         &server,
         dir.path(),
         &["sig"],
@@ -324,7 +254,7 @@ fn a_stopped_server_makes_cmd_stop_before_the_expiry_and_exits_76() {
     // expiry (a tenth of the TTL): 400 ms here, for a signal, a shell's
     // trap and a `date` on a busy machine.
     let ttl_ms = 4000;
-    let mut run = Background::start(
+    let mut run = background(
         &server,
         d,
         &["stop", "--ttl", "4s", "--kill-after", "5s"],

@@ -1,7 +1,8 @@
 //! Flags several commands share, each group flattened into the commands
 //! that take it: [`Conn`] (the client commands) with its [`ClientTls`]
-//! (also `exec`'s), [`StoreArgs`] (`run`, `serve`, `up`) and [`ServeArgs`]
-//! (`serve`, `up`).
+//! (also `exec`'s and `elect`'s), [`StoreArgs`] (`run`, `serve`, `up`) and
+//! [`ServeArgs`] (`serve`, `up`); and the checks of flags that more than
+//! one command takes.
 
 use std::path::PathBuf;
 
@@ -9,7 +10,9 @@ use clap::Args;
 use lockd::config::{LockdConfig, TlsConfig};
 use lockd::store::StoreSpec;
 use lockd_api::DurabilityWord;
+use lockd_core::MAX_VALUE_BYTES;
 
+use super::failure::{fail, Failure};
 use super::output::Format;
 use super::time::parse_duration_ms;
 
@@ -24,6 +27,22 @@ pub fn durability(ephemeral: bool) -> DurabilityWord {
     } else {
         DurabilityWord::Persistent
     }
+}
+
+/// Exit 2 for an election's `--value` (`elect`, `proclaim`) over the
+/// server's limit: known before asking, and too long to show back.
+pub fn check_leader_value(value: &str) -> Result<(), Failure> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(fail(
+            2,
+            format!(
+                "--value is {} bytes, over the limit of {MAX_VALUE_BYTES}; \
+                 proclaim something short, such as an address or an id",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Options every client command takes.

@@ -1,7 +1,8 @@
 //! The async runtime of the commands that run the server or components
 //! (`serve`, `up`, `run`): each builds one inside its own `execute`, so the
 //! type of a command says whether it needs one. The client commands block
-//! on HTTP and need none; `lockd exec` builds its own small one.
+//! on HTTP and need none; `lockd exec` and `lockd elect` build their own
+//! small one ([`super::supervise::execute`]).
 
 use std::future::Future;
 

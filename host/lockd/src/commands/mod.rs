@@ -2,17 +2,21 @@
 //! `execute` that returns the process exit code. The server commands
 //! (`serve`, `up`, `run`) hand the work to the `lockd` library inside a
 //! runtime of their own; `plug` calls the library directly; the client
-//! commands and `exec` speak the REST API through [`crate::cli::client`].
+//! commands, `exec` and `elect` speak the REST API through [`crate::cli::client`].
 
+#[cfg(unix)]
+pub mod elect;
 #[cfg(unix)]
 pub mod exec;
 pub mod extend;
 pub mod force_unlock;
 pub mod get;
+pub mod leader;
 pub mod lease;
 pub mod lock;
 pub mod ls;
 pub mod plug;
+pub mod proclaim;
 pub mod run;
 pub mod sem;
 pub mod serve;

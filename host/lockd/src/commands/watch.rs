@@ -1,12 +1,13 @@
 //! `lockd watch`: prints the events of `GET /v1/events` as they come
 //! (docs/http.md#events).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 
 use clap::Args;
-use lockd_api::{decode, Event, EventQuery, HeldMode, LaggedEvent, Route};
+use lockd_api::{Event, EventQuery, HeldMode, Route};
 
 use crate::cli::client::Client;
+use crate::cli::events::{EventStream, Sse};
 use crate::cli::failure::{exit_code, fail, Failure};
 use crate::cli::flags::Conn;
 use crate::cli::output::Format;
@@ -53,61 +54,26 @@ impl WatchCommand {
 /// behind), 3 when the server closed the stream otherwise, 0 when `out` is
 /// closed (`lockd watch | head`).
 pub fn print(stream: impl Read, format: Format, out: &mut impl Write) -> Result<i32, Failure> {
-    let mut lines = BufReader::new(stream);
-    let mut event_name = String::new();
-    let mut data = String::new();
-    let mut line = String::new();
+    let mut events = EventStream::new(stream);
     loop {
-        line.clear();
-        let n = lines
-            .read_line(&mut line)
-            .map_err(|e| fail(3, format!("the event stream broke off: {e}")))?;
-        if n == 0 {
-            return Err(fail(
-                3,
-                "the server closed the event stream; run 'lockd watch' again",
-            ));
-        }
-        let field = line.trim_end_matches(['\r', '\n']);
-        if !field.is_empty() {
-            // Comments (`: heartbeat`) and unknown fields are skipped.
-            if let Some(value) = field.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(value.strip_prefix(' ').unwrap_or(value));
-            } else if let Some(value) = field.strip_prefix("event:") {
-                event_name = value.trim().to_string();
+        let (event, json) = match events.next_event()? {
+            Some(Sse::Event(event, json)) => (event, json),
+            Some(Sse::Lagged(missed)) => {
+                return Err(fail(
+                    1,
+                    format!(
+                        "this client fell behind and the server closed the stream \
+                         ({missed} events missed); run 'lockd watch' again"
+                    ),
+                ))
             }
-            continue;
-        }
-        // A blank line ends an event.
-        let (name, json) = (std::mem::take(&mut event_name), std::mem::take(&mut data));
-        if json.is_empty() {
-            continue;
-        }
-        if name == "lagged" {
-            let lagged: LaggedEvent = decode(Route::Events, json.as_bytes()).map_err(|e| {
-                fail(
+            None => {
+                return Err(fail(
                     3,
-                    format!("the server sent a malformed lagged event ({e}): {json}"),
-                )
-            })?;
-            let missed = lagged.missed;
-            return Err(fail(
-                1,
-                format!(
-                    "this client fell behind and the server closed the stream \
-                     ({missed} events missed); run 'lockd watch' again"
-                ),
-            ));
-        }
-        let event: Event = decode(Route::Events, json.as_bytes()).map_err(|e| {
-            fail(
-                3,
-                format!("the server sent a malformed event ({e}): {json}"),
-            )
-        })?;
+                    "the server closed the event stream; run 'lockd watch' again",
+                ))
+            }
+        };
         let written = match format {
             Format::Json => writeln!(out, "{json}"),
             Format::Text => writeln!(out, "{}", text_line(&event)),

@@ -476,3 +476,124 @@ pub fn stream_head(addr: SocketAddr, path: &str, token: Option<&str>) -> Reply {
         headers,
     }
 }
+
+/// A `lockd ARGS` running in the background (`exec`, `elect`, `leader
+/// --watch`), none of the developer's LOCKD_* variables set; killed
+/// (SIGKILL) on drop.
+pub struct Background {
+    /// The `lockd` process.
+    pub child: Child,
+    lines: Option<mpsc::Receiver<String>>,
+}
+
+impl Background {
+    /// Starts `lockd ARGS`; its stdout is discarded.
+    pub fn start(args: &[&str]) -> Background {
+        Background::spawn(args, Stdio::null())
+    }
+
+    /// Starts `lockd ARGS`; its stdout is read line by line
+    /// ([`Background::next_line`]).
+    pub fn reading(args: &[&str]) -> Background {
+        let mut background = Background::spawn(args, Stdio::piped());
+        let stdout = background.child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        background.lines = Some(rx);
+        background
+    }
+
+    fn spawn(args: &[&str], stdout: Stdio) -> Background {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::piped());
+        for var in LOCKD_ENV {
+            cmd.env_remove(var);
+        }
+        Background {
+            child: cmd.spawn().unwrap(),
+            lines: None,
+        }
+    }
+
+    /// The next line of stdout, waiting up to `limit` for it.
+    pub fn next_line(&self, limit: Duration) -> String {
+        self.line_within(limit)
+            .unwrap_or_else(|| panic!("no line on stdout within {limit:?}"))
+    }
+
+    /// The next line of stdout, if one comes within `limit`.
+    pub fn line_within(&self, limit: Duration) -> Option<String> {
+        let lines = self.lines.as_ref();
+        lines
+            .expect("started with Background::reading")
+            .recv_timeout(limit)
+            .ok()
+    }
+
+    /// Waits up to `limit` for the exit; returns the code and stderr.
+    pub fn finish(&mut self, limit: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "lockd did not finish");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status.code(), stderr)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits up to 20 s for `path` to exist.
+pub fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The number of milliseconds written in the file `path` (`date +%s%3N`).
+pub fn read_ms(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {text:?}: {e}", path.display()))
+}
+
+/// This host's wall clock, Unix epoch milliseconds (as the server's
+/// expiries are).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
