@@ -13,12 +13,14 @@
 //! Then the leader failover rows (`b10_failover.rs`).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use lockd_core::{Claim, Durability, Limits, LockOptions, LockService, SystemClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
 
 use crate::b2_durable::ServicePair;
+use crate::b6_growth::{Counters, Counting};
 use crate::drive::Pair;
 use crate::stats::{count, percentiles, ratio, Measured, Table};
 use crate::{check_errors, Ctx};
@@ -87,23 +89,54 @@ impl Pair for OneName {
     }
 }
 
+/// A row's figures: the pairs, and on etcd the transactions each pair
+/// cost etcd (its `/metrics` around the run, warm-up included; lockd's etcd
+/// store reads inside transactions too).
+struct Row {
+    measured: Measured,
+    etcd_txns_per_pair: Option<f64>,
+}
+
+/// Runs `callers` closed-loop on `store`, with etcd's counters scraped
+/// around the run on etcd.
+fn measure<P: Pair>(ctx: &Ctx, store: Store, what: &str, callers: Vec<P>) -> anyhow::Result<Row> {
+    let done = Arc::new(AtomicU64::new(0));
+    let callers = callers
+        .into_iter()
+        .map(|inner| Counting {
+            inner,
+            pairs: done.clone(),
+        })
+        .collect();
+    let endpoints = match store {
+        Store::Redb => None,
+        Store::Etcd => Some(ctx.etcd_endpoints()?),
+    };
+    let before = endpoints.as_deref().map(Counters::scrape).transpose()?;
+    let measured = ctx.run(callers);
+    let after = endpoints.as_deref().map(Counters::scrape).transpose()?;
+    check_errors(&format!("B10 {what} on {}", store.label()), &measured)?;
+    let pairs = done.load(Ordering::Relaxed).max(1) as f64;
+    let etcd_txns_per_pair = before
+        .zip(after)
+        .map(|(before, after)| (after.sum("rpc:Txn") - before.sum("rpc:Txn")) / pairs);
+    Ok(Row {
+        measured,
+        etcd_txns_per_pair,
+    })
+}
+
 /// The plan's callers doing exclusive pairs, each on names of its own.
-fn names_of_their_own(ctx: &Ctx, store: Store) -> anyhow::Result<Measured> {
+fn names_of_their_own(ctx: &Ctx, store: Store) -> anyhow::Result<Row> {
     let service = store.service(ctx, &format!("{}-exclusive-own", store.label()))?;
-    let measured = ctx.run(
-        (0..ctx.plan.b10_callers)
-            .map(|c| ServicePair::new(&service, Durability::Persistent, c))
-            .collect(),
-    );
-    check_errors(
-        &format!("B10 exclusive pairs on {}", store.label()),
-        &measured,
-    )?;
-    Ok(measured)
+    let callers = (0..ctx.plan.b10_callers)
+        .map(|c| ServicePair::new(&service, Durability::Persistent, c))
+        .collect();
+    measure(ctx, store, "exclusive pairs", callers)
 }
 
 /// The plan's callers doing `claim` pairs on the one name `name`.
-fn one_name(ctx: &Ctx, store: Store, name: &'static str, claim: Claim) -> anyhow::Result<Measured> {
+fn one_name(ctx: &Ctx, store: Store, name: &'static str, claim: Claim) -> anyhow::Result<Row> {
     let service = store.service(ctx, &format!("{}-{name}", store.label()))?;
     let callers = (0..ctx.plan.b10_callers)
         .map(|c| OneName {
@@ -113,13 +146,11 @@ fn one_name(ctx: &Ctx, store: Store, name: &'static str, claim: Claim) -> anyhow
             claim,
         })
         .collect();
-    let measured = ctx.run(callers);
-    check_errors(&format!("B10 {name} on {}", store.label()), &measured)?;
-    Ok(measured)
+    measure(ctx, store, name, callers)
 }
 
 /// The four rows of one store, in the table's order.
-fn rows(ctx: &Ctx, store: Store) -> anyhow::Result<[(&'static str, Measured); 4]> {
+fn rows(ctx: &Ctx, store: Store) -> anyhow::Result<[(&'static str, Row); 4]> {
     let on = store.label();
     let callers = ctx.plan.b10_callers;
     eprintln!("B10 {on}: exclusive pairs, {callers} callers, a name each");
@@ -151,14 +182,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         "p99",
         "p99.9",
         "÷ exclusive, a name each (same store)",
+        "etcd txns per pair",
     ]);
     let mut summary = String::new();
     for store in [Store::Redb, Store::Etcd] {
         let mut rows = rows(ctx, store)?;
-        let base = rows[0].1.rate();
-        for (label, m) in &mut rows {
-            let rate = m.rate();
-            let [p50, p99, p999] = percentiles(m);
+        let base = rows[0].1.measured.rate();
+        for (label, row) in &mut rows {
+            let rate = row.measured.rate();
+            let [p50, p99, p999] = percentiles(&mut row.measured);
             table.row(vec![
                 label.to_string(),
                 store.label().into(),
@@ -167,9 +199,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
                 p99,
                 p999,
                 ratio(rate, base),
+                row.etcd_txns_per_pair
+                    .map_or("-".into(), |txns| format!("{txns:.1}")),
             ]);
         }
-        let [_, (_, shared), (_, exclusive_one), (_, permits)] = &mut rows;
+        let [_, shared, exclusive_one, permits] = rows.each_mut().map(|(_, row)| &mut row.measured);
         let _ = writeln!(
             summary,
             "- {}: shared pairs on one name run at {} of exclusive pairs on names of their own, and {} of exclusive pairs on that one name. The semaphore grants {} permits/s to {callers} contenders (wait p99 {}), never more than {PERMITS} at once; a pair's latency is mostly its wait in the queue.",

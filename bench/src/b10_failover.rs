@@ -120,7 +120,7 @@ impl ChildProcess {
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        // A server stops when its stdin closes; give it a moment, then kill.
+        // A child stops when its stdin closes; give it a moment, then kill.
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -322,9 +322,9 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
 }
 
 /// The child processes: `serve STORE` (a lockd server on a free loopback
-/// port, printing `listening ADDR`, until its stdin closes) and `lead ADDR
-/// NAME CANDIDATE TTL_MS` (campaigns, prints `leading TOKEN`, then renews
-/// every third of the TTL, printing `renewed EXPIRES_AT_MS`, until killed).
+/// port, printing `listening ADDR`) and `lead ADDR NAME CANDIDATE TTL_MS`
+/// (campaigns, prints `leading TOKEN`, then renews every third of the TTL,
+/// printing `renewed EXPIRES_AT_MS`), each until killed or its stdin closes.
 pub fn child_main(args: &[String]) -> anyhow::Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
@@ -345,7 +345,7 @@ fn serve(store: &str) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let server = lockd::serve::bind(ServeOptions {
             listen: "127.0.0.1:0".parse()?,
             store,
@@ -357,21 +357,26 @@ fn serve(store: &str) -> anyhow::Result<()> {
         })
         .await?;
         println!("listening {}", server.addr());
-        server
-            .run(async {
-                use tokio::io::AsyncReadExt as _;
-                let mut rest = Vec::new();
-                let _ = tokio::io::stdin().read_to_end(&mut rest).await;
-            })
-            .await
-    })
+        server.run(stdin_closed()).await
+    });
+    // Not waiting for the blocking read of stdin, which may still be on.
+    rt.shutdown_background();
+    served
+}
+
+/// Completes when this process's stdin ends: the suite closed it, or
+/// exited (killed included).
+async fn stdin_closed() {
+    use tokio::io::AsyncReadExt as _;
+    let mut rest = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut rest).await;
 }
 
 fn lead(addr: SocketAddr, name: &str, candidate: &str, ttl_ms: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let led = rt.block_on(async {
         let mut conn = Connection::open(addr).await?;
         let grant: GrantReply = conn
             .post(
@@ -389,20 +394,29 @@ fn lead(addr: SocketAddr, name: &str, candidate: &str, ttl_ms: u64) -> anyhow::R
             .await?;
         println!("leading {}", grant.fencing_token);
         let period = Duration::from_millis(ttl_ms / 3);
-        loop {
-            tokio::time::sleep(period).await;
-            let renewed: GrantReply = conn
-                .post(
-                    Route::Extend,
-                    &ExtendRequest {
-                        namespace: None,
-                        name: name.into(),
-                        owner: candidate.into(),
-                        ttl_ms,
-                    },
-                )
-                .await?;
-            println!("renewed {}", renewed.expires_at_ms);
+        let keep_alive = async {
+            loop {
+                tokio::time::sleep(period).await;
+                let renewed: GrantReply = conn
+                    .post(
+                        Route::Extend,
+                        &ExtendRequest {
+                            namespace: None,
+                            name: name.into(),
+                            owner: candidate.into(),
+                            ttl_ms,
+                        },
+                    )
+                    .await?;
+                println!("renewed {}", renewed.expires_at_ms);
+            }
+        };
+        tokio::select! {
+            failed = keep_alive => failed,
+            // The suite went away without killing this leader: stop.
+            () = stdin_closed() => Ok(()),
         }
-    })
+    });
+    rt.shutdown_background();
+    led
 }
