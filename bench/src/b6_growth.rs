@@ -36,9 +36,9 @@ const HOSTS: [usize; 3] = [1, 2, 3];
 /// A caller that counts every pair it does, warm-up and tail included, so
 /// that etcd's counters (scraped around the whole run) divide by the pairs
 /// that moved them.
-struct Counting<P> {
-    inner: P,
-    pairs: Arc<AtomicU64>,
+pub struct Counting<P> {
+    pub inner: P,
+    pub pairs: Arc<AtomicU64>,
 }
 
 impl<P: Pair> Pair for Counting<P> {
@@ -256,10 +256,10 @@ fn render(rows: &[Row]) -> String {
 
 /// Counters of every member's `/metrics`, by name (and client RPCs by
 /// method, as `rpc:METHOD`).
-struct Counters(Vec<HashMap<String, f64>>);
+pub struct Counters(Vec<HashMap<String, f64>>);
 
 impl Counters {
-    fn scrape(endpoints: &[String]) -> anyhow::Result<Counters> {
+    pub fn scrape(endpoints: &[String]) -> anyhow::Result<Counters> {
         endpoints
             .iter()
             .map(|e| member_metrics(e))
@@ -267,7 +267,7 @@ impl Counters {
             .map(Counters)
     }
 
-    fn sum(&self, key: &str) -> f64 {
+    pub fn sum(&self, key: &str) -> f64 {
         self.0.iter().filter_map(|m| m.get(key)).sum()
     }
 

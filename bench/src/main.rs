@@ -12,12 +12,13 @@
 //! and 10M held locks, B6 etcd mode and its growth from 1 to 3 lockd hosts
 //! on a 3-member etcd, B7 portable: the capability composed with `lockd plug`, B8 the cost of
 //! keep-alive, B9 TLS: REST over HTTPS against plain HTTP and Redis over
-//! TLS). `--smoke`
-//! runs everything with tiny counts in seconds, to keep the suite from
+//! TLS, B10 shared locks, semaphores and leader failover on redb and etcd).
+//! `--smoke` runs everything with tiny counts in seconds, to keep the suite from
 //! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
 
 mod b10_claims;
+mod b10_failover;
 mod b1_host_call;
 mod b2_durable;
 mod b3_edge;
@@ -70,6 +71,10 @@ struct Args {
     /// Internal: B5's child process (`fill PATH N` or `recover PATH`).
     #[arg(long, num_args = 1.., hide = true)]
     b5_child: Vec<String>,
+    /// Internal: B10's child processes (`serve STORE` or `lead ADDR NAME
+    /// CANDIDATE TTL_MS`).
+    #[arg(long, num_args = 1.., hide = true)]
+    b10_child: Vec<String>,
 }
 
 /// Sizes of a run.
@@ -89,6 +94,11 @@ pub struct Plan {
     pub b4_connections: usize,
     /// B5's sizes, in held locks.
     pub b5_locks: Vec<u64>,
+    /// B10's callers on one name (and each on names of its own).
+    pub b10_callers: usize,
+    /// B10's leader failover: rounds per store, and the leadership's TTL.
+    pub b10_rounds: usize,
+    pub b10_ttl_ms: u64,
 }
 
 impl Plan {
@@ -106,6 +116,9 @@ impl Plan {
                 b3_step: Duration::from_millis(400),
                 b4_connections: 8,
                 b5_locks: vec![2_000],
+                b10_callers: 4,
+                b10_rounds: 1,
+                b10_ttl_ms: 600,
             }
         } else {
             Plan {
@@ -123,6 +136,9 @@ impl Plan {
                 b3_step: Duration::from_secs(3),
                 b4_connections: 64,
                 b5_locks: vec![1_000_000, 10_000_000],
+                b10_callers: 64,
+                b10_rounds: 8,
+                b10_ttl_ms: 2_000,
             }
         }
     }
@@ -267,6 +283,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if !args.b5_child.is_empty() {
         return b5_scale::child_main(&args.b5_child);
+    }
+    if !args.b10_child.is_empty() {
+        return b10_failover::child_main(&args.b10_child);
     }
     let mut plan = Plan::new(args.smoke);
     if !args.b5_locks.is_empty() {

@@ -28,18 +28,25 @@ fn smoke_run_prints_every_table() {
         "## B7 portable",
         "## B8 keep-alive cost",
         "## B9 TLS",
+        "## B10 shared locks and semaphores",
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
     // B3's closed-loop runs: saturation on every connection, and the REST
     // control beside the functions on one.
     // B6's hosts on a 3-member etcd, with etcd's counters per pair.
+    // B10's rows on both stores, and a leader failover on each.
     for part in [
         "Closed loop, 64 keep-alive connections",
         "REST `GET /healthz` (control)",
         "Growing from 1 to 3 lockd hosts on a 3-member etcd cluster",
         "lockd on etcd, 3 hosts (REST)",
         "WAL fsyncs (3 members)",
+        "| shared, one name | etcd |",
+        "| a permit of a semaphore of 8, one name (waiting in turn) | redb |",
+        "### Leader failover",
+        "| redb | kill -9 → next leader's grant |",
+        "| etcd | kill -9 → next leader's grant |",
     ] {
         assert!(report.contains(part), "no {part:?} in:\n{report}");
     }
