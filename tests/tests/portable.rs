@@ -6,7 +6,9 @@
 //!   stock WASI 0.2 and wasi:http only, the equivalent of
 //!   `wasmtime run -S http`): the Rust, Python, JavaScript and C conformance
 //!   guests pass their 12 steps, and the server's REST API shows what each
-//!   left held, in the namespace given by `LOCKD_NAMESPACE`;
+//!   left held, in the namespace given by `LOCKD_NAMESPACE`; `rust-claims`
+//!   passes its shared-lock, semaphore, hold and election steps, and REST
+//!   shows the holders, permits and leader its `leave` mode left;
 //! - `stock-host serve` (`wasmtime serve -Scli`): the composed `edge-jobs`
 //!   as a `wasi:http/proxy` component, 20 simultaneous `POST /jobs/1`, one
 //!   200 and 19 409s, and `lockd ls` shows the job lock while it runs;

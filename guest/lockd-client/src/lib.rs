@@ -12,7 +12,7 @@
 //! releases and no `lockd:` interface: `wasi:http/outgoing-handler` and
 //! `wasi:http/types` (`@0.2.4`, from the `wasip2` crate), and at `@0.2.6`
 //! (merged with what Rust's standard library imports) `wasi:cli/environment`,
-//! `wasi:random/random`, `wasi:io/*`, `wasi:clocks/monotonic-clock`, plus
+//! `wasi:random/random`, `wasi:io/*`, `wasi:clocks/{monotonic-clock,wall-clock}`, plus
 //! `wasi:cli/{exit,stdin,stdout,stderr,terminal-*}` and
 //! `wasi:random/insecure-seed`, which the standard library brings (panic
 //! output, hash seeds). `tests/tests/lockd_client` checks this.
