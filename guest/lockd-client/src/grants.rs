@@ -142,6 +142,40 @@ impl Drop for HeldGrant {
     }
 }
 
+/// The methods of `guard` and `hold`, which have the same names and answer
+/// from the [`HeldGrant`] each wraps (`self.0`).
+macro_rules! grant_methods {
+    () => {
+        fn fencing_token(&self) -> u64 {
+            self.0.token
+        }
+
+        fn expires_at_ms(&self) -> u64 {
+            self.0.expires_at_ms()
+        }
+
+        fn owner(&self) -> String {
+            self.0.owner.clone()
+        }
+
+        fn is_held(&self) -> bool {
+            self.0.is_held()
+        }
+
+        fn extend(&self, ttl_ms: u32) -> Result<Grant, Error> {
+            self.0.extend(ttl_ms)
+        }
+
+        fn release(&self) -> Result<(), Error> {
+            self.0.release()
+        }
+
+        fn subscribe_lost(&self) -> Pollable {
+            self.0.subscribe_lost()
+        }
+    };
+}
+
 impl guards::Guest for Client {
     type Guard = Guard;
 }
@@ -169,33 +203,7 @@ impl GuestGuard for Guard {
         Ok(guards::Guard::new(Guard(held)))
     }
 
-    fn subscribe_lost(&self) -> Pollable {
-        self.0.subscribe_lost()
-    }
-
-    fn fencing_token(&self) -> u64 {
-        self.0.token
-    }
-
-    fn expires_at_ms(&self) -> u64 {
-        self.0.expires_at_ms()
-    }
-
-    fn owner(&self) -> String {
-        self.0.owner.clone()
-    }
-
-    fn is_held(&self) -> bool {
-        self.0.is_held()
-    }
-
-    fn extend(&self, ttl_ms: u32) -> Result<Grant, Error> {
-        self.0.extend(ttl_ms)
-    }
-
-    fn release(&self) -> Result<(), Error> {
-        self.0.release()
-    }
+    grant_methods!();
 }
 
 impl holds::Guest for Client {
@@ -231,31 +239,5 @@ impl GuestHold for Hold {
         Ok(holds::Hold::new(Hold(held)))
     }
 
-    fn fencing_token(&self) -> u64 {
-        self.0.token
-    }
-
-    fn expires_at_ms(&self) -> u64 {
-        self.0.expires_at_ms()
-    }
-
-    fn owner(&self) -> String {
-        self.0.owner.clone()
-    }
-
-    fn is_held(&self) -> bool {
-        self.0.is_held()
-    }
-
-    fn extend(&self, ttl_ms: u32) -> Result<Grant, Error> {
-        self.0.extend(ttl_ms)
-    }
-
-    fn release(&self) -> Result<(), Error> {
-        self.0.release()
-    }
-
-    fn subscribe_lost(&self) -> Pollable {
-        self.0.subscribe_lost()
-    }
+    grant_methods!();
 }

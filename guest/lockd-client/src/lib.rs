@@ -133,8 +133,8 @@ mod http;
 mod leases;
 
 use lockd_api::{
-    ExtendRequest, FoundReply, FreeReply, GetRequest, GrantReply, HeldMode, LockClaim, LockMode,
-    LockRequest, Route, Status, StatusReply, UnlockRequest,
+    DurabilityWord, ExtendRequest, FoundReply, FreeReply, GetRequest, GrantReply, HeldMode,
+    LockClaim, LockMode, LockRequest, Route, Status, StatusReply, UnlockRequest,
 };
 
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
@@ -195,11 +195,13 @@ impl locks::Guest for Client {
     }
 
     fn get(name: String) -> Result<Option<LockInfo>, Error> {
-        Ok(get(&name)?.ok().map(|found| LockInfo {
-            owner: found.owner,
-            fencing_token: found.fencing_token,
-            expires_at_ms: found.expires_at_ms,
-            durability: call::wit_durability(found.durability),
+        Ok(get(&name)?.ok().map(|found| {
+            lock_info(
+                found.owner,
+                found.fencing_token,
+                found.expires_at_ms,
+                found.durability,
+            )
         }))
     }
 }
@@ -361,12 +363,7 @@ fn name_state(found: FoundReply) -> NameState {
         .holders
         .into_iter()
         .map(|h| Holder {
-            info: LockInfo {
-                owner: h.owner,
-                fencing_token: h.fencing_token,
-                expires_at_ms: h.expires_at_ms,
-                durability: call::wit_durability(h.durability),
-            },
+            info: lock_info(h.owner, h.fencing_token, h.expires_at_ms, h.durability),
             mode: wit_mode(h.mode),
             acquired_at_ms: h.acquired_at_ms,
         })
@@ -374,12 +371,12 @@ fn name_state(found: FoundReply) -> NameState {
     if holders.is_empty() {
         // A server older than `holders`: its one holder is the reply's.
         holders.push(Holder {
-            info: LockInfo {
-                owner: found.owner,
-                fencing_token: found.fencing_token,
-                expires_at_ms: found.expires_at_ms,
-                durability: call::wit_durability(found.durability),
-            },
+            info: lock_info(
+                found.owner,
+                found.fencing_token,
+                found.expires_at_ms,
+                found.durability,
+            ),
             mode: wit_mode(found.mode),
             acquired_at_ms: None,
         });
@@ -389,6 +386,20 @@ fn name_state(found: FoundReply) -> NameState {
         waiters: found.waiters,
         permits: found.permits,
         lock_delay_until_ms: found.lock_delay_until_ms,
+    }
+}
+
+fn lock_info(
+    owner: String,
+    fencing_token: u64,
+    expires_at_ms: u64,
+    durability: DurabilityWord,
+) -> LockInfo {
+    LockInfo {
+        owner,
+        fencing_token,
+        expires_at_ms,
+        durability: call::wit_durability(durability),
     }
 }
 
