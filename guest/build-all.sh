@@ -110,7 +110,10 @@ if ((${#want_rust[@]} > 0)); then
             echo "build-all.sh: cargo produced no wasm for $name in $built" >&2
             exit 1
         fi
-        cp -- "$src" "$out/$name.wasm"
+        # A new file renamed into place: a test reading the old one never
+        # sees half a component, and a hard link to it is not written through.
+        cp -- "$src" "$out/$name.wasm.tmp"
+        mv -f -- "$out/$name.wasm.tmp" "$out/$name.wasm"
         report "$out/$name.wasm"
     done
 fi

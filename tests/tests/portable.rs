@@ -6,7 +6,9 @@
 //!   stock WASI 0.2 and wasi:http only, the equivalent of
 //!   `wasmtime run -S http`): the Rust, Python, JavaScript and C conformance
 //!   guests pass their 12 steps, and the server's REST API shows what each
-//!   left held, in the namespace given by `LOCKD_NAMESPACE`;
+//!   left held, in the namespace given by `LOCKD_NAMESPACE`; `rust-claims`
+//!   passes its shared-lock, semaphore, hold and election steps, and REST
+//!   shows the holders, permits and leader its `leave` mode left;
 //! - `stock-host serve` (`wasmtime serve -Scli`): the composed `edge-jobs`
 //!   as a `wasi:http/proxy` component, 20 simultaneous `POST /jobs/1`, one
 //!   200 and 19 409s, and `lockd ls` shows the job lock while it runs;
@@ -244,11 +246,23 @@ impl Server {
 /// One HTTP/1.1 request with an empty body on a fresh connection: (status,
 /// body). Names and values in the tests need no URL encoding.
 fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_with_body(addr, method, path, "")
+}
+
+/// `POST PATH` of a JSON body: (status, the reply's JSON).
+fn post_json(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (code, reply) = http_with_body(addr, "POST", path, &body.to_string());
+    (code, json(&reply))
+}
+
+/// [`http`] with `body`.
+fn http_with_body(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(DEADLINE)).unwrap();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut reply = Vec::new();
@@ -482,6 +496,72 @@ fn js_conformance_plugged_on_stock_host() {
 #[test]
 fn c_conformance_plugged_on_stock_host() {
     conformance_on_stock_host(lockd_tests::C_CONFORMANCE, "c");
+}
+
+/// `rust-claims`, plugged, on the stock host: its five steps (shared locks,
+/// a semaphore, holds, an election with a leader watch, names keeping to
+/// their kind) pass over REST with nothing left held; then what its `leave`
+/// mode left held is what the server's REST API shows: two shared holders,
+/// one permit of 3, and the leader with its value and token.
+#[test]
+fn rust_claims_plugged_on_stock_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = plug(dir.path(), lockd_tests::RUST_CLAIMS, "claims-plugged");
+    let server = Server::start();
+    let namespace = "portable-claims";
+    let out = stock_run(&component, &server, namespace, &["steps", "C", "composed"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    for step in 1..=5 {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {step}")),
+            "{stdout}"
+        );
+    }
+    assert_eq!(server.list(namespace, "C/"), Vec::<Value>::new());
+
+    let out = stock_run(&component, &server, namespace, &["leave", "L"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let printed = |prefix: &str| -> Vec<String> {
+        let line = stdout.lines().find_map(|l| l.strip_prefix(prefix));
+        let line = line.unwrap_or_else(|| panic!("no {prefix:?} line: {stdout}"));
+        line.split(' ').map(str::to_string).collect()
+    };
+    let (shared, permit, leader) = (printed("shared "), printed("permit "), printed("leader "));
+    let locks = server.list(namespace, "L/");
+    let names: Vec<&str> = locks.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["L/election", "L/rw", "L/sem"], "{locks:?}");
+    let holders = |lock: &Value| -> Vec<(String, String, String)> {
+        let holders = lock["holders"].as_array().unwrap().iter();
+        holders
+            .map(|h| {
+                let field = |key: &str| h[key].to_string().trim_matches('"').to_string();
+                (field("owner"), field("fencing_token"), field("mode"))
+            })
+            .collect()
+    };
+    let (rw, sem) = (&locks[1], &locks[2]);
+    let shared_holders = [("reader-1", &shared[0]), ("reader-2", &shared[1])]
+        .map(|(owner, token)| (owner.to_string(), token.clone(), "shared".to_string()));
+    assert_eq!(holders(rw), shared_holders, "{rw}");
+    assert_eq!(sem["permits"], 3, "{sem}");
+    let permit_holder = ("p1".to_string(), permit[0].clone(), "permit".to_string());
+    assert_eq!(holders(sem), [permit_holder], "{sem}");
+    assert_eq!(locks[0]["mode"], "leader", "{}", locks[0]);
+
+    let ask = serde_json::json!({"namespace": namespace, "name": "L/election"});
+    let (code, found) = post_json(server.addr, "/v1/elections/leader", &ask);
+    assert_eq!(
+        (code, &found["status"]),
+        (200, &Value::from("found")),
+        "{found}"
+    );
+    assert_eq!(found["candidate"], leader[0].as_str(), "{found}");
+    assert!(leader[0].starts_with("candidate-"), "{found}");
+    assert_eq!(found["value"], "addr:1", "{found}");
+    assert_eq!(found["fencing_token"].to_string(), leader[1], "{found}");
 }
 
 /// `lockd ls --namespace NS` against `server`: (name, owner, token) rows.

@@ -9,8 +9,7 @@
 //! with a message saying what was wrong. Nothing here panics.
 
 use lockd_api::{
-    DecodeError, DurabilityWord, FoundReply, GetRequest, Refusal, Reply, Route, Status,
-    MAX_BODY_BYTES,
+    DecodeError, DurabilityWord, FreeReply, Refusal, Reply, Route, Status, MAX_BODY_BYTES,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -37,12 +36,18 @@ pub(crate) fn post<T: DeserializeOwned>(
     answer.expect(answer.status()?, success)
 }
 
-/// `POST /v1/locks/get`: the holder, or `None` for a free lock.
-pub(crate) fn get(config: &Config, request: &GetRequest) -> Result<Option<FoundReply>, Error> {
-    let answer = send(config, Route::Get, request, 0)?;
+/// Posts `request` to a route that answers `found` with a `T`, or 404
+/// `not_found` without a message for nothing there (`/v1/locks/get` of a
+/// free name, `/v1/elections/leader` of an election nobody leads).
+pub(crate) fn find<T: DeserializeOwned>(
+    config: &Config,
+    route: Route,
+    request: &impl Serialize,
+) -> Result<Result<T, FreeReply>, Error> {
+    let answer = send(config, route, request, 0)?;
     match answer.status()? {
-        Status::NotFound => Ok(None),
-        status => answer.expect(status, Status::Found).map(Some),
+        Status::NotFound => answer.expect(Status::NotFound, Status::NotFound).map(Err),
+        status => answer.expect(status, Status::Found).map(Ok),
     }
 }
 

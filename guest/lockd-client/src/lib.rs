@@ -1,16 +1,18 @@
 //! `lockd-client`: the `lockd:lock@0.1.0` capability for hosts that do not
 //! run lockd (Spin, `wasmtime serve`, jco, ...).
 //!
-//! This component **exports** `lockd:lock/types`, `lockd:lock/locks` and
-//! `lockd:lock/guards` at `@0.1.0` and implements them over `wasi:http`
-//! against a lockd server's REST API (`POST /v1/locks/lock|unlock|extend|get`,
+//! This component **exports** every interface of `lockd:lock@0.1.0`
+//! (`types`, `locks`, `guards`, `leases`, `rwlocks`, `semaphores`, `holds`
+//! and `elections`: all of the `imports` world) and implements them over
+//! `wasi:http` against a lockd server's REST API (`POST
+//! /v1/locks/lock|unlock|extend|get`, `/v1/leases/*`, `/v1/elections/*`,
 //! see `docs/http.md`). Composed into a guest that imports `lockd:lock`
 //! (`lockd plug APP.wasm -o OUT.wasm`), it gives that guest locks on any host
 //! that offers WASI 0.2 with outgoing HTTP. It imports only WASI 0.2
 //! releases and no `lockd:` interface: `wasi:http/outgoing-handler` and
 //! `wasi:http/types` (`@0.2.4`, from the `wasip2` crate), and at `@0.2.6`
 //! (merged with what Rust's standard library imports) `wasi:cli/environment`,
-//! `wasi:random/random`, `wasi:io/*`, `wasi:clocks/monotonic-clock`, plus
+//! `wasi:random/random`, `wasi:io/*`, `wasi:clocks/{monotonic-clock,wall-clock}`, plus
 //! `wasi:cli/{exit,stdin,stdout,stderr,terminal-*}` and
 //! `wasi:random/insecure-seed`, which the standard library brings (panic
 //! output, hash seeds). `tests/tests/lockd_client` checks this.
@@ -58,20 +60,50 @@
 //! lockd server refuses with 413) answers `invalid-argument` without being
 //! sent.
 //!
-//! Guards: `acquire` takes the lock for a fresh owner
-//! `guard-<32 hex digits>` (128 bits from `wasi:random/random`, as the native
-//! host does); `is-held` is a `get` that compares owner and token (`false`
-//! when the server cannot answer); `extend` and `release` are `extend` and
-//! `unlock` with the guard's owner (and token); after `release`, or after
-//! `extend` / `release` on a released guard, the guard answers `not-held`.
-//! Dropping the guard sends an `unlock` with its token, errors ignored.
+//! Shared locks and permits (`rwlocks.lock-shared`, `semaphores.acquire`)
+//! are `lock` with `"mode": "shared"` or `"permits": N`; `rwlocks.describe`
+//! is `get`'s full answer (`holders` with their modes, `waiters`, `permits`,
+//! `lock_delay_until_ms`, or what a 404 says of a free name). `elections`:
+//! `leader` is `POST /v1/elections/leader` (404 `not_found` is none),
+//! `campaign`, `proclaim` and `resign` are the routes of those names, and a
+//! leadership is extended with `/v1/locks/extend` (its candidate is the
+//! owner).
+//!
+//! Guards, holds and leaderships (`grants.rs`): `acquire`, `acquire-permit`
+//! and `campaign` take the name for a fresh owner `guard-<32 hex digits>`
+//! (a leadership: `candidate-<32 hex digits>`; 128 bits from
+//! `wasi:random/random`, as the native host makes them); `is-held` and
+//! `is-leader` are a `get` that finds that owner and token among the
+//! holders (`false` when the server cannot answer); `extend` is `extend`,
+//! `release` and `resign` are `unlock` (a leadership: `resign`) with the
+//! owner and token; after that, `extend`, `release` and `proclaim` answer
+//! `not-held`. Dropping one sends that `unlock` or `resign`, errors ignored.
+//!
+//! A `leader-watch` polls: `open` and `current` ask `leader`; `subscribe`
+//! asks it once more and answers a pollable that is ready at once if the
+//! leader (candidate, token or value) differs from the one last seen (or
+//! the server cannot answer, which `current` then says), and otherwise a
+//! timer of 500 ms. A guest waiting on it wakes within 500 ms of a change,
+//! but may also wake with none: call `current` and compare, then subscribe
+//! again (the loop the WIT describes). A component's pollables can only be
+//! the host's; of those, a timer is the one that never traps when the guest
+//! keeps it longer than the watch (a stream's would be a child of a
+//! resource the watch drops).
 //!
 //! # Differences from the native host
 //!
-//! - A guard is released when the guest drops it. If the instance traps, or
-//!   the host discards it without running resource destructors, nothing is
-//!   sent and the lock is freed only when its TTL runs out. The native host
-//!   releases such guards at once.
+//! - A guard, hold or leadership is given back when the guest drops it. If
+//!   the instance traps, or the host discards it without running resource
+//!   destructors, nothing is sent and the name is freed only when its TTL
+//!   runs out. The native host releases them at once.
+//! - No keep-alive: `keep-alive: true` (guards, holds, leases, campaigns)
+//!   answers `denied` and takes nothing; extend or refresh before the TTL
+//!   runs out.
+//! - `subscribe-lost` is a timer at the expiry this client last saw (from
+//!   the grant, `extend` or `refresh`), or one already due once released
+//!   here; it hears no release, force-unlock or revoke by anyone else.
+//! - `leader-watch.subscribe` polls (above) where the native host follows
+//!   the store's events.
 //! - Each call is one HTTP round trip to the server, on a new connection
 //!   (wasi-http 0.2 has no connection reuse a guest can rely on): expect a
 //!   millisecond or more per call rather than microseconds.
@@ -91,27 +123,28 @@
 //! `wasmtime_wasi::p2::add_to_linker_async` and
 //! `wasmtime_wasi_http::p2::add_only_http_to_linker_async`), with
 //! `LOCKD_URL` in the guest's environment pointing at a `lockd serve`. The
-//! conformance guest then passes its 12 steps against the server.
+//! conformance guest then passes its 12 steps against the server, and
+//! `rust-claims steps P composed` its five (`tests/tests/portable.rs`).
 
 mod call;
+mod elections;
+mod grants;
 mod http;
-
-use std::cell::Cell;
+mod leases;
 
 use lockd_api::{
-    ExtendRequest, GetRequest, GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply,
-    LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, LockRequest, Route, Status, StatusReply,
-    UnlockRequest,
+    DurabilityWord, ExtendRequest, FoundReply, FreeReply, GetRequest, GrantReply, HeldMode,
+    LockClaim, LockMode, LockRequest, Route, Status, StatusReply, UnlockRequest,
 };
 
-use bindings::exports::lockd::lock::guards::{self, GuardOptions, GuestGuard};
-use bindings::exports::lockd::lock::leases::{self, GuestLease, LeaseOptions};
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
+use bindings::exports::lockd::lock::rwlocks::{self, Holder, Mode, NameState};
+use bindings::exports::lockd::lock::semaphores;
 use bindings::exports::lockd::lock::types::{Error, Grant, LockInfo};
 use wasip2::io::poll::Pollable;
 
-/// The `wit-bindgen` bindings of the `lockd:client/client` world: the
-/// `lockd:lock` interfaces of `wit/lock.wit` as exports.
+/// The `wit-bindgen` bindings of the `lockd:client/client` world: every
+/// interface of `wit/lock.wit`'s `imports` world as an export.
 mod bindings {
     wit_bindgen::generate!({
         inline: r#"
@@ -123,6 +156,10 @@ mod bindings {
                 export lockd:lock/locks@0.1.0;
                 export lockd:lock/guards@0.1.0;
                 export lockd:lock/leases@0.1.0;
+                export lockd:lock/rwlocks@0.1.0;
+                export lockd:lock/semaphores@0.1.0;
+                export lockd:lock/holds@0.1.0;
+                export lockd:lock/elections@0.1.0;
             }
         "#,
         path: "../../wit",
@@ -146,7 +183,7 @@ impl locks::Guest for Client {
         ttl_ms: u32,
         options: LockOptions,
     ) -> Result<Grant, Error> {
-        lock(&name, &owner, ttl_ms, options)
+        lock(&name, &owner, ttl_ms, options, LockClaim::Exclusive)
     }
 
     fn unlock(name: String, owner: String, fencing_token: Option<u64>) -> Result<(), Error> {
@@ -158,16 +195,56 @@ impl locks::Guest for Client {
     }
 
     fn get(name: String) -> Result<Option<LockInfo>, Error> {
-        get(&name)
+        Ok(get(&name)?.ok().map(|found| {
+            lock_info(
+                found.owner,
+                found.fencing_token,
+                found.expires_at_ms,
+                found.durability,
+            )
+        }))
     }
 }
 
-impl guards::Guest for Client {
-    type Guard = Guard;
+impl rwlocks::Guest for Client {
+    fn lock_shared(
+        name: String,
+        owner: String,
+        ttl_ms: u32,
+        options: LockOptions,
+    ) -> Result<Grant, Error> {
+        lock(&name, &owner, ttl_ms, options, LockClaim::Shared)
+    }
+
+    fn describe(name: String) -> Result<NameState, Error> {
+        Ok(match get(&name)? {
+            Ok(found) => name_state(found),
+            Err(free) => NameState {
+                holders: Vec::new(),
+                waiters: free.waiters.unwrap_or(0),
+                permits: None,
+                lock_delay_until_ms: free.lock_delay_until_ms,
+            },
+        })
+    }
 }
 
-impl leases::Guest for Client {
-    type Lease = Lease;
+impl semaphores::Guest for Client {
+    fn acquire(
+        name: String,
+        owner: String,
+        permits: u32,
+        ttl_ms: u32,
+        options: LockOptions,
+    ) -> Result<Grant, Error> {
+        lock(
+            &name,
+            &owner,
+            ttl_ms,
+            options,
+            LockClaim::Permit { permits },
+        )
+    }
 }
 
 /// What `keep-alive` answers here: a component on a foreign host has no
@@ -185,14 +262,29 @@ fn no_keep_alive() -> Error {
 fn ready_at(expires_at_ms: u64) -> Pollable {
     let now = wasip2::clocks::wall_clock::now();
     let now_ms = now.seconds * 1_000 + u64::from(now.nanoseconds / 1_000_000);
-    let wait_ns = expires_at_ms
-        .saturating_sub(now_ms)
-        .saturating_mul(1_000_000);
-    wasip2::clocks::monotonic_clock::subscribe_duration(wait_ns)
+    ready_in(expires_at_ms.saturating_sub(now_ms))
 }
 
-fn lock(name: &str, owner: &str, ttl_ms: u32, options: LockOptions) -> Result<Grant, Error> {
+/// A pollable ready `ms` milliseconds from now (at once for 0).
+fn ready_in(ms: u64) -> Pollable {
+    wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000))
+}
+
+/// `POST /v1/locks/lock` for `owner`: `claim` says what it takes of `name`.
+fn lock(
+    name: &str,
+    owner: &str,
+    ttl_ms: u32,
+    options: LockOptions,
+    claim: LockClaim,
+) -> Result<Grant, Error> {
     let config = http::config()?;
+    let (mode, permits) = match claim {
+        // Left out, as every client before modes sent it.
+        LockClaim::Exclusive => (None, None),
+        LockClaim::Shared => (Some(LockMode::Shared), None),
+        LockClaim::Permit { permits } => (None, Some(permits)),
+    };
     let request = LockRequest {
         namespace: Some(config.namespace.clone()),
         name: name.to_owned(),
@@ -201,8 +293,8 @@ fn lock(name: &str, owner: &str, ttl_ms: u32, options: LockOptions) -> Result<Gr
         wait_ms: Some(options.wait_ms.into()),
         durability: Some(call::wire_durability(options.durability)),
         lease_id: None,
-        mode: None,
-        permits: None,
+        mode,
+        permits,
     };
     let reply: GrantReply = call::post(
         config,
@@ -238,19 +330,86 @@ fn extend(name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
     Ok(grant(&reply))
 }
 
-fn get(name: &str) -> Result<Option<LockInfo>, Error> {
+/// `POST /v1/locks/get`: the holders of `name`, or what the server says of
+/// a free one.
+fn get(name: &str) -> Result<Result<FoundReply, FreeReply>, Error> {
     let config = http::config()?;
     let request = GetRequest {
         namespace: Some(config.namespace.clone()),
         name: name.to_owned(),
     };
-    let found = call::get(config, &request)?;
-    Ok(found.map(|found| LockInfo {
-        owner: found.owner,
-        fencing_token: found.fencing_token,
-        expires_at_ms: found.expires_at_ms,
-        durability: call::wit_durability(found.durability),
-    }))
+    call::find(config, Route::Get, &request)
+}
+
+/// Whether the server shows `owner` holding `name` under `token`, in any
+/// mode. Unknown is not "held": a caller acting on `true` must be right.
+fn holds(name: &str, owner: &str, token: u64) -> bool {
+    let Ok(Ok(found)) = get(name) else {
+        return false;
+    };
+    if found.holders.is_empty() {
+        // A server older than `holders` names the one exclusive holder.
+        return found.owner == owner && found.fencing_token == token;
+    }
+    found
+        .holders
+        .iter()
+        .any(|h| h.owner == owner && h.fencing_token == token)
+}
+
+/// `describe`'s answer from `get`'s: every holder with its mode.
+fn name_state(found: FoundReply) -> NameState {
+    let mut holders: Vec<Holder> = found
+        .holders
+        .into_iter()
+        .map(|h| Holder {
+            info: lock_info(h.owner, h.fencing_token, h.expires_at_ms, h.durability),
+            mode: wit_mode(h.mode),
+            acquired_at_ms: h.acquired_at_ms,
+        })
+        .collect();
+    if holders.is_empty() {
+        // A server older than `holders`: its one holder is the reply's.
+        holders.push(Holder {
+            info: lock_info(
+                found.owner,
+                found.fencing_token,
+                found.expires_at_ms,
+                found.durability,
+            ),
+            mode: wit_mode(found.mode),
+            acquired_at_ms: None,
+        });
+    }
+    NameState {
+        holders,
+        waiters: found.waiters,
+        permits: found.permits,
+        lock_delay_until_ms: found.lock_delay_until_ms,
+    }
+}
+
+fn lock_info(
+    owner: String,
+    fencing_token: u64,
+    expires_at_ms: u64,
+    durability: DurabilityWord,
+) -> LockInfo {
+    LockInfo {
+        owner,
+        fencing_token,
+        expires_at_ms,
+        durability: call::wit_durability(durability),
+    }
+}
+
+fn wit_mode(mode: HeldMode) -> Mode {
+    match mode {
+        HeldMode::Exclusive => Mode::Exclusive,
+        HeldMode::Shared => Mode::Shared,
+        HeldMode::Permit => Mode::Permit,
+        HeldMode::Leader => Mode::Leader,
+    }
 }
 
 fn grant(reply: &GrantReply) -> Grant {
@@ -260,8 +419,9 @@ fn grant(reply: &GrantReply) -> Grant {
     }
 }
 
-/// A fresh owner for a guard: 128 random bits, as the native host makes it.
-fn fresh_owner() -> String {
+/// A fresh owner `PREFIX-<32 hex digits>`: 128 random bits, as the native
+/// host makes guard owners and candidates.
+fn fresh_id(prefix: &str) -> String {
     let mut bytes = [0u8; 16];
     for (slot, byte) in bytes
         .iter_mut()
@@ -269,225 +429,5 @@ fn fresh_owner() -> String {
     {
         *slot = byte;
     }
-    format!("guard-{:032x}", u128::from_be_bytes(bytes))
-}
-
-/// The state behind an exported `guard` resource.
-#[derive(Debug)]
-struct Guard {
-    name: String,
-    owner: String,
-    token: u64,
-    expires_at_ms: Cell<u64>,
-    /// Released by `release`: dropping it sends nothing more.
-    released: Cell<bool>,
-}
-
-impl GuestGuard for Guard {
-    fn acquire(name: String, ttl_ms: u32, options: LockOptions) -> Result<guards::Guard, Error> {
-        let owner = fresh_owner();
-        let grant = lock(&name, &owner, ttl_ms, options)?;
-        Ok(guards::Guard::new(Guard {
-            name,
-            owner,
-            token: grant.fencing_token,
-            expires_at_ms: Cell::new(grant.expires_at_ms),
-            released: Cell::new(false),
-        }))
-    }
-
-    fn acquire_with(
-        name: String,
-        ttl_ms: u32,
-        options: GuardOptions,
-    ) -> Result<guards::Guard, Error> {
-        if options.keep_alive {
-            return Err(no_keep_alive());
-        }
-        let options = LockOptions {
-            wait_ms: options.wait_ms,
-            durability: options.durability,
-        };
-        Self::acquire(name, ttl_ms, options)
-    }
-
-    fn subscribe_lost(&self) -> Pollable {
-        if self.released.get() {
-            return ready_at(0);
-        }
-        ready_at(self.expires_at_ms.get())
-    }
-
-    fn fencing_token(&self) -> u64 {
-        self.token
-    }
-
-    fn expires_at_ms(&self) -> u64 {
-        self.expires_at_ms.get()
-    }
-
-    fn owner(&self) -> String {
-        self.owner.clone()
-    }
-
-    fn is_held(&self) -> bool {
-        if self.released.get() {
-            return false;
-        }
-        // Unknown is not "held": a caller acting on `true` must be right.
-        matches!(
-            get(&self.name),
-            Ok(Some(info)) if info.owner == self.owner && info.fencing_token == self.token
-        )
-    }
-
-    fn extend(&self, ttl_ms: u32) -> Result<Grant, Error> {
-        if self.released.get() {
-            return Err(Error::NotHeld);
-        }
-        let grant = extend(&self.name, &self.owner, ttl_ms)?;
-        self.expires_at_ms.set(grant.expires_at_ms);
-        Ok(grant)
-    }
-
-    fn release(&self) -> Result<(), Error> {
-        if self.released.get() {
-            return Err(Error::NotHeld);
-        }
-        let outcome = unlock(&self.name, &self.owner, Some(self.token));
-        // Unless the outcome is unknown, this guard holds nothing now.
-        if !matches!(outcome, Err(Error::Unavailable(_))) {
-            self.released.set(true);
-        }
-        outcome
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if !self.released.get() {
-            // Not-held or not-owner means the lease already ended, and an
-            // unreachable server leaves the lock to its TTL: nobody to tell.
-            let _ = unlock(&self.name, &self.owner, Some(self.token));
-        }
-    }
-}
-
-/// The state behind an exported `lease` resource.
-#[derive(Debug)]
-struct Lease {
-    id: String,
-    expires_at_ms: Cell<u64>,
-    /// Revoked by `revoke`: dropping it sends nothing more.
-    revoked: Cell<bool>,
-}
-
-/// A call that names one lease: refresh, revoke or get.
-fn lease_call<T: serde::de::DeserializeOwned>(
-    route: Route,
-    id: &str,
-    success: Status,
-) -> Result<T, Error> {
-    let config = http::config()?;
-    let request = LeaseRequest {
-        namespace: Some(config.namespace.clone()),
-        lease_id: id.to_owned(),
-    };
-    call::post(config, route, &request, success, 0)
-}
-
-impl GuestLease for Lease {
-    fn grant(ttl_ms: u32, options: LeaseOptions) -> Result<leases::Lease, Error> {
-        if options.keep_alive {
-            return Err(no_keep_alive());
-        }
-        let config = http::config()?;
-        let request = LeaseGrantRequest {
-            namespace: Some(config.namespace.clone()),
-            ttl_ms: ttl_ms.into(),
-            durability: Some(call::wire_durability(options.durability)),
-        };
-        let granted: LeaseGrantedReply =
-            call::post(config, Route::LeaseGrant, &request, Status::Granted, 0)?;
-        let (id, expires_at_ms) = (granted.lease_id, granted.expires_at_ms);
-        Ok(leases::Lease::new(Lease {
-            id,
-            expires_at_ms: Cell::new(expires_at_ms),
-            revoked: Cell::new(false),
-        }))
-    }
-
-    fn id(&self) -> String {
-        self.id.clone()
-    }
-
-    fn expires_at_ms(&self) -> u64 {
-        self.expires_at_ms.get()
-    }
-
-    fn lock(&self, name: String, wait_ms: u32) -> Result<Grant, Error> {
-        let config = http::config()?;
-        let request = LockRequest {
-            namespace: Some(config.namespace.clone()),
-            name,
-            owner: None,
-            ttl_ms: None,
-            wait_ms: Some(wait_ms.into()),
-            durability: None,
-            lease_id: Some(self.id.clone()),
-            mode: None,
-            permits: None,
-        };
-        let reply: GrantReply =
-            call::post(config, Route::Lock, &request, Status::Acquired, wait_ms)?;
-        Ok(grant(&reply))
-    }
-
-    fn unlock(&self, name: String) -> Result<(), Error> {
-        unlock(&name, &self.id, None)
-    }
-
-    fn refresh(&self) -> Result<u64, Error> {
-        let reply: LeaseRefreshedReply =
-            lease_call(Route::LeaseRefresh, &self.id, Status::Refreshed)?;
-        self.expires_at_ms.set(reply.expires_at_ms);
-        Ok(reply.expires_at_ms)
-    }
-
-    fn revoke(&self) -> Result<(), Error> {
-        if self.revoked.get() {
-            return Err(Error::NotHeld);
-        }
-        let outcome =
-            lease_call::<LeaseRevokedReply>(Route::LeaseRevoke, &self.id, Status::Revoked)
-                .map(drop);
-        // Unless the outcome is unknown, this lease holds nothing now.
-        if !matches!(outcome, Err(Error::Unavailable(_))) {
-            self.revoked.set(true);
-        }
-        outcome
-    }
-
-    fn is_alive(&self) -> bool {
-        // Unknown is not "alive": a caller acting on `true` must be right.
-        !self.revoked.get()
-            && lease_call::<LeaseFoundReply>(Route::LeaseGet, &self.id, Status::Found).is_ok()
-    }
-
-    fn subscribe_lost(&self) -> Pollable {
-        if self.revoked.get() {
-            return ready_at(0);
-        }
-        ready_at(self.expires_at_ms.get())
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.revoked.get() {
-            // Dropping a lease revokes it; if the server cannot be reached,
-            // the TTL ends it.
-            let _ = lease_call::<LeaseRevokedReply>(Route::LeaseRevoke, &self.id, Status::Revoked);
-        }
-    }
+    format!("{prefix}-{:032x}", u128::from_be_bytes(bytes))
 }

@@ -2,8 +2,11 @@
 //! SDK, for the host tests (tests/tests/claims).
 //!
 //! Usage:
-//! - `rust-claims steps PREFIX`: every name starts with `PREFIX/`; prints
-//!   `ok N` for each of the steps below, `FAIL ...` on any surprise:
+//! - `rust-claims steps PREFIX [composed]`: every name starts with
+//!   `PREFIX/`; prints `ok N` for each of the steps below, `FAIL ...` on any
+//!   surprise. `composed` says that `lockd:lock` comes from
+//!   `guest/lockd-client` (docs/portable.md): keep-alive must then answer
+//!   `denied`, and a lost pollable is a timer at the known expiry.
 //!   1. a read-write lock: two readers together, a writer busy, then the
 //!      writer once they left, and a reader busy behind it;
 //!   2. a semaphore of 2: a third owner busy, another size refused;
@@ -11,6 +14,12 @@
 //!   4. an election: campaign, leader, a rival busy, proclaim, resign, and
 //!      a leader watch whose pollable becomes ready at each change;
 //!   5. names keep to their kind: a lock on an election is refused.
+//! - `rust-claims leave PREFIX`: takes `PREFIX/rw` shared for `reader-1`
+//!   and `reader-2`, one permit of the semaphore `PREFIX/sem` of 3 for
+//!   `p1`, and leads `PREFIX/election` with the value `addr:1`, and leaves
+//!   them held (the leadership is forgotten, not dropped) for the caller to
+//!   inspect; prints `shared TOKEN TOKEN`, `permit TOKEN` and
+//!   `leader CANDIDATE TOKEN`.
 //! - `rust-claims wait-exclusive NAME WAIT_MS`: takes NAME exclusive,
 //!   waiting up to WAIT_MS, and prints `granted TOKEN`.
 //! - `rust-claims watch NAME WAIT_MS`: opens a leader watch on NAME, prints
@@ -74,16 +83,25 @@ fn main() {
     match mode.as_str() {
         "steps" => {
             let prefix = args.next().unwrap_or_else(|| fail("missing PREFIX"));
+            let composed = match args.next().as_deref() {
+                None => false,
+                Some("composed") => true,
+                Some(other) => fail(&format!("unknown option {other:?}")),
+            };
             rwlock(&format!("{prefix}/rw"));
             say("ok 1");
             semaphore(&format!("{prefix}/sem"));
             say("ok 2");
-            holds(&format!("{prefix}/hold"));
+            holds(&format!("{prefix}/hold"), composed);
             say("ok 3");
-            election(&format!("{prefix}/election"));
+            election(&format!("{prefix}/election"), composed);
             say("ok 4");
             kinds(&format!("{prefix}/election"));
             say("ok 5");
+        }
+        "leave" => {
+            let prefix = args.next().unwrap_or_else(|| fail("missing PREFIX"));
+            leave(&prefix);
         }
         "wait-exclusive" => {
             let name = args.next().unwrap_or_else(|| fail("missing NAME"));
@@ -204,7 +222,7 @@ fn semaphore(name: &str) {
 
 /// Shared holds side by side, released when dropped; an exclusive hold
 /// released by `release`.
-fn holds(name: &str) {
+fn holds(name: &str, composed: bool) {
     let now = HoldOptions::default();
     {
         let h1 = check("shared hold 1", Hold::shared(name, TTL, now));
@@ -223,7 +241,18 @@ fn holds(name: &str) {
     check("extend", x.extend(TTL).map(drop));
     let token = x.fencing_token();
     check("release", x.release());
-    expect("lost after release", ready_within(&lost, 5_000));
+    if composed {
+        // The client's lost pollable is a timer at the expiry it knows of.
+        let short = format!("{name}-short");
+        let brief = check(
+            "short hold",
+            Hold::exclusive(&short, Duration::from_millis(300), now),
+        );
+        expect("lost at the expiry", ready_within(&brief.lost(), 5_000));
+        expect("not held after the expiry", !brief.is_held());
+    } else {
+        expect("lost after release", ready_within(&lost, 5_000));
+    }
     expect(
         "free after release",
         check("get", lockd_guest::get(name)).is_none(),
@@ -234,7 +263,7 @@ fn holds(name: &str) {
 
 /// Campaign, learn the leader, a rival busy, proclaim, resign, drop; a
 /// watch ready at each change and not before.
-fn election(name: &str) {
+fn election(name: &str, composed: bool) {
     expect(
         "nobody leads",
         check("leader", lockd_guest::leader(name)).is_none(),
@@ -293,10 +322,20 @@ fn election(name: &str) {
     expect("nobody leads", check("current", watch.current()).is_none());
 
     {
-        let next = check(
-            "campaign again",
-            Leadership::campaign(name, "b:1", TTL, HoldOptions::default().kept_alive()),
-        );
+        let kept_alive =
+            Leadership::campaign(name, "b:1", TTL, HoldOptions::default().kept_alive());
+        let next = if composed {
+            match kept_alive {
+                Err(Error::Denied(why)) if why.contains("keep-alive") => {}
+                other => fail(&format!("keep-alive through the client: {other:?}")),
+            }
+            check(
+                "campaign again",
+                Leadership::campaign(name, "b:1", TTL, HoldOptions::default()),
+            )
+        } else {
+            check("campaign again", kept_alive)
+        };
         expect("a new token", next.fencing_token() > token);
         expect("the watch saw it", ready_within(&watch.changed(), 5_000));
         expect(
@@ -334,4 +373,43 @@ fn kinds(election: &str) {
         other => fail(&format!("leader of a lock: {other:?}")),
     }
     check("unlock", lockd_guest::unlock(&lock, "x", None));
+}
+
+/// Takes a shared lock twice, a permit and a leadership, and leaves them
+/// held for the caller to inspect.
+fn leave(prefix: &str) {
+    let now = LockOptions::default();
+    let rw = format!("{prefix}/rw");
+    let r1 = check(
+        "reader 1",
+        lockd_guest::lock_shared(&rw, "reader-1", TTL, now),
+    );
+    let r2 = check(
+        "reader 2",
+        lockd_guest::lock_shared(&rw, "reader-2", TTL, now),
+    );
+    say(&format!("shared {} {}", r1.fencing_token, r2.fencing_token));
+    let sem = format!("{prefix}/sem");
+    let p1 = check(
+        "permit",
+        lockd_guest::acquire_permit(&sem, "p1", 3, TTL, now),
+    );
+    say(&format!("permit {}", p1.fencing_token));
+    let lead = check(
+        "campaign",
+        Leadership::campaign(
+            &format!("{prefix}/election"),
+            "addr:1",
+            TTL,
+            HoldOptions::default(),
+        ),
+    );
+    say(&format!(
+        "leader {} {}",
+        lead.candidate(),
+        lead.fencing_token()
+    ));
+    // Not dropped, so not resigned here: it leads until its TTL (or, on
+    // lockd's own host, until the instance ends).
+    std::mem::forget(lead);
 }

@@ -271,10 +271,7 @@ fn other_lock_version_is_refused_naming_both() {
     assert!(!out.exists());
 
     // A compatible patch version (0.1.1) is plugged, as wac does.
-    let app = component_from_wit(
-        &lock_wit("0.1.1", stand_in::CLIENT_SIDE_APP),
-        "client-side-app",
-    );
+    let app = component_from_wit(&lock_wit("0.1.1", ""), "imports");
     let app = write(dir.path(), "app-0.1.1.wasm", &app);
     plug_ok(dir.path(), path(&app), lockd_tests::LOCKD_CLIENT);
 }

@@ -293,18 +293,16 @@ fn shapes_spin_refuses_are_refused() {
     );
 
     // An app built against 0.1.1, which `lockd plug` accepts (semver), has no
-    // export of exactly its import's name in the 0.1.0 client.
+    // export of exactly its import's name in the 0.1.0 client (the first in
+    // name order is named).
     let dir = app_dir(&documented.replace("edge-jobs.wasm", "app-0.1.1.wasm"));
-    let app = stand_in::component_from_wit(
-        &stand_in::lock_wit("0.1.1", stand_in::CLIENT_SIDE_APP),
-        "client-side-app",
-    );
+    let app = stand_in::component_from_wit(&stand_in::lock_wit("0.1.1", ""), "imports");
     std::fs::write(dir.path().join("target/guests/app-0.1.1.wasm"), app).unwrap();
     let err = refused_in(dir);
     assert!(
         err.contains(
-            "dependency 'lockd:lock' doesn't export 'lockd:lock/guards@0.1.1' to satisfy import \
-             'lockd:lock/guards@0.1.1'"
+            "dependency 'lockd:lock' doesn't export 'lockd:lock/elections@0.1.1' to satisfy \
+             import 'lockd:lock/elections@0.1.1'"
         ),
         "{err}"
     );

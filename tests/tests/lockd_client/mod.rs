@@ -1,12 +1,13 @@
 //! `guest/lockd-client`: the component that exports `lockd:lock@0.1.0` over
 //! `wasi:http` for hosts that do not run lockd.
 //!
-//! Checked here by its component type: it exports `types`, `locks` and
-//! `guards` at `@0.1.0` with every function a guest can import (the names of
-//! `rust-conformance`'s `lockd:lock` imports), and imports only WASI 0.2
+//! Checked here by its component type: it exports every interface of
+//! `lockd:lock@0.1.0` (the `imports` world's seven and `types`) with every
+//! function a guest can import (the names of `rust-conformance`'s and
+//! `rust-claims`' `lockd:lock` imports), and imports only WASI 0.2
 //! interfaces (no `lockd:` import, no WASIp3 release candidate). Its
 //! behaviour against a live server, composed into a guest, is for the
-//! end-to-end tests of `lockd plug`.
+//! end-to-end tests of `lockd plug` and `tests/tests/portable.rs`.
 
 use std::collections::BTreeSet;
 
@@ -15,11 +16,15 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 
 /// The interfaces the client must export: every interface of the package.
-const EXPORTS: [&str; 4] = [
+const EXPORTS: [&str; 8] = [
     "lockd:lock/types@0.1.0",
     "lockd:lock/locks@0.1.0",
     "lockd:lock/guards@0.1.0",
     "lockd:lock/leases@0.1.0",
+    "lockd:lock/rwlocks@0.1.0",
+    "lockd:lock/semaphores@0.1.0",
+    "lockd:lock/holds@0.1.0",
+    "lockd:lock/elections@0.1.0",
 ];
 
 /// The names of the functions and types of an imported or exported instance.
@@ -73,29 +78,32 @@ pub(crate) fn lockd_client() {
 
     // Every function and resource a guest imports from `lockd:lock` is
     // exported, under the same name.
-    let guest = Component::from_file(&engine, lockd_tests::RUST_CONFORMANCE).unwrap();
-    let guest_ty = guest.component_type();
-    let mut checked = 0;
-    for (name, item) in guest_ty.imports(&engine) {
-        if !name.starts_with("lockd:lock/") {
-            continue;
+    for (path, imported) in [
+        (lockd_tests::RUST_CONFORMANCE, 3),
+        // types, locks, guards, rwlocks, semaphores, holds, elections.
+        (lockd_tests::RUST_CLAIMS, 7),
+    ] {
+        let guest = Component::from_file(&engine, path).unwrap();
+        let guest_ty = guest.component_type();
+        let mut checked = 0;
+        for (name, item) in guest_ty.imports(&engine) {
+            if !name.starts_with("lockd:lock/") {
+                continue;
+            }
+            let (_, exported) = exports
+                .iter()
+                .find(|(export, _)| export == name)
+                .unwrap_or_else(|| panic!("the client does not export {name}"));
+            let wanted = instance_items(&engine, &item.ty);
+            let offered = instance_items(&engine, exported);
+            assert!(
+                wanted.is_subset(&offered),
+                "{name}: the guest imports {wanted:?}, the client exports {offered:?}"
+            );
+            checked += 1;
         }
-        let (_, exported) = exports
-            .iter()
-            .find(|(export, _)| export == name)
-            .unwrap_or_else(|| panic!("the client does not export {name}"));
-        let wanted = instance_items(&engine, &item.ty);
-        let offered = instance_items(&engine, exported);
-        assert!(
-            wanted.is_subset(&offered),
-            "{name}: the guest imports {wanted:?}, the client exports {offered:?}"
-        );
-        checked += 1;
+        assert_eq!(checked, imported, "the lockd:lock imports of {path}");
     }
-    assert_eq!(
-        checked, 3,
-        "rust-conformance imports types, locks and guards"
-    );
     let (_, guards) = exports
         .iter()
         .find(|(name, _)| name == "lockd:lock/guards@0.1.0")

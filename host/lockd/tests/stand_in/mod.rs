@@ -30,12 +30,6 @@ pub fn component_from_wit(wit: &str, world: &str) -> Vec<u8> {
         .unwrap()
 }
 
-/// A world of the interfaces `guest/lockd-client` exports (the package's
-/// first three; not yet the shared locks', semaphores' and elections'): an
-/// app built for it is one the client can be plugged into.
-pub const CLIENT_SIDE_APP: &str =
-    "world client-side-app {\n    import locks;\n    import guards;\n    import leases;\n}";
-
 /// `wit/lock.wit` with its version replaced by `version` and `extra_world`
 /// appended.
 pub fn lock_wit(version: &str, extra_world: &str) -> String {
