@@ -1,0 +1,269 @@
+//! The WASI 0.3 guest (`guest/rust-p3`) on `lockd:lock@0.2.0`, hosted as
+//! an embedder would: `lockd_wasm::p3::add_to_linker` beside WASI, its
+//! `async func` exports called concurrently on one instance inside
+//! `Store::run_concurrent`. Shown here: a task waiting for a lock does not
+//! stall another task of the same instance; a wait the guest gives up
+//! (drops) leaves no waiter and no holder behind; a guard's `lost` future
+//! resolves on expiry and on force-unlock.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use lockd_core::{Engine as LockEngine, Limits, LockOptions, LockService};
+use lockd_wasm::{LockCtx, LockCtxView, LockView};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: ["../wit/p3", "../guest/rust-p3/wit"],
+        world: "lockd:p3-probe/probe-guest",
+        // Called with `call_concurrent`, several at once on one instance.
+        exports: { default: async | store },
+    });
+}
+
+use bindings::lockd::lock::types::LostReason;
+use bindings::ProbeGuest;
+
+const NAMESPACE: &str = "p3";
+
+struct Host {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    locks: LockCtx,
+}
+
+impl WasiView for Host {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl LockView for Host {
+    fn lock_ctx(&mut self) -> LockCtxView<'_> {
+        LockCtxView {
+            ctx: &mut self.locks,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut config = Config::new();
+        config.wasm_component_model_async(true);
+        Engine::new(&config).unwrap()
+    })
+}
+
+/// Compiled once per test binary.
+fn component() -> &'static Component {
+    static COMPONENT: OnceLock<Component> = OnceLock::new();
+    COMPONENT.get_or_init(|| Component::from_file(engine(), lockd_tests::RUST_P3).unwrap())
+}
+
+fn service() -> LockService {
+    LockService::new(LockEngine::memory(), Limits::default())
+}
+
+/// A fresh instance of the guest whose locks are `service`'s, in
+/// [`NAMESPACE`].
+async fn instance(service: &LockService) -> (Store<Host>, ProbeGuest) {
+    let mut linker = Linker::<Host>::new(engine());
+    // Rust's std imports wasi:cli 0.2; the guest's timer is wasi:clocks 0.3.
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+    wasmtime_wasi::p3::add_to_linker(&mut linker).unwrap();
+    // Both versions of the capability on one linker and one service, as a
+    // host serving 0.2 and 0.3 guests side by side links them.
+    lockd_wasm::add_to_linker(&mut linker).unwrap();
+    lockd_wasm::p3::add_to_linker(&mut linker).unwrap();
+    let host = Host {
+        wasi: WasiCtx::builder().build(),
+        table: ResourceTable::new(),
+        locks: LockCtx::new(service.clone(), NAMESPACE),
+    };
+    let mut store = Store::new(engine(), host);
+    let guest = ProbeGuest::instantiate_async(&mut store, component(), &linker)
+        .await
+        .unwrap();
+    (store, guest)
+}
+
+/// While one task of the instance waits ~1.5 s in a lock's queue, another
+/// task's calls (each one `locks.get` through the host) are answered at
+/// once; then the waiter gets the lock the host released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn rust_p3() {
+    const WAIT: Duration = Duration::from_millis(1_500);
+    let service = service();
+    let held = service
+        .lock(NAMESPACE, "W", "host", 60_000, LockOptions::default())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let releaser = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(WAIT).await;
+            service.unlock(NAMESPACE, "W", "host", None).await.unwrap();
+        })
+    };
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let (granted, waited, pings) = store
+        .run_concurrent(async |accessor| {
+            let waiting = async {
+                let granted = probe
+                    .call_wait_lock(accessor, "W".into(), "guest".into(), 10_000)
+                    .await
+                    .unwrap();
+                (granted, started.elapsed())
+            };
+            let pinging = async {
+                let mut pings = Vec::new();
+                // Let the waiter reach the queue first.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                for _ in 0..20 {
+                    let sent = Instant::now();
+                    let held = probe.call_ping(accessor, "W".into()).await.unwrap();
+                    pings.push((sent.elapsed(), held, started.elapsed()));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                pings
+            };
+            let ((granted, waited), pings) = tokio::join!(waiting, pinging);
+            (granted, waited, pings)
+        })
+        .await
+        .unwrap();
+    releaser.await.unwrap();
+
+    let token = granted.expect("the waiter got the lock");
+    assert!(token > held.fencing_token);
+    assert!(
+        waited >= WAIT,
+        "granted after {waited:?}, before the release"
+    );
+    let slowest = pings.iter().map(|p| p.0).max().unwrap();
+    let mut sorted: Vec<Duration> = pings.iter().map(|p| p.0).collect();
+    sorted.sort();
+    eprintln!(
+        "ping latency while a task waits {WAIT:?}: median {:?}, max {slowest:?}; waiter granted after {waited:?}",
+        sorted[sorted.len() / 2]
+    );
+    // Every ping was answered while the waiter still waited (the host held
+    // the lock), and at once: a stalled instance would answer after the
+    // wait, ~1.5 s.
+    for (latency, was_held, at) in &pings {
+        assert!(*was_held, "pinged at {at:?}: the host's lock is gone");
+        assert!(*at < WAIT, "a ping ended at {at:?}, after the wait");
+        assert!(*latency < Duration::from_millis(250), "{pings:?}");
+    }
+    let holder = service.get(NAMESPACE, "W").await.unwrap().unwrap();
+    assert_eq!(
+        (holder.owner.as_str(), holder.fencing_token),
+        ("guest", token)
+    );
+}
+
+/// A guest that gives up a wait (drops the `lock` or `acquire` call after
+/// 300 ms) leaves the queue: no waiter is left, the host keeps its lock,
+/// and when the host releases it nobody phantom holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_up_waits_leave_no_waiter_and_no_holder() {
+    let service = service();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    for (name, as_guard) in [("C-lock", false), ("C-guard", true)] {
+        let held = service
+            .lock(NAMESPACE, name, "host", 60_000, LockOptions::default())
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let got = store
+            .run_concurrent(async |accessor| {
+                probe
+                    .call_give_up(accessor, name.into(), "guest".into(), as_guard, 30_000, 300)
+                    .await
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(matches!(got, Ok(false)), "{name}: {got:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{name}: gave up after {took:?}"
+        );
+
+        let state = service.describe(NAMESPACE, name).await.unwrap();
+        assert_eq!(state.waiters, 0, "{name}: a waiter is stuck: {state:?}");
+        assert_eq!(state.holders.len(), 1, "{name}: {state:?}");
+        assert_eq!(state.holders[0].info.fencing_token, held.fencing_token);
+
+        // Released by the host, the lock passes to nobody.
+        service.unlock(NAMESPACE, name, "host", None).await.unwrap();
+        assert_eq!(service.get(NAMESPACE, name).await.unwrap(), None, "{name}");
+        assert!(service.describe(NAMESPACE, name).await.unwrap().is_idle());
+    }
+    assert_eq!(store.data().locks.live_guards(), 0);
+}
+
+/// A guard's `lost` future, awaited by the guest while it holds the guard,
+/// resolves with `expired` when its TTL runs out without renewal, and with
+/// `ended-elsewhere` when an operator force-unlocks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_future_resolves_on_expiry_and_force_unlock() {
+    let service = service();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let forcer = service.clone();
+    let (expired, forced) = store
+        .run_concurrent(async |accessor| {
+            let expiring = async {
+                let started = Instant::now();
+                let out = probe
+                    .call_hold_until_lost(accessor, "E".into(), 300, false)
+                    .await
+                    .unwrap();
+                (out, started.elapsed())
+            };
+            let forced = async {
+                let holding = probe.call_hold_until_lost(accessor, "F".into(), 60_000, true);
+                let force = async {
+                    // Once the guest holds F, force it out.
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while forcer.get(NAMESPACE, "F").await.unwrap().is_none() {
+                        assert!(Instant::now() < deadline, "the guest never took F");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    forcer.force_unlock(NAMESPACE, "F").await.unwrap()
+                };
+                let (out, released) = tokio::join!(holding, force);
+                (out.unwrap(), released)
+            };
+            tokio::join!(expiring, forced)
+        })
+        .await
+        .unwrap();
+
+    let ((expired, took), (forced, released)) = (expired, forced);
+    let (_, reason) = expired.unwrap();
+    assert_eq!(reason, LostReason::Expired);
+    assert!(
+        (Duration::from_millis(250)..Duration::from_secs(3)).contains(&took),
+        "lost after {took:?}"
+    );
+    let (token, reason) = forced.unwrap();
+    assert_eq!(reason, LostReason::EndedElsewhere);
+    assert_eq!(released.fencing_token, token);
+    assert_eq!(service.get(NAMESPACE, "E").await.unwrap(), None);
+    assert_eq!(service.get(NAMESPACE, "F").await.unwrap(), None);
+}
