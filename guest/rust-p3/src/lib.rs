@@ -2,11 +2,12 @@
 //! (tests/tests/p3): its exports are `async func`s that the host calls
 //! concurrently on one instance, so that one task waits for a lock while
 //! another answers, a task gives up a wait by dropping it, and a guard's
-//! `lost` future is awaited.
+//! `lost` future is awaited. One export waits through `lockd:lock@0.1.0`'s
+//! synchronous `lock` instead, the contrast the tests measure.
 
 mod bindings {
     wit_bindgen::generate!({
-        path: ["../../wit/p3", "wit"],
+        path: ["../../wit", "../../wit/p3", "wit"],
         world: "lockd:p3-probe/probe-guest",
         generate_all,
     });
@@ -17,9 +18,9 @@ use std::pin::pin;
 use std::task::Poll;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
-use bindings::lockd::lock::guards::{Guard, GuardOptions};
-use bindings::lockd::lock::locks::{self, LockOptions};
-use bindings::lockd::lock::types::{Durability, Error, LostReason};
+use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
+use bindings::lockd::lock0_2_0::locks::{self, LockOptions};
+use bindings::lockd::lock0_2_0::types::{Durability, Error, LostReason};
 use bindings::wasi::clocks::monotonic_clock;
 
 /// Every lock of this guest lives 60 s unless released.
@@ -55,6 +56,16 @@ fn ephemeral(wait_ms: u32) -> LockOptions {
 impl Guest for Probe {
     async fn wait_lock(name: String, owner: String, wait_ms: u32) -> Result<u64, Error> {
         let grant = locks::lock(name, owner, TTL_MS, ephemeral(wait_ms)).await?;
+        Ok(grant.fencing_token)
+    }
+
+    async fn wait_lock_v1(name: String, owner: String, wait_ms: u32) -> Result<u64, String> {
+        use bindings::lockd::lock0_1_0::{locks as locks_v1, types as types_v1};
+        let options = locks_v1::LockOptions {
+            wait_ms,
+            durability: types_v1::Durability::Ephemeral,
+        };
+        let grant = locks_v1::lock(&name, &owner, TTL_MS, options).map_err(|e| format!("{e:?}"))?;
         Ok(grant.fencing_token)
     }
 

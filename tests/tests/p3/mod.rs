@@ -2,7 +2,8 @@
 //! an embedder would: `lockd_wasm::p3::add_to_linker` beside WASI, its
 //! `async func` exports called concurrently on one instance inside
 //! `Store::run_concurrent`. Shown here: a task waiting for a lock does not
-//! stall another task of the same instance; a wait the guest gives up
+//! stall another task of the same instance (and, the measurement's negative
+//! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock.
 
@@ -17,14 +18,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: ["../wit/p3", "../guest/rust-p3/wit"],
+        path: ["../wit", "../wit/p3", "../guest/rust-p3/wit"],
         world: "lockd:p3-probe/probe-guest",
         // Called with `call_concurrent`, several at once on one instance.
         exports: { default: async | store },
     });
 }
 
-use bindings::lockd::lock::types::LostReason;
+use bindings::lockd::lock0_2_0::types::LostReason;
 use bindings::ProbeGuest;
 
 const NAMESPACE: &str = "p3";
@@ -95,12 +96,24 @@ async fn instance(service: &LockService) -> (Store<Host>, ProbeGuest) {
     (store, guest)
 }
 
-/// While one task of the instance waits ~1.5 s in a lock's queue, another
-/// task's calls (each one `locks.get` through the host) are answered at
-/// once; then the waiter gets the lock the host released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-pub(crate) async fn rust_p3() {
-    const WAIT: Duration = Duration::from_millis(1_500);
+/// How long the host holds the lock a guest task waits for.
+const WAIT: Duration = Duration::from_millis(1_500);
+
+/// Which `lock` a guest task waits with.
+#[derive(Clone, Copy, Debug)]
+enum Waiter {
+    /// `lockd:lock@0.2.0`'s `async func`.
+    Async,
+    /// `lockd:lock@0.1.0`'s synchronous function.
+    Sync,
+}
+
+/// One round: the host holds `W` and releases it after [`WAIT`]; one guest
+/// task waits for it (as `waiter` says) while another task of the same
+/// instance sends 20 pings (each one `locks.get` through the host), 50 ms
+/// apart. Answers the waiter's token and when it was granted, and each
+/// ping's latency and when it ended.
+async fn wait_beside_pings(waiter: Waiter) -> (u64, Duration, Vec<(Duration, Duration)>) {
     let service = service();
     let held = service
         .lock(NAMESPACE, "W", "host", 60_000, LockOptions::default())
@@ -116,14 +129,22 @@ pub(crate) async fn rust_p3() {
     };
     let (mut store, guest) = instance(&service).await;
     let probe = guest.lockd_p3_probe_probe();
-    let (granted, waited, pings) = store
+    let (token, waited, pings) = store
         .run_concurrent(async |accessor| {
             let waiting = async {
-                let granted = probe
-                    .call_wait_lock(accessor, "W".into(), "guest".into(), 10_000)
-                    .await
-                    .unwrap();
-                (granted, started.elapsed())
+                let (name, owner) = ("W".to_string(), "guest".to_string());
+                let token = match waiter {
+                    Waiter::Async => probe
+                        .call_wait_lock(accessor, name, owner, 10_000)
+                        .await
+                        .unwrap()
+                        .map_err(|e| format!("{e:?}")),
+                    Waiter::Sync => probe
+                        .call_wait_lock_v1(accessor, name, owner, 10_000)
+                        .await
+                        .unwrap(),
+                };
+                (token.expect("the waiter got the lock"), started.elapsed())
             };
             let pinging = async {
                 let mut pings = Vec::new();
@@ -131,45 +152,64 @@ pub(crate) async fn rust_p3() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 for _ in 0..20 {
                     let sent = Instant::now();
-                    let held = probe.call_ping(accessor, "W".into()).await.unwrap();
-                    pings.push((sent.elapsed(), held, started.elapsed()));
+                    probe.call_ping(accessor, "W".into()).await.unwrap();
+                    pings.push((sent.elapsed(), started.elapsed()));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 pings
             };
-            let ((granted, waited), pings) = tokio::join!(waiting, pinging);
-            (granted, waited, pings)
+            let ((token, waited), pings) = tokio::join!(waiting, pinging);
+            (token, waited, pings)
         })
         .await
         .unwrap();
     releaser.await.unwrap();
-
-    let token = granted.expect("the waiter got the lock");
     assert!(token > held.fencing_token);
     assert!(
         waited >= WAIT,
         "granted after {waited:?}, before the release"
     );
-    let slowest = pings.iter().map(|p| p.0).max().unwrap();
-    let mut sorted: Vec<Duration> = pings.iter().map(|p| p.0).collect();
-    sorted.sort();
-    eprintln!(
-        "ping latency while a task waits {WAIT:?}: median {:?}, max {slowest:?}; waiter granted after {waited:?}",
-        sorted[sorted.len() / 2]
-    );
-    // Every ping was answered while the waiter still waited (the host held
-    // the lock), and at once: a stalled instance would answer after the
-    // wait, ~1.5 s.
-    for (latency, was_held, at) in &pings {
-        assert!(*was_held, "pinged at {at:?}: the host's lock is gone");
-        assert!(*at < WAIT, "a ping ended at {at:?}, after the wait");
-        assert!(*latency < Duration::from_millis(250), "{pings:?}");
-    }
     let holder = service.get(NAMESPACE, "W").await.unwrap().unwrap();
     assert_eq!(
         (holder.owner.as_str(), holder.fencing_token),
         ("guest", token)
     );
+    let mut latencies: Vec<Duration> = pings.iter().map(|p| p.0).collect();
+    latencies.sort();
+    eprintln!(
+        "{waiter:?} waiter: ping latency while it waits {WAIT:?}: median {:?}, max {:?}; granted after {waited:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    (token, waited, pings)
+}
+
+/// While one task of the instance waits ~1.5 s in a lock's queue through
+/// the `async func`, another task's calls are answered at once, all of
+/// them before the wait ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn rust_p3() {
+    let (_, _, pings) = wait_beside_pings(Waiter::Async).await;
+    for (latency, at) in &pings {
+        // A stalled instance would answer after the wait, ~1.5 s.
+        assert!(
+            *at < WAIT,
+            "a ping ended at {at:?}, after the wait: {pings:?}"
+        );
+        assert!(*latency < Duration::from_millis(250), "{pings:?}");
+    }
+}
+
+/// The negative control of [`rust_p3`]'s measurement: the same wait through
+/// `lockd:lock@0.1.0`'s synchronous `lock` holds the whole store, so no ping
+/// ends before the lock is granted. (The store's event loop waits too, so a
+/// ping's own latency looks short: when it ended is what tells.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_lock_of_0_1_0_stalls_the_instance() {
+    let (_, waited, pings) = wait_beside_pings(Waiter::Sync).await;
+    for (_, at) in &pings {
+        assert!(*at >= waited, "{pings:?}, granted after {waited:?}");
+    }
 }
 
 /// A guest that gives up a wait (drops the `lock` or `acquire` call after
