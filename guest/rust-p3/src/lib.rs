@@ -2,7 +2,7 @@
 //! (tests/tests/p3): its exports are `async func`s that the host calls
 //! concurrently on one instance, so that one task waits for a lock while
 //! another answers, a task gives up a wait by dropping it, and a guard's
-//! `lost` future is awaited. One export waits through `lockd:lock@0.1.0`'s
+//! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
 
 mod bindings {
@@ -19,6 +19,7 @@ use std::task::Poll;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
+use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
 use bindings::lockd::lock0_2_0::locks::{self, LockOptions};
 use bindings::lockd::lock0_2_0::types::{Durability, Error, LostReason};
 use bindings::wasi::clocks::monotonic_clock;
@@ -120,5 +121,16 @@ impl Guest for Probe {
         let token = guard.fencing_token();
         let reason = guard.lost().await;
         Ok((token, reason))
+    }
+
+    async fn lease_until_lost(name: String, ttl_ms: u32) -> Result<(String, LostReason), Error> {
+        let options = LeaseOptions {
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let lease = Lease::grant(ttl_ms, options).await?;
+        lease.lock(name, 0).await?;
+        let reason = lease.lost().await;
+        Ok((lease.id(), reason))
     }
 }

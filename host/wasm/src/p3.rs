@@ -14,11 +14,12 @@
 //! default) and the guest's exports are called with `call_concurrent` inside
 //! `Store::run_concurrent`.
 //!
-//! Interfaces served: `types`, `locks` and `guards`. Leases, read-write
+//! Interfaces served: `types`, `locks`, `guards` and `leases`. Read-write
 //! locks, semaphores, holds and elections exist in `lockd:lock@0.1.0` only.
 
 mod convert;
 mod guards;
+mod leases;
 mod locks;
 mod wit;
 
@@ -27,7 +28,7 @@ use wasmtime::component::Linker;
 use crate::ctx::{HasLockCtx, LockView};
 
 /// Adds the interfaces of the `lockd:lock@0.2.0` world `imports` to
-/// `linker`: `types`, `locks` and `guards`.
+/// `linker`: `types`, `locks`, `guards` and `leases`.
 ///
 /// Fails if the engine was configured without concurrency support
 /// (`Config::concurrency_support(false)`), which `async func` imports need.
@@ -36,5 +37,6 @@ use crate::ctx::{HasLockCtx, LockView};
 pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     wit::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

@@ -261,6 +261,8 @@ pub struct Lease {
     pub(crate) id: String,
     /// Its terms and lost flag, shared with the monitor and pollables.
     pub(crate) holding: Arc<Holding>,
+    /// Who ended it, for the WASI 0.3 `lost` future.
+    pub(crate) ending: Arc<Ending>,
     /// Hears that the lease ended and, with keep-alive, renews it. Aborted
     /// with the lease.
     monitor: Option<Monitor>,
@@ -281,13 +283,14 @@ impl Lease {
         slot: Slot,
     ) -> Lease {
         let holding = Arc::new(Holding::new(terms));
+        let ending = Arc::<Ending>::default();
         let subject = Subject::Lease {
             namespace: namespace.clone(),
             id: id.clone(),
         };
         let monitor = Monitor::start(
             service.clone(),
-            (holding.clone(), Arc::default()),
+            (holding.clone(), ending.clone()),
             subject,
             keep_alive,
         );
@@ -296,6 +299,7 @@ impl Lease {
             namespace,
             id,
             holding,
+            ending,
             monitor: Some(monitor),
             slot: Some(slot),
         }
@@ -303,6 +307,11 @@ impl Lease {
 
     pub(crate) fn is_revoked(&self) -> bool {
         self.slot.is_none()
+    }
+
+    /// The service and namespace it was granted in.
+    pub(crate) fn place(&self) -> (&LockService, &str) {
+        (&self.service, &self.namespace)
     }
 
     /// Ends the lease and releases its locks, awaiting the store's answer.
@@ -315,7 +324,7 @@ impl Lease {
     pub(crate) fn mark_revoked(&mut self) {
         self.slot = None;
         self.monitor = None;
-        self.holding.mark_lost();
+        end(&self.holding, &self.ending, Cause::Released);
     }
 }
 
@@ -333,6 +342,6 @@ impl Drop for Lease {
                 });
             }
         }
-        self.holding.mark_lost();
+        end(&self.holding, &self.ending, Cause::Released);
     }
 }

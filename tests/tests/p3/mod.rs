@@ -5,7 +5,7 @@
 //! stall another task of the same instance (and, the measurement's negative
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
-//! resolves on expiry and on force-unlock.
+//! resolves on expiry and on force-unlock, a lease's on revoke.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -306,4 +306,42 @@ async fn lost_future_resolves_on_expiry_and_force_unlock() {
     assert_eq!(released.fencing_token, token);
     assert_eq!(service.get(NAMESPACE, "E").await.unwrap(), None);
     assert_eq!(service.get(NAMESPACE, "F").await.unwrap(), None);
+}
+
+/// A lease's `lost` future, awaited by the guest while the lease holds a
+/// lock, resolves with `ended-elsewhere` when the host revokes the lease;
+/// the lease's lock is free afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_lost_future_resolves_on_revoke() {
+    let service = service();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let revoker = service.clone();
+    let (out, revoked_id) = store
+        .run_concurrent(async |accessor| {
+            let holding = probe.call_lease_until_lost(accessor, "L/a".into(), 60_000);
+            let revoke = async {
+                // Once the guest's lease holds L/a, revoke the lease.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let id = loop {
+                    if let Some(info) = revoker.get(NAMESPACE, "L/a").await.unwrap() {
+                        break info.owner;
+                    }
+                    assert!(Instant::now() < deadline, "the guest never took L/a");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                };
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                revoker.revoke_lease(NAMESPACE, &id).await.unwrap();
+                id
+            };
+            let (out, id) = tokio::join!(holding, revoke);
+            (out.unwrap(), id)
+        })
+        .await
+        .unwrap();
+    let (id, reason) = out.unwrap();
+    assert_eq!(reason, LostReason::EndedElsewhere);
+    assert_eq!(id, revoked_id);
+    assert_eq!(service.get(NAMESPACE, "L/a").await.unwrap(), None);
+    assert_eq!(service.get_lease(NAMESPACE, &id).await.unwrap(), None);
 }

@@ -43,7 +43,7 @@ pub(super) fn grant_to_wit(grant: Grant) -> types::Grant {
     }
 }
 
-fn durability_from_wit(d: types::Durability) -> Durability {
+pub(super) fn durability_from_wit(d: types::Durability) -> Durability {
     match d {
         types::Durability::Persistent => Durability::Persistent,
         types::Durability::Ephemeral => Durability::Ephemeral,

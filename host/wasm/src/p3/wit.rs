@@ -11,12 +11,14 @@ wasmtime::component::bindgen!({
     // handle) traps instead of panicking.
     imports: {
         "lockd:lock/guards.[method]guard.lost": store | trappable,
+        "lockd:lock/leases.[method]lease.lost": store | trappable,
         default: trappable,
     },
     with: {
         "lockd:lock/guards.guard": crate::resources::Guard,
+        "lockd:lock/leases.lease": crate::resources::Lease,
     },
 });
 
 // `self::`: the generated module, never the `lockd` crate.
-pub(crate) use self::lockd::lock::{guards, locks, types};
+pub(crate) use self::lockd::lock::{guards, leases, locks, types};
