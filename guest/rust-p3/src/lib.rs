@@ -4,6 +4,7 @@
 //! another answers, a task gives up a wait by dropping it, and a guard's
 //! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
+//! `claims` takes shared locks and semaphore permits.
 
 mod bindings {
     wit_bindgen::generate!({
@@ -21,6 +22,8 @@ use bindings::exports::lockd::p3_probe::probe::Guest;
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
 use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
 use bindings::lockd::lock0_2_0::locks::{self, LockOptions};
+use bindings::lockd::lock0_2_0::rwlocks::{self, Mode};
+use bindings::lockd::lock0_2_0::semaphores;
 use bindings::lockd::lock0_2_0::types::{Durability, Error, LostReason};
 use bindings::wasi::clocks::monotonic_clock;
 
@@ -132,5 +135,27 @@ impl Guest for Probe {
         lease.lock(name, 0).await?;
         let reason = lease.lost().await;
         Ok((lease.id(), reason))
+    }
+
+    async fn claims(name: String, sem: String) -> Result<(u32, u32, Option<u32>, bool), Error> {
+        for owner in ["a", "b"] {
+            rwlocks::lock_shared(name.clone(), owner.into(), TTL_MS, ephemeral(0)).await?;
+        }
+        for owner in ["x", "y"] {
+            semaphores::acquire(sem.clone(), owner.into(), 2, TTL_MS, ephemeral(0)).await?;
+        }
+        let third = semaphores::acquire(sem.clone(), "z".into(), 2, TTL_MS, ephemeral(0)).await;
+        let count = |state: &rwlocks::NameState, mode: Mode| {
+            state.holders.iter().filter(|h| h.mode == mode).count() as u32
+        };
+        let shared = count(&rwlocks::describe(name).await?, Mode::Shared);
+        let sem_state = rwlocks::describe(sem).await?;
+        let permits = count(&sem_state, Mode::Permit);
+        Ok((
+            shared,
+            permits,
+            sem_state.permits,
+            matches!(third, Err(Error::Busy(_))),
+        ))
     }
 }

@@ -14,13 +14,14 @@
 //! default) and the guest's exports are called with `call_concurrent` inside
 //! `Store::run_concurrent`.
 //!
-//! Interfaces served: `types`, `locks`, `guards` and `leases`. Read-write
-//! locks, semaphores, holds and elections exist in `lockd:lock@0.1.0` only.
+//! Interfaces served: `types`, `locks`, `guards`, `leases`, `rwlocks` and
+//! `semaphores`. Holds and elections exist in `lockd:lock@0.1.0` only.
 
 mod convert;
 mod guards;
 mod leases;
 mod locks;
+mod rwlocks;
 mod wit;
 
 use wasmtime::component::Linker;
@@ -28,7 +29,8 @@ use wasmtime::component::Linker;
 use crate::ctx::{HasLockCtx, LockView};
 
 /// Adds the interfaces of the `lockd:lock@0.2.0` world `imports` to
-/// `linker`: `types`, `locks`, `guards` and `leases`.
+/// `linker`: `types`, `locks`, `guards`, `leases`, `rwlocks` and
+/// `semaphores`.
 ///
 /// Fails if the engine was configured without concurrency support
 /// (`Config::concurrency_support(false)`), which `async func` imports need.
@@ -38,5 +40,7 @@ pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime:
     wit::types::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::locks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::rwlocks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::semaphores::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

@@ -5,7 +5,8 @@
 //! stall another task of the same instance (and, the measurement's negative
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
-//! resolves on expiry and on force-unlock, a lease's on revoke.
+//! resolves on expiry and on force-unlock, a lease's on revoke; shared
+//! locks and semaphore permits.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -344,4 +345,42 @@ async fn lease_lost_future_resolves_on_revoke() {
     assert_eq!(id, revoked_id);
     assert_eq!(service.get(NAMESPACE, "L/a").await.unwrap(), None);
     assert_eq!(service.get_lease(NAMESPACE, &id).await.unwrap(), None);
+}
+
+/// Shared locks and semaphore permits through 0.2.0's `rwlocks` and
+/// `semaphores`: two shared holders of one name, two permits of a
+/// 2-permit semaphore and a third refused `busy`, as `describe` and the
+/// store show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_locks_and_permits() {
+    let service = service();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let out = store
+        .run_concurrent(async |accessor| {
+            probe
+                .call_claims(accessor, "S".into(), "P".into())
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    assert!(matches!(out, Ok((2, 2, Some(2), true))), "{out:?}");
+    let shared = service.describe(NAMESPACE, "S").await.unwrap();
+    let owners: Vec<&str> = shared
+        .holders
+        .iter()
+        .map(|h| h.info.owner.as_str())
+        .collect();
+    assert_eq!(owners, ["a", "b"]);
+    assert!(shared
+        .holders
+        .iter()
+        .all(|h| h.claim == lockd_core::Claim::Shared));
+    let permits = service.describe(NAMESPACE, "P").await.unwrap();
+    assert_eq!(permits.holders.len(), 2);
+    assert!(permits
+        .holders
+        .iter()
+        .all(|h| h.claim == lockd_core::Claim::Permit { permits: 2 }));
 }

@@ -2,9 +2,9 @@
 //! types: the one place where core errors become this version's WIT errors
 //! (the 0.1.0 mapping is `crate::convert`; both map variant for variant).
 
-use lockd_core::{Durability, Grant, LockError, LockInfo, LockOptions};
+use lockd_core::{Claim, Durability, Grant, LockError, LockInfo, LockOptions, NameState};
 
-use super::wit::{guards, locks, types};
+use super::wit::{guards, locks, rwlocks, types};
 use crate::liveness::Cause;
 
 /// What a host function with a WIT `result` returns: the outer error traps
@@ -76,5 +76,34 @@ pub(super) fn lost_reason_to_wit(cause: Cause) -> types::LostReason {
         Cause::Released => types::LostReason::Released,
         Cause::Expired => types::LostReason::Expired,
         Cause::EndedElsewhere => types::LostReason::EndedElsewhere,
+    }
+}
+
+fn mode_to_wit(claim: Claim) -> rwlocks::Mode {
+    match claim {
+        Claim::Exclusive => rwlocks::Mode::Exclusive,
+        Claim::Shared => rwlocks::Mode::Shared,
+        Claim::Permit { .. } => rwlocks::Mode::Permit,
+        Claim::Leader => rwlocks::Mode::Leader,
+    }
+}
+
+/// `describe`'s answer: every holder with its mode, and the semaphore's
+/// size when the name is one.
+pub(super) fn name_state_to_wit(state: NameState) -> rwlocks::NameState {
+    let permits = state.holders.iter().find_map(|h| h.claim.permits());
+    rwlocks::NameState {
+        holders: state
+            .holders
+            .into_iter()
+            .map(|h| rwlocks::Holder {
+                info: info_to_wit(h.info),
+                mode: mode_to_wit(h.claim),
+                acquired_at_ms: h.acquired_at_ms,
+            })
+            .collect(),
+        waiters: state.waiters,
+        permits,
+        lock_delay_until_ms: state.delay_until_ms,
     }
 }

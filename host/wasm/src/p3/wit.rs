@@ -21,4 +21,4 @@ wasmtime::component::bindgen!({
 });
 
 // `self::`: the generated module, never the `lockd` crate.
-pub(crate) use self::lockd::lock::{guards, leases, locks, types};
+pub(crate) use self::lockd::lock::{guards, leases, locks, rwlocks, semaphores, types};
