@@ -4,7 +4,7 @@
 //! another answers, a task gives up a wait by dropping it, and a guard's
 //! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
-//! `claims` takes shared locks and semaphore permits.
+//! `claims` takes shared locks and semaphore permits, `shared-holds` holds.
 
 mod bindings {
     wit_bindgen::generate!({
@@ -20,6 +20,7 @@ use std::task::Poll;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
+use bindings::lockd::lock0_2_0::holds::{Hold, HoldMode};
 use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
 use bindings::lockd::lock0_2_0::locks::{self, LockOptions};
 use bindings::lockd::lock0_2_0::rwlocks::{self, Mode};
@@ -157,5 +158,25 @@ impl Guest for Probe {
             sem_state.permits,
             matches!(third, Err(Error::Busy(_))),
         ))
+    }
+
+    async fn shared_holds(name: String, ttl_ms: u32) -> Result<(u32, bool, LostReason), Error> {
+        let options = || GuardOptions {
+            wait_ms: 0,
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let first = Hold::acquire(name.clone(), HoldMode::Shared, ttl_ms, options()).await?;
+        let second = Hold::acquire(name.clone(), HoldMode::Shared, ttl_ms, options()).await?;
+        let state = rwlocks::describe(name).await?;
+        let shared = state
+            .holders
+            .iter()
+            .filter(|h| h.mode == Mode::Shared)
+            .count() as u32;
+        first.release().await?;
+        let first_held = first.is_held().await;
+        let reason = second.lost().await;
+        Ok((shared, first_held, reason))
     }
 }

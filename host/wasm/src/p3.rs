@@ -14,11 +14,13 @@
 //! default) and the guest's exports are called with `call_concurrent` inside
 //! `Store::run_concurrent`.
 //!
-//! Interfaces served: `types`, `locks`, `guards`, `leases`, `rwlocks` and
-//! `semaphores`. Holds and elections exist in `lockd:lock@0.1.0` only.
+//! Interfaces served: `types`, `locks`, `guards`, `leases`, `rwlocks`,
+//! `semaphores` and `holds`. Elections exist in `lockd:lock@0.1.0` only.
 
 mod convert;
+mod grants;
 mod guards;
+mod holds;
 mod leases;
 mod locks;
 mod rwlocks;
@@ -29,8 +31,8 @@ use wasmtime::component::Linker;
 use crate::ctx::{HasLockCtx, LockView};
 
 /// Adds the interfaces of the `lockd:lock@0.2.0` world `imports` to
-/// `linker`: `types`, `locks`, `guards`, `leases`, `rwlocks` and
-/// `semaphores`.
+/// `linker`: `types`, `locks`, `guards`, `leases`, `rwlocks`,
+/// `semaphores` and `holds`.
 ///
 /// Fails if the engine was configured without concurrency support
 /// (`Config::concurrency_support(false)`), which `async func` imports need.
@@ -42,5 +44,6 @@ pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime:
     wit::guards::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::rwlocks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    wit::semaphores::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::semaphores::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::holds::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

@@ -6,7 +6,7 @@
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock, a lease's on revoke; shared
-//! locks and semaphore permits.
+//! locks, semaphore permits and holds.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -383,4 +383,38 @@ async fn shared_locks_and_permits() {
         .holders
         .iter()
         .all(|h| h.claim == lockd_core::Claim::Permit { permits: 2 }));
+}
+
+/// Holds through 0.2.0's `holds`: two shared holds of one name, one
+/// released (it no longer holds), the other's `lost` future resolving with
+/// `expired` at its TTL; the name is free afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_holds_release_and_expire() {
+    let service = service();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let started = Instant::now();
+    let out = store
+        .run_concurrent(async |accessor| {
+            probe
+                .call_shared_holds(accessor, "H".into(), 300)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        matches!(out, Ok((2, false, LostReason::Expired))),
+        "{out:?}"
+    );
+    assert!(took >= Duration::from_millis(250), "lost after {took:?}");
+    assert!(service
+        .describe(NAMESPACE, "H")
+        .await
+        .unwrap()
+        .holders
+        .is_empty());
+    // The guest dropped both holds when its call returned.
+    assert_eq!(store.data().locks.live_guards(), 0);
 }

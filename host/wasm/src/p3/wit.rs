@@ -12,13 +12,15 @@ wasmtime::component::bindgen!({
     imports: {
         "lockd:lock/guards.[method]guard.lost": store | trappable,
         "lockd:lock/leases.[method]lease.lost": store | trappable,
+        "lockd:lock/holds.[method]hold.lost": store | trappable,
         default: trappable,
     },
     with: {
         "lockd:lock/guards.guard": crate::resources::Guard,
         "lockd:lock/leases.lease": crate::resources::Lease,
+        "lockd:lock/holds.hold": crate::resources::Hold,
     },
 });
 
 // `self::`: the generated module, never the `lockd` crate.
-pub(crate) use self::lockd::lock::{guards, leases, locks, rwlocks, semaphores, types};
+pub(crate) use self::lockd::lock::{guards, holds, leases, locks, rwlocks, semaphores, types};
