@@ -23,6 +23,9 @@ use leases::rust_lease;
 mod lockd_client;
 #[allow(unused_imports)]
 use lockd_client::lockd_client;
+mod p3;
+#[allow(unused_imports)]
+use p3::rust_p3;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -118,7 +118,7 @@ pub trait LockView: Send {
     fn lock_ctx(&mut self) -> LockCtxView<'_>;
 }
 
-struct HasLockCtx;
+pub(crate) struct HasLockCtx;
 
 impl HasData for HasLockCtx {
     type Data<'a> = LockCtxView<'a>;

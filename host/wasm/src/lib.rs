@@ -6,6 +6,11 @@
 //! holds a [`LockCtx`] — the lock service plus the namespace this instance may
 //! use — and implements [`LockView`] to hand it out.
 //!
+//! That is `lockd:lock@0.1.0` (`wit/lock.wit`). WASI 0.3 components may
+//! import `lockd:lock@0.2.0` (`wit/p3/lock.wit`: `async func`s, the lost
+//! signal as a `future`), which [`p3::add_to_linker`] adds beside it, on the
+//! same [`LockCtx`].
+//!
 //! ```no_run
 //! use lockd_core::{Engine as LockEngine, Limits, LockService};
 //! use lockd_wasm::{LockCtx, LockCtxView, LockView};
@@ -59,6 +64,7 @@ mod holds;
 mod leases;
 mod liveness;
 mod locks;
+pub mod p3;
 mod resources;
 mod rwlocks;
 mod watch;

@@ -10,7 +10,7 @@
 //! waits on. The task belongs to the resource: dropping the resource, or the
 //! instance's store, aborts it, so renewal never outlives its holder.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use lockd_core::keepalive::{self, CheckHeld, Holding, Lost, Renew, Terms};
 use lockd_core::{Claim, Clock, LockError, LockInfo, LockService, SystemClock};
@@ -47,6 +47,56 @@ pub(crate) fn subscribe_lost(
 ) -> wasmtime::Result<Resource<DynPollable>> {
     let pollable = table.push(LostPollable(holding.subscribe_lost()))?;
     subscribe(table, pollable)
+}
+
+/// Who ended a hold, as far as this host knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Released (or dropped) by its holder here.
+    Released,
+    /// Not renewed in time, or a renewal was refused: the core's keep-alive
+    /// or expiry watch marked it lost.
+    Expired,
+    /// An operator force-released it, or (a lease) it was revoked or ended
+    /// elsewhere.
+    EndedElsewhere,
+}
+
+/// The [`Cause`] of a hold's loss. The host's own paths record it before
+/// they mark the [`Holding`] lost (through [`end`]), so that whoever wakes
+/// on the mark reads it; the core's keep-alive and expiry watch mark it
+/// without recording, so an unrecorded loss is [`Cause::Expired`].
+#[derive(Debug, Default)]
+pub(crate) struct Ending(OnceLock<Cause>);
+
+impl Ending {
+    /// Why the hold was lost, once it is.
+    pub(crate) fn cause(&self) -> Cause {
+        self.0.get().copied().unwrap_or(Cause::Expired)
+    }
+}
+
+/// Marks `holding` lost for `cause`, unless it was lost already (the first
+/// cause stays). Answers whether this call marked it.
+pub(crate) fn end(holding: &Holding, ending: &Ending, cause: Cause) -> bool {
+    if !holding.is_lost() {
+        let _ = ending.0.set(cause);
+    }
+    holding.mark_lost()
+}
+
+/// Completes once `holding` is lost, with the cause `ending` records: the
+/// WASI 0.3 `lost` future. Holds only a receiver, so it never keeps a hold
+/// alive; a holding that is gone counts as lost.
+pub(crate) fn lost(
+    holding: &Holding,
+    ending: Arc<Ending>,
+) -> impl std::future::Future<Output = Cause> + Send + 'static {
+    let mut lost = holding.subscribe_lost();
+    async move {
+        let _ = lost.wait_for(|lost| *lost).await;
+        ending.cause()
+    }
 }
 
 /// The host side of a `subscribe-lost` pollable.
@@ -194,10 +244,10 @@ impl Monitor {
     /// Starts watching `subject` on the current tokio runtime: renewing it
     /// by the core's rule if `keep_alive`, else checking it at its expiry;
     /// and hearing at once that it ended elsewhere. Marks `holding` lost
-    /// when it no longer holds.
+    /// when it no longer holds, with its cause in `ending`.
     pub(crate) fn start(
         service: LockService,
-        holding: Arc<Holding>,
+        (holding, ending): (Arc<Holding>, Arc<Ending>),
         subject: Subject,
         keep_alive: bool,
     ) -> Monitor {
@@ -212,7 +262,7 @@ impl Monitor {
             };
             tokio::select! {
                 () = held.ended_elsewhere() => {
-                    if holding.mark_lost() {
+                    if end(&holding, &ending, Cause::EndedElsewhere) {
                         tracing::debug!(subject = ?held.subject, "lease or guard ended elsewhere");
                     }
                 }

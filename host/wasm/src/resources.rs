@@ -13,7 +13,7 @@ use std::sync::Arc;
 use lockd_core::keepalive::{Holding, Terms};
 use lockd_core::{Claim, Grant, LockError, LockService};
 
-use crate::liveness::{held_until, now_ms, terms, Monitor, Subject};
+use crate::liveness::{end, held_until, now_ms, terms, Cause, Ending, Monitor, Subject};
 
 /// One guard's or lease's place under its instance's cap, counted in the
 /// count it was taken from until it is dropped.
@@ -33,11 +33,12 @@ impl Drop for Slot {
     }
 }
 
-/// One grant held by a resource (a guard, a hold or a leadership): its
-/// name, the owner the host generated, its token and what it claims. Gives
-/// the grant back when dropped unless it was released.
-#[derive(Debug)]
-pub(crate) struct HeldGrant {
+/// One grant as the store knows it: its name, the owner the host generated,
+/// its token and what it claims, with its terms and lost flag. Cheap to
+/// clone, so that a WASI 0.3 call can await the store without borrowing the
+/// resource table.
+#[derive(Clone, Debug)]
+pub(crate) struct Granted {
     service: LockService,
     namespace: String,
     pub(crate) name: String,
@@ -46,81 +47,18 @@ pub(crate) struct HeldGrant {
     /// Exclusive, shared, a permit or a leadership: how the store shows
     /// whether this grant still holds.
     pub(crate) claim: Claim,
-    /// Its terms and lost flag, shared with the monitor and pollables.
+    /// Its terms and lost flag, shared with the monitor and lost signals.
     pub(crate) holding: Arc<Holding>,
-    /// Renews it (keep-alive) or watches it (once a guest subscribed to its
-    /// loss); none until either is asked for. Aborted with the grant.
-    monitor: Option<Monitor>,
-    /// Its place under the cap while it holds; none once released.
-    slot: Option<Slot>,
+    /// Who ended it, for the WASI 0.3 `lost` future.
+    pub(crate) ending: Arc<Ending>,
 }
 
-impl HeldGrant {
-    /// The grant of `name` just made to `owner` under `token` for `claim`,
-    /// on `terms`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        service: LockService,
-        namespace: String,
-        name: String,
-        owner: String,
-        (token, claim): (u64, Claim),
-        terms: Terms,
-        slot: Slot,
-    ) -> HeldGrant {
-        HeldGrant {
-            service,
-            namespace,
-            name,
-            owner,
-            token,
-            claim,
-            holding: Arc::new(Holding::new(terms)),
-            monitor: None,
-            slot: Some(slot),
-        }
-    }
-
-    fn start_monitor(&mut self, keep_alive: bool) {
-        let subject = Subject::Grant {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            owner: self.owner.clone(),
-            token: self.token,
-            claim: self.claim,
-        };
-        let monitor = Monitor::start(
-            self.service.clone(),
-            self.holding.clone(),
-            subject,
-            keep_alive,
-        );
-        self.monitor = Some(monitor);
-    }
-
-    /// Renews it from now on, by the core's keep-alive rule, until it is
-    /// lost.
-    pub(crate) fn keep_alive(&mut self) {
-        self.start_monitor(true);
-    }
-
-    /// Watches its expiry from now on, unless it is watched already (kept
-    /// alive) or holds nothing.
-    pub(crate) fn watch(&mut self) {
-        if self.monitor.is_none() && !self.is_released() && !self.holding.is_lost() {
-            self.start_monitor(false);
-        }
-    }
-
-    pub(crate) fn is_released(&self) -> bool {
-        self.slot.is_none()
-    }
-
+impl Granted {
     /// Whether the store shows this grant (owner and token) holding: false
-    /// once released or lost, and false when the store cannot answer (a
-    /// caller acting on `true` must be right).
-    pub(crate) async fn is_held(&self) -> bool {
-        if self.is_released() || self.holding.is_lost() {
+    /// once lost, and false when the store cannot answer (a caller acting
+    /// on `true` must be right).
+    pub(crate) async fn is_held_in_store(&self) -> bool {
+        if self.holding.is_lost() {
             return false;
         }
         matches!(
@@ -159,13 +97,112 @@ impl HeldGrant {
     pub(crate) fn place(&self) -> (&LockService, &str) {
         (&self.service, &self.namespace)
     }
+}
+
+/// One grant held by a resource (a guard, a hold or a leadership), with its
+/// monitor and its place under the cap. Gives the grant back when dropped
+/// unless it was released.
+#[derive(Debug)]
+pub(crate) struct HeldGrant {
+    granted: Granted,
+    /// Renews it (keep-alive) or watches it (once a guest subscribed to its
+    /// loss); none until either is asked for. Aborted with the grant.
+    monitor: Option<Monitor>,
+    /// Its place under the cap while it holds; none once released.
+    slot: Option<Slot>,
+}
+
+impl std::ops::Deref for HeldGrant {
+    type Target = Granted;
+
+    fn deref(&self) -> &Granted {
+        &self.granted
+    }
+}
+
+impl HeldGrant {
+    /// The grant of `name` just made to `owner` under `token` for `claim`,
+    /// on `terms`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        service: LockService,
+        namespace: String,
+        name: String,
+        owner: String,
+        (token, claim): (u64, Claim),
+        terms: Terms,
+        slot: Slot,
+    ) -> HeldGrant {
+        HeldGrant {
+            granted: Granted {
+                service,
+                namespace,
+                name,
+                owner,
+                token,
+                claim,
+                holding: Arc::new(Holding::new(terms)),
+                ending: Arc::default(),
+            },
+            monitor: None,
+            slot: Some(slot),
+        }
+    }
+
+    fn start_monitor(&mut self, keep_alive: bool) {
+        let g = &self.granted;
+        let subject = Subject::Grant {
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            owner: g.owner.clone(),
+            token: g.token,
+            claim: g.claim,
+        };
+        let monitor = Monitor::start(
+            g.service.clone(),
+            (g.holding.clone(), g.ending.clone()),
+            subject,
+            keep_alive,
+        );
+        self.monitor = Some(monitor);
+    }
+
+    /// Renews it from now on, by the core's keep-alive rule, until it is
+    /// lost.
+    pub(crate) fn keep_alive(&mut self) {
+        self.start_monitor(true);
+    }
+
+    /// Watches its expiry from now on, unless it is watched already (kept
+    /// alive) or holds nothing.
+    pub(crate) fn watch(&mut self) {
+        if self.monitor.is_none() && !self.is_released() && !self.holding.is_lost() {
+            self.start_monitor(false);
+        }
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.slot.is_none()
+    }
+
+    /// The grant itself, to await the store with after the resource table
+    /// is let go.
+    pub(crate) fn granted(&self) -> &Granted {
+        &self.granted
+    }
+
+    /// Whether the store shows this grant holding; false once released or
+    /// lost (see [`Granted::is_held_in_store`]).
+    pub(crate) async fn is_held(&self) -> bool {
+        !self.is_released() && self.granted.is_held_in_store().await
+    }
 
     /// It holds nothing any more: stop renewing it, free its place under
-    /// the cap, wake its pollables, and release nothing when dropped.
+    /// the cap, wake its lost signals, and release nothing when dropped.
     pub(crate) fn mark_released(&mut self) {
         self.slot = None;
         self.monitor = None;
-        self.holding.mark_lost();
+        end(&self.granted.holding, &self.granted.ending, Cause::Released);
     }
 }
 
@@ -173,11 +210,12 @@ impl Drop for HeldGrant {
     /// Nothing can be awaited here, so the release is detached; the TTL
     /// remains the safety net.
     fn drop(&mut self) {
+        let g = &self.granted;
         if !self.is_released() {
-            self.service
-                .release_detached(&self.namespace, &self.name, &self.owner, self.token);
+            g.service
+                .release_detached(&g.namespace, &g.name, &g.owner, g.token);
         }
-        self.holding.mark_lost();
+        end(&g.holding, &g.ending, Cause::Released);
     }
 }
 
@@ -223,6 +261,8 @@ pub struct Lease {
     pub(crate) id: String,
     /// Its terms and lost flag, shared with the monitor and pollables.
     pub(crate) holding: Arc<Holding>,
+    /// Who ended it, for the WASI 0.3 `lost` future.
+    pub(crate) ending: Arc<Ending>,
     /// Hears that the lease ended and, with keep-alive, renews it. Aborted
     /// with the lease.
     monitor: Option<Monitor>,
@@ -243,16 +283,23 @@ impl Lease {
         slot: Slot,
     ) -> Lease {
         let holding = Arc::new(Holding::new(terms));
+        let ending = Arc::<Ending>::default();
         let subject = Subject::Lease {
             namespace: namespace.clone(),
             id: id.clone(),
         };
-        let monitor = Monitor::start(service.clone(), holding.clone(), subject, keep_alive);
+        let monitor = Monitor::start(
+            service.clone(),
+            (holding.clone(), ending.clone()),
+            subject,
+            keep_alive,
+        );
         Lease {
             service,
             namespace,
             id,
             holding,
+            ending,
             monitor: Some(monitor),
             slot: Some(slot),
         }
@@ -260,6 +307,11 @@ impl Lease {
 
     pub(crate) fn is_revoked(&self) -> bool {
         self.slot.is_none()
+    }
+
+    /// The service and namespace it was granted in.
+    pub(crate) fn place(&self) -> (&LockService, &str) {
+        (&self.service, &self.namespace)
     }
 
     /// Ends the lease and releases its locks, awaiting the store's answer.
@@ -272,7 +324,7 @@ impl Lease {
     pub(crate) fn mark_revoked(&mut self) {
         self.slot = None;
         self.monitor = None;
-        self.holding.mark_lost();
+        end(&self.holding, &self.ending, Cause::Released);
     }
 }
 
@@ -290,6 +342,6 @@ impl Drop for Lease {
                 });
             }
         }
-        self.holding.mark_lost();
+        end(&self.holding, &self.ending, Cause::Released);
     }
 }

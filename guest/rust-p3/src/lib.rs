@@ -1,0 +1,182 @@
+//! A WASI 0.3 component on `lockd:lock@0.2.0`, for the host tests
+//! (tests/tests/p3): its exports are `async func`s that the host calls
+//! concurrently on one instance, so that one task waits for a lock while
+//! another answers, a task gives up a wait by dropping it, and a guard's
+//! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
+//! synchronous `lock` instead, the contrast the tests measure.
+//! `claims` takes shared locks and semaphore permits, `shared-holds` holds.
+
+mod bindings {
+    wit_bindgen::generate!({
+        path: ["../../wit", "../../wit/p3", "wit"],
+        world: "lockd:p3-probe/probe-guest",
+        generate_all,
+    });
+}
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+
+use bindings::exports::lockd::p3_probe::probe::Guest;
+use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
+use bindings::lockd::lock0_2_0::holds::{Hold, HoldMode};
+use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
+use bindings::lockd::lock0_2_0::locks::{self, LockOptions};
+use bindings::lockd::lock0_2_0::rwlocks::{self, Mode};
+use bindings::lockd::lock0_2_0::semaphores;
+use bindings::lockd::lock0_2_0::types::{Durability, Error, LostReason};
+use bindings::wasi::clocks::monotonic_clock;
+
+/// Every lock of this guest lives 60 s unless released.
+const TTL_MS: u32 = 60_000;
+
+struct Probe;
+
+bindings::export!(Probe with_types_in bindings);
+
+/// `a` or, if `b` finishes first, `None` (then `a` is dropped, which
+/// cancels the import call it is awaiting).
+async fn unless<A: Future, B: Future>(a: A, b: B) -> Option<A::Output> {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        if b.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+fn ephemeral(wait_ms: u32) -> LockOptions {
+    LockOptions {
+        wait_ms,
+        durability: Durability::Ephemeral,
+    }
+}
+
+impl Guest for Probe {
+    async fn wait_lock(name: String, owner: String, wait_ms: u32) -> Result<u64, Error> {
+        let grant = locks::lock(name, owner, TTL_MS, ephemeral(wait_ms)).await?;
+        Ok(grant.fencing_token)
+    }
+
+    async fn wait_lock_v1(name: String, owner: String, wait_ms: u32) -> Result<u64, String> {
+        use bindings::lockd::lock0_1_0::{locks as locks_v1, types as types_v1};
+        let options = locks_v1::LockOptions {
+            wait_ms,
+            durability: types_v1::Durability::Ephemeral,
+        };
+        let grant = locks_v1::lock(&name, &owner, TTL_MS, options).map_err(|e| format!("{e:?}"))?;
+        Ok(grant.fencing_token)
+    }
+
+    async fn ping(name: String) -> bool {
+        matches!(locks::get(name).await, Ok(Some(_)))
+    }
+
+    async fn give_up(
+        name: String,
+        owner: String,
+        as_guard: bool,
+        wait_ms: u32,
+        give_up_ms: u32,
+    ) -> Result<bool, Error> {
+        let deadline = monotonic_clock::wait_for(u64::from(give_up_ms) * 1_000_000);
+        if as_guard {
+            let options = GuardOptions {
+                wait_ms,
+                durability: Durability::Ephemeral,
+                keep_alive: false,
+            };
+            match unless(Guard::acquire(name, TTL_MS, options), deadline).await {
+                Some(guard) => {
+                    guard?.release().await?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        } else {
+            let lock = locks::lock(name.clone(), owner.clone(), TTL_MS, ephemeral(wait_ms));
+            match unless(lock, deadline).await {
+                Some(grant) => {
+                    locks::unlock(name, owner, Some(grant?.fencing_token)).await?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+    }
+
+    async fn hold_until_lost(
+        name: String,
+        ttl_ms: u32,
+        keep_alive: bool,
+    ) -> Result<(u64, LostReason), Error> {
+        let options = GuardOptions {
+            wait_ms: 0,
+            durability: Durability::Ephemeral,
+            keep_alive,
+        };
+        let guard = Guard::acquire(name, ttl_ms, options).await?;
+        let token = guard.fencing_token();
+        let reason = guard.lost().await;
+        Ok((token, reason))
+    }
+
+    async fn lease_until_lost(name: String, ttl_ms: u32) -> Result<(String, LostReason), Error> {
+        let options = LeaseOptions {
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let lease = Lease::grant(ttl_ms, options).await?;
+        lease.lock(name, 0).await?;
+        let reason = lease.lost().await;
+        Ok((lease.id(), reason))
+    }
+
+    async fn claims(name: String, sem: String) -> Result<(u32, u32, Option<u32>, bool), Error> {
+        for owner in ["a", "b"] {
+            rwlocks::lock_shared(name.clone(), owner.into(), TTL_MS, ephemeral(0)).await?;
+        }
+        for owner in ["x", "y"] {
+            semaphores::acquire(sem.clone(), owner.into(), 2, TTL_MS, ephemeral(0)).await?;
+        }
+        let third = semaphores::acquire(sem.clone(), "z".into(), 2, TTL_MS, ephemeral(0)).await;
+        let count = |state: &rwlocks::NameState, mode: Mode| {
+            state.holders.iter().filter(|h| h.mode == mode).count() as u32
+        };
+        let shared = count(&rwlocks::describe(name).await?, Mode::Shared);
+        let sem_state = rwlocks::describe(sem).await?;
+        let permits = count(&sem_state, Mode::Permit);
+        Ok((
+            shared,
+            permits,
+            sem_state.permits,
+            matches!(third, Err(Error::Busy(_))),
+        ))
+    }
+
+    async fn shared_holds(name: String, ttl_ms: u32) -> Result<(u32, bool, LostReason), Error> {
+        let options = || GuardOptions {
+            wait_ms: 0,
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let first = Hold::acquire(name.clone(), HoldMode::Shared, ttl_ms, options()).await?;
+        let second = Hold::acquire(name.clone(), HoldMode::Shared, ttl_ms, options()).await?;
+        let state = rwlocks::describe(name).await?;
+        let shared = state
+            .holders
+            .iter()
+            .filter(|h| h.mode == Mode::Shared)
+            .count() as u32;
+        first.release().await?;
+        let first_held = first.is_held().await;
+        let reason = second.lost().await;
+        Ok((shared, first_held, reason))
+    }
+}
