@@ -31,6 +31,85 @@ fn redb_store_matches_the_model_across_restarts() {
     assert!(tally.leases_survived_restart > 0, "{tally}");
 }
 
+/// A hand-written election sequence across restarts (rule 16): a leader
+/// and its proclaimed value come back, a stale token proclaims nothing, the
+/// election keeps its name from locks and semaphores, an ephemeral
+/// leadership is gone after the restart, and a new leader's token is above
+/// every one before.
+#[test]
+fn a_fixed_election_sequence_matches_the_model() {
+    use lockd_core::Claim::Permit;
+    use lockd_core::Durability::{Ephemeral, Persistent};
+    use lockd_testing::model::TokenArg;
+    let campaign = |name, owner, value, durability| Op::Campaign {
+        name,
+        owner,
+        value,
+        ttl_ms: 1_000,
+        durability,
+    };
+    let proclaim = |owner, token, value| Op::Proclaim {
+        name: 0,
+        owner,
+        token,
+        value,
+    };
+    let ops = vec![
+        campaign(0, 0, 1, Persistent),
+        campaign(0, 1, 0, Persistent),
+        proclaim(model::HOLDER, TokenArg::Current, 2),
+        proclaim(1, TokenArg::Current, 0),
+        proclaim(0, TokenArg::Future, 0),
+        // The leader campaigns again: same token, its new value.
+        campaign(0, 0, 0, Persistent),
+        Op::Leader { name: 0 },
+        campaign(1, 2, 1, Ephemeral),
+        Op::Advance { ms: 300 },
+        Op::Restart,
+        Op::Leader { name: 0 },
+        Op::Leader { name: 1 },
+        Op::Describe { name: 0 },
+        Op::List,
+        Op::Lock {
+            name: 0,
+            owner: 1,
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        Op::LockAs {
+            name: 0,
+            owner: 1,
+            claim: Permit { permits: 2 },
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        Op::Lock {
+            name: 2,
+            owner: 1,
+            ttl_ms: 1_000,
+            durability: Persistent,
+        },
+        campaign(2, 0, 1, Persistent),
+        Op::Leader { name: 2 },
+        // One byte over the value's limit.
+        campaign(1, 0, model::values().len(), Persistent),
+        Op::Advance { ms: 1_000 },
+        Op::Leader { name: 0 },
+        campaign(0, 1, 1, Persistent),
+        Op::Restart,
+        Op::Leader { name: 0 },
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let tally = runtime
+        .block_on(model::run(&RedbFactory::on_tmpfs(), &ops))
+        .unwrap();
+    assert_eq!((tally.leaders, tally.proclaimed), (3, 1), "{tally}");
+    assert_eq!(tally.leader_reads, 3, "{tally}");
+    assert_eq!(tally.survived_restart, 2, "{tally}");
+}
+
 /// A hand-written lease restart sequence: a persistent lease and its locks
 /// come back with the lease's refreshed expiry (past the expiry its locks
 /// were written with), an ephemeral lease and its lock do not, and a revoke

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lockd_core::{
-    BackendStats, BoxFuture, Clock, Durability, Engine, EngineOptions, Grant, Key, LeaseInfo,
-    ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NameState, NullJournal,
-    Recovered,
+    BackendStats, BoxFuture, Clock, Durability, Engine, EngineOptions, Grant, Key, Leader,
+    LeaseInfo, ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NameState,
+    NullJournal, Recovered,
 };
 use lockd_testing::model::{self, Op};
 use lockd_testing::{MemoryFactory, StoreFactory};
@@ -309,6 +309,9 @@ enum Bug {
     /// force-released grant frees its place at once
     /// (docs/contract.md#c23-lock-delay).
     IgnoresLockDelay,
+    /// `proclaim` sets the value of the candidate's leadership whatever
+    /// token it is given (docs/contract.md#c24-elections).
+    ProclaimIgnoresToken,
 }
 
 struct Faulty {
@@ -408,6 +411,40 @@ impl LockBackend for Faulty {
 
     fn supports_claims(&self) -> bool {
         self.inner.supports_claims()
+    }
+
+    fn campaign<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        value: &'a str,
+        ttl_ms: u64,
+        options: LockOptions,
+    ) -> BoxFuture<'a, Result<Grant, LockError>> {
+        self.inner.campaign(key, candidate, value, ttl_ms, options)
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        key: &'a Key,
+        candidate: &'a str,
+        token: u64,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let token = match self.bug {
+                Bug::ProclaimIgnoresToken => match self.inner.leader(key).await {
+                    Ok(Some(leader)) if leader.info.owner == candidate => leader.info.fencing_token,
+                    _ => token,
+                },
+                _ => token,
+            };
+            self.inner.proclaim(key, candidate, token, value).await
+        })
+    }
+
+    fn leader<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Leader>, LockError>> {
+        self.inner.leader(key)
     }
 
     fn release_detached(&self, key: Key, owner: String, token: u64) {
@@ -596,6 +633,15 @@ fn a_lock_under_a_dead_lease_is_caught() {
 fn get_answering_an_older_holder_is_caught() {
     let reason = caught(Bug::GetAnswersOldestHolder, false);
     assert!(reason.contains("Found"), "{reason}");
+}
+
+#[test]
+fn a_proclaim_under_another_token_is_caught() {
+    let reason = caught(Bug::ProclaimIgnoresToken, false);
+    assert!(
+        reason.contains("Proclaim") && reason.contains("NotOwner"),
+        "{reason}"
+    );
 }
 
 #[test]

@@ -37,6 +37,7 @@ impl Model {
                 durability,
                 lease,
                 claim,
+                value,
             } => {
                 let Ok(Reply::Granted(grant)) = outcome else {
                     return mismatch("a free lock was not granted (rule 3)", &expect);
@@ -77,7 +78,8 @@ impl Model {
                 match claim {
                     Claim::Shared => t.shared += 1,
                     Claim::Permit { .. } => t.permits += 1,
-                    _ => {}
+                    Claim::Leader => t.leaders += 1,
+                    Claim::Exclusive => {}
                 }
                 holders.push(Holder {
                     owner: owner.clone(),
@@ -88,6 +90,7 @@ impl Model {
                     acquired_at_ms: now,
                     claim: *claim,
                     forced_at_ms: None,
+                    value: value.clone(),
                 });
             }
             Expect::FreshLease {
@@ -186,6 +189,9 @@ impl Model {
             }
             Ok(Reply::LeaseFound(Some(_))) => t.lease_reads_live += 1,
             Ok(Reply::LeaseFound(None)) => t.reads_free += 1,
+            Ok(Reply::Proclaimed) => t.proclaimed += 1,
+            Ok(Reply::Leader(Some(_))) => t.leader_reads += 1,
+            Ok(Reply::Leader(None)) => t.reads_free += 1,
             Err(LockError::Busy(_)) => t.busy += 1,
             Err(LockError::NotOwner) => t.not_owner += 1,
             Err(LockError::NotHeld) => t.not_held += 1,

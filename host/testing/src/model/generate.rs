@@ -86,6 +86,20 @@ pub fn op(restarts: bool) -> BoxedStrategy<Op> {
             .prop_map(|((name, claim), owner, ttl_ms, durability)| {
                 Op::LockAs { name, owner, claim, ttl_ms, durability }
             }),
+        // Elections (rule 16): a campaign on any name, so that kinds meet.
+        3 => (name.clone(), owner.clone(), 0..=values().len(), lease_ttl(), durability())
+            .prop_map(|(name, owner, value, ttl_ms, durability)| {
+                Op::Campaign { name, owner, value, ttl_ms, durability }
+            }),
+        // Mostly by the leader under its token, so that proclaims succeed.
+        2 => (
+            name.clone(),
+            prop_oneof![2 => Just(HOLDER), 1 => caller.clone()],
+            prop_oneof![2 => Just(TokenArg::Current), 1 => token.clone()],
+            0..values().len(),
+        )
+            .prop_map(|(name, owner, token, value)| Op::Proclaim { name, owner, token, value }),
+        1 => name.clone().prop_map(|name| Op::Leader { name }),
         1 => name.clone().prop_map(|name| Op::Describe { name }),
         1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         4 => (name.clone(), caller.clone(), token.clone())

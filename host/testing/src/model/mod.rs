@@ -97,6 +97,19 @@
 //!     with the end of its delay as its expiry), not a holder for `get`,
 //!     `describe`'s holders, a listing, `unlock` or `extend`. A restart
 //!     ends every delay.
+//! 16. **Elections** (C24). `campaign` is a `lock` taking the name as its
+//!     leader (rules 3–5, 13: an election is its own kind; a lock, a permit
+//!     or a lease's lock of an election's name is `invalid_argument`, and so
+//!     is a campaign on a lock or a semaphore), with a value of at most
+//!     4 096 bytes (over it: `invalid_argument`); the leader's own campaign
+//!     is a re-lock that also sets its value. `proclaim` on a lock or a
+//!     semaphore is `invalid_argument`, `not_held` with no leader,
+//!     `not_owner` by another candidate or under another token, and
+//!     otherwise sets the value. `leader` answers the live leader with its
+//!     value, token, expiry and grant time (a restart's for a recovered
+//!     one), or none; on a lock or a semaphore `invalid_argument`. Unlock,
+//!     extend, force-unlock, expiry, lock-delay and restarts treat a
+//!     leadership as an exclusive grant.
 //!
 //! Waiting (`wait > 0`) needs concurrency and is left to the conformance
 //! suite's FIFO tests; every generated `lock` uses wait 0.
@@ -255,6 +268,10 @@ pub fn check_against_model<F: StoreFactory>(
         "{tally}"
     );
     assert!(tally.described_several > 0 && tally.forced > 0, "{tally}");
+    assert!(
+        tally.leaders > 0 && tally.proclaimed > 0 && tally.leader_reads > 0,
+        "{tally}"
+    );
     if lock_delays {
         assert!(
             tally.busy_delayed > 0 && tally.described_delayed > 0,

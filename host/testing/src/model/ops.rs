@@ -2,8 +2,8 @@
 //! ([`Call`]), and making a call on a [`LockService`] ([`execute`]).
 
 use lockd_core::{
-    Claim, Durability, Grant, LeaseGrant, LeaseInfo, ListedLock, LockError, LockInfo, LockOptions,
-    LockService, NameState,
+    Claim, Durability, Grant, Leader, LeaseGrant, LeaseInfo, ListedLock, LockError, LockInfo,
+    LockOptions, LockService, NameState, MAX_VALUE_BYTES,
 };
 
 /// The one namespace sequences use (isolation is the conformance suite's).
@@ -28,6 +28,16 @@ pub fn names() -> [String; 3] {
 /// The owners: two short ones and one of exactly the 256-byte limit.
 pub fn owners() -> [String; 3] {
     ["o1".to_string(), "o2".to_string(), "ö".repeat(128)]
+}
+
+/// The values a candidate proclaims: an empty one, an address, and one of
+/// exactly the 4 096-byte limit.
+pub fn values() -> [String; 3] {
+    [
+        String::new(),
+        "10.0.0.1:80".to_string(),
+        "v".repeat(MAX_VALUE_BYTES),
+    ]
 }
 
 /// The owner index of [`Op::Lock`], [`Op::Unlock`] and [`Op::Extend`] that
@@ -135,6 +145,37 @@ pub enum Op {
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
+    },
+    /// `campaign` with wait 0 (docs/contract.md C24): leads the election
+    /// `name` with a value.
+    Campaign {
+        /// Index into [`names`].
+        name: usize,
+        /// Index into [`owners`]: the candidate.
+        owner: usize,
+        /// Index into [`values`]; one past the end is a value one byte over
+        /// the limit.
+        value: usize,
+        /// Term length.
+        ttl_ms: u64,
+        /// Durability asked for.
+        durability: Durability,
+    },
+    /// `proclaim`: the leader's new value.
+    Proclaim {
+        /// Index into [`names`].
+        name: usize,
+        /// Index into [`owners`]; [`HOLDER`] picks the latest holder.
+        owner: usize,
+        /// Which token to pass ([`TokenArg::None`] passes 0).
+        token: TokenArg,
+        /// Index into [`values`].
+        value: usize,
+    },
+    /// `leader`: who leads, without campaigning.
+    Leader {
+        /// Index into [`names`].
+        name: usize,
     },
     /// `unlock`.
     Unlock {
@@ -279,6 +320,35 @@ pub enum Call {
         /// What it takes of the name.
         claim: Claim,
     },
+    /// [`LockService::campaign`] with wait 0.
+    Campaign {
+        /// Name.
+        name: String,
+        /// The candidate.
+        candidate: String,
+        /// Its value.
+        value: String,
+        /// Term length.
+        ttl_ms: u64,
+        /// Durability asked for.
+        durability: Durability,
+    },
+    /// [`LockService::proclaim`].
+    Proclaim {
+        /// Name.
+        name: String,
+        /// The candidate.
+        candidate: String,
+        /// The token it leads under.
+        token: u64,
+        /// The new value.
+        value: String,
+    },
+    /// [`LockService::leader`].
+    Leader {
+        /// Name.
+        name: String,
+    },
     /// [`LockService::describe`].
     Describe {
         /// Name.
@@ -379,6 +449,10 @@ pub enum Reply {
     LeaseRevoked(u64),
     /// From `get_lease`.
     LeaseFound(Option<LeaseInfo>),
+    /// From `proclaim`.
+    Proclaimed,
+    /// From `leader`.
+    Leader(Option<Leader>),
 }
 
 /// What a store answered to a [`Call`].
@@ -407,6 +481,32 @@ pub async fn execute(service: &LockService, call: &Call) -> Outcome {
                 .await
                 .map(Reply::Granted)
         }
+        Call::Campaign {
+            name,
+            candidate,
+            value,
+            ttl_ms,
+            durability,
+        } => {
+            let options = LockOptions {
+                durability: *durability,
+                ..LockOptions::default()
+            };
+            service
+                .campaign(NAMESPACE, name, candidate, value, *ttl_ms, options)
+                .await
+                .map(Reply::Granted)
+        }
+        Call::Proclaim {
+            name,
+            candidate,
+            token,
+            value,
+        } => service
+            .proclaim(NAMESPACE, name, candidate, *token, value)
+            .await
+            .map(|()| Reply::Proclaimed),
+        Call::Leader { name } => service.leader(NAMESPACE, name).await.map(Reply::Leader),
         Call::Unlock { name, owner, token } => service
             .unlock(NAMESPACE, name, owner, *token)
             .await

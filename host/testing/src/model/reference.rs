@@ -25,6 +25,8 @@ pub(super) struct Holder {
     /// When an operator force-released it (rule 14): no longer held, its
     /// place held back from then under a lock-delay.
     pub(super) forced_at_ms: Option<u64>,
+    /// A leader's value (rule 16); `None` for every other claim.
+    pub(super) value: Option<String>,
 }
 
 impl Holder {
@@ -61,13 +63,15 @@ impl Holder {
 pub(super) enum Kind {
     Lock,
     Semaphore(u32),
+    Election,
 }
 
 impl Kind {
     pub(super) fn of(claim: Claim) -> Kind {
         match claim {
             Claim::Permit { permits } => Kind::Semaphore(permits),
-            _ => Kind::Lock,
+            Claim::Leader => Kind::Election,
+            Claim::Exclusive | Claim::Shared => Kind::Lock,
         }
     }
 }
@@ -82,6 +86,15 @@ pub(super) struct Lease {
     pub(super) durability: Durability,
     /// Revoked, or lost in a restart.
     pub(super) ended: bool,
+}
+
+/// The value a [`values`] index picks; one past the end is one byte over
+/// the limit.
+fn campaign_value(index: usize) -> String {
+    values()
+        .get(index)
+        .cloned()
+        .unwrap_or_else(|| "v".repeat(lockd_core::MAX_VALUE_BYTES + 1))
 }
 
 /// Whether `owner` has the form of a lease id (docs/contract.md#c16-leases).
@@ -112,6 +125,8 @@ pub(super) enum Expect {
         durability: Durability,
         lease: Option<usize>,
         claim: Claim,
+        /// A leader's value (rule 16).
+        value: Option<String>,
     },
     /// A new lease (rule 11): this expiry, and an id checked by form and
     /// novelty.
@@ -358,6 +373,31 @@ impl Model {
                 durability,
                 claim,
             },
+            Op::Campaign {
+                name: n,
+                owner: o,
+                value,
+                ttl_ms,
+                durability,
+            } => Call::Campaign {
+                name: name(n),
+                candidate: owner(o),
+                value: campaign_value(value),
+                ttl_ms,
+                durability,
+            },
+            Op::Proclaim {
+                name: n,
+                owner: o,
+                token,
+                value,
+            } => Call::Proclaim {
+                name: name(n),
+                candidate: caller(n, o),
+                token: self.token_arg(&name(n), token).unwrap_or(0),
+                value: campaign_value(value),
+            },
+            Op::Leader { name: n } => Call::Leader { name: name(n) },
             Op::Unlock {
                 name: n,
                 owner: o,

@@ -77,6 +77,12 @@ pub struct Tally {
     pub forced: u64,
     /// `busy` answers naming a place held back by a lock-delay (rule 15).
     pub busy_delayed: u64,
+    /// Fresh leaderships (rule 16); also counted in `fresh`.
+    pub leaders: u64,
+    /// Successful proclaims.
+    pub proclaimed: u64,
+    /// `leader` answers that found a leader.
+    pub leader_reads: u64,
 }
 
 impl Tally {
@@ -116,6 +122,9 @@ impl Tally {
         self.described_delayed += other.described_delayed;
         self.forced += other.forced;
         self.busy_delayed += other.busy_delayed;
+        self.leaders += other.leaders;
+        self.proclaimed += other.proclaimed;
+        self.leader_reads += other.leader_reads;
     }
 }
 
@@ -131,7 +140,8 @@ impl fmt::Display for Tally {
              {} expired holding locks, {} carried across a restart; \
              claims: {} shared, {} permits, {} granted beside other members, {} refused \
              for their mode or kind; {} describes ({} with several holders, {} with a delay); \
-             {} force-unlocks; {} busy naming a place held back",
+             {} force-unlocks; {} busy naming a place held back; elections: {} leaders, \
+             {} proclaims, {} leader reads",
             self.ops,
             self.fresh,
             self.relocks,
@@ -165,7 +175,10 @@ impl fmt::Display for Tally {
             self.described_several,
             self.described_delayed,
             self.forced,
-            self.busy_delayed
+            self.busy_delayed,
+            self.leaders,
+            self.proclaimed,
+            self.leader_reads
         )
     }
 }

@@ -1,7 +1,10 @@
 //! What each call may answer, and how it moves the model (module docs,
 //! "The rules"; one arm per call).
 
-use lockd_core::{Claim, Grant, Holding, LeaseInfo, ListedLock, LockError, NameState, MAX_PERMITS};
+use lockd_core::{
+    Claim, Grant, Holding, Leader, LeaseInfo, ListedLock, LockError, NameState, MAX_PERMITS,
+    MAX_VALUE_BYTES,
+};
 
 use super::ops::*;
 use super::reference::*;
@@ -34,7 +37,66 @@ impl Model {
                     }
                     return self.lock_in_lease(name, lease);
                 }
-                self.lock(name, owner, now + ttl_ms, *durability, *claim)
+                self.lock(name, owner, now + ttl_ms, *durability, *claim, None)
+            }
+            // Rule 16.
+            Call::Campaign {
+                name,
+                candidate,
+                value,
+                ttl_ms,
+                durability,
+            } => {
+                if !self.valid(name, Some(candidate), Some(*ttl_ms))
+                    || value.len() > MAX_VALUE_BYTES
+                {
+                    return Expect::Invalid;
+                }
+                let value = Some(value.as_str());
+                self.lock(
+                    name,
+                    candidate,
+                    now + ttl_ms,
+                    *durability,
+                    Claim::Leader,
+                    value,
+                )
+            }
+            Call::Proclaim {
+                name,
+                candidate,
+                token,
+                value,
+            } => {
+                if !self.valid(name, Some(candidate), None) || value.len() > MAX_VALUE_BYTES {
+                    return Expect::Invalid;
+                }
+                if self.kind(name).is_some_and(|k| k != Kind::Election) {
+                    return Expect::Invalid;
+                }
+                let Some(leader) = self.live(name) else {
+                    return Expect::Exactly(Err(LockError::NotHeld));
+                };
+                if leader.owner != *candidate || leader.token != *token {
+                    return Expect::Exactly(Err(LockError::NotOwner));
+                }
+                if let Some(h) = self.live_of_mut(name, candidate) {
+                    h.value = Some(value.clone());
+                }
+                Expect::Exactly(Ok(Reply::Proclaimed))
+            }
+            Call::Leader { name } => {
+                if !self.valid(name, None, None) {
+                    return Expect::Invalid;
+                }
+                if self.kind(name).is_some_and(|k| k != Kind::Election) {
+                    return Expect::Invalid;
+                }
+                Expect::Exactly(Ok(Reply::Leader(self.live(name).map(|h| Leader {
+                    info: h.info(),
+                    value: h.value.clone().unwrap_or_default(),
+                    since_ms: Some(h.acquired_at_ms),
+                }))))
             }
             Call::Unlock { name, owner, token } => {
                 if !self.valid(name, Some(owner), None) {
@@ -230,8 +292,8 @@ impl Model {
         }
     }
 
-    /// Rules 3–5, 12, 13 and 15: `lock` of `name` by `owner` (no live
-    /// lease's id) taking `claim`, wait 0.
+    /// Rules 3–5, 12, 13, 15 and 16: `lock` of `name` by `owner` (no live
+    /// lease's id) taking `claim`, or a campaign with `value`, wait 0.
     fn lock(
         &mut self,
         name: &str,
@@ -239,6 +301,7 @@ impl Model {
         expires_at_ms: u64,
         durability: lockd_core::Durability,
         claim: Claim,
+        value: Option<&str>,
     ) -> Expect {
         // Rule 13: a lock's modes on a lock, this many permits on a
         // semaphore.
@@ -250,8 +313,12 @@ impl Model {
             if h.claim != claim {
                 return Expect::Invalid;
             }
-            // Rule 4: same token, new expiry, durability unchanged.
+            // Rule 4: same token, new expiry, durability unchanged; a
+            // leader's campaign sets its value (rule 16).
             h.expires_at_ms = expires_at_ms;
+            if let Some(value) = value {
+                h.value = Some(value.to_string());
+            }
             return Expect::Exactly(Ok(Reply::Granted(Grant {
                 fencing_token: h.token,
                 expires_at_ms,
@@ -276,6 +343,7 @@ impl Model {
             durability,
             lease: None,
             claim,
+            value: value.map(str::to_string),
         }
     }
 
@@ -306,6 +374,7 @@ impl Model {
                 durability: l.durability,
                 lease: Some(lease),
                 claim: Claim::Exclusive,
+                value: None,
             },
         }
     }
