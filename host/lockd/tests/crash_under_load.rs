@@ -5,13 +5,15 @@
 //! locks each: grant, lock under the lease, refresh, lease get, unlock by the
 //! lease id, revoke or expiry) and by permit clients (permits of a semaphore
 //! of 2 and one of 3: acquire with and without wait, extend, relock, get,
-//! release or expiry), is SIGKILLed at random moments and restarted on the
+//! release or expiry) and by leader clients (campaigns in one election:
+//! with and without wait, keep-alive by extend, a campaign again, get,
+//! resignation or expiry), is SIGKILLed at random moments and restarted on the
 //! same store. Every call is recorded with a common clock, and the history
 //! checker (`lockd_testing::history`, whose module docs state the rules) must
 //! find no lost grant, no token going backwards, no overlap and no
 //! out-of-order wake, no lease lock lost before its expiry and none held
-//! after its lease's acknowledged revoke, and never more permits of a
-//! semaphore held than it has.
+//! after its lease's acknowledged revoke, never more permits of a
+//! semaphore held than it has, and never two leaders at once.
 //!
 //! Before each kill a *sentinel* client takes a long persistent lock, and a
 //! persistent lease holding two locks, and reads them back after the
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod recorded_client;
 
 use lockd_testing::history::{check_report, Outcome, Recorder, Report, Rule};
-use recorded_client::{Call, Client, LeaseCall, Rng, Target};
+use recorded_client::{Call, Client, LeaseCall, Rng, Take, Target};
 
 /// The shape of one run.
 #[derive(Clone, Debug)]
@@ -45,9 +47,12 @@ struct Plan {
     clients: u32,
     /// Clients driving leases ([`Client::run_leases`]), besides `clients`.
     lease_clients: u32,
-    /// Clients taking permits of [`SEMAPHORES`] ([`Client::run_permits`]),
+    /// Clients taking permits of [`SEMAPHORES`] ([`Client::run_claims`]),
     /// besides the others.
     permit_clients: u32,
+    /// Clients campaigning in [`ELECTIONS`] ([`Client::run_claims`]),
+    /// besides the others.
+    leader_clients: u32,
     hot: usize,
     cold: usize,
     kills: usize,
@@ -75,6 +80,8 @@ const SENTINEL: &str = "sentinel";
 const SENTINEL_TTL_MS: u64 = 20_000;
 /// The semaphores the permit clients share: (name, permits).
 const SEMAPHORES: [(&str, u32); 2] = [("sem/2", 2), ("sem/3", 3)];
+/// The elections the leader clients campaign in.
+const ELECTIONS: [&str; 1] = ["leader/a"];
 /// The sentinel's lease holds these two locks across each kill.
 const SENTINEL_LEASE_LOCKS: [&str; 2] = ["sentinel-lease/a", "sentinel-lease/b"];
 
@@ -87,6 +94,7 @@ fn kill_minus_nine_under_load() {
         clients: 16,
         lease_clients: 3,
         permit_clients: 6,
+        leader_clients: 2,
         hot: 4,
         cold: 40,
         kills: 22,
@@ -157,6 +165,12 @@ fn kill_minus_nine_under_load() {
         "{}",
         failure("too few permits judged, or semaphores seen full")
     );
+    // Elections: leaderships judged as exclusive grants, across kills.
+    assert!(
+        coverage.leader_windows >= 20,
+        "{}",
+        failure("too few leaderships judged")
+    );
     assert!(
         run.elapsed < Duration::from_secs(90),
         "{}",
@@ -175,6 +189,7 @@ fn memory_store_is_caught() {
         clients: 8,
         lease_clients: 1,
         permit_clients: 2,
+        leader_clients: 1,
         hot: 4,
         cold: 10,
         kills: 3,
@@ -378,13 +393,20 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             .chain((0..plan.cold).map(|i| format!("cold/{i}")))
             .collect(),
     );
-    let semaphores: Arc<Vec<(String, u32)>> = Arc::new(
+    let semaphores: Arc<Vec<(String, Take)>> = Arc::new(
         SEMAPHORES
             .iter()
-            .map(|&(name, permits)| (name.to_string(), permits))
+            .map(|&(name, permits)| (name.to_string(), Take::Permit(permits)))
             .collect(),
     );
-    let clients: Vec<_> = (0..plan.clients + plan.lease_clients + plan.permit_clients)
+    let elections: Arc<Vec<(String, Take)>> = Arc::new(
+        ELECTIONS
+            .iter()
+            .map(|&name| (name.to_string(), Take::Leader))
+            .collect(),
+    );
+    let all_clients = plan.clients + plan.lease_clients + plan.permit_clients + plan.leader_clients;
+    let clients: Vec<_> = (0..all_clients)
         .map(|id| {
             let client = Client {
                 id,
@@ -400,13 +422,17 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
             };
             let names = names.clone();
             let semaphores = semaphores.clone();
+            let elections = elections.clone();
             let hot = plan.hot;
             let stop = stop.clone();
             let leases = id >= plan.clients;
             let permits = id >= plan.clients + plan.lease_clients;
+            let leaders = id >= plan.clients + plan.lease_clients + plan.permit_clients;
             thread::spawn(move || {
-                if permits {
-                    client.run_permits(&semaphores, &stop)
+                if leaders {
+                    client.run_claims(&elections, &stop)
+                } else if permits {
+                    client.run_claims(&semaphores, &stop)
                 } else if leases {
                     client.run_leases(&names, hot, &stop)
                 } else {
@@ -418,7 +444,7 @@ fn run(plan: &Plan, dir: &Path) -> Outcomes {
 
     // The sentinel: one more client, driven by this thread.
     let mut sentinel = Client {
-        id: plan.clients + plan.lease_clients + plan.permit_clients,
+        id: all_clients,
         owner: "sentinel".to_string(),
         rng: Rng::new(plan.seed ^ 0x5e47),
         recorder: recorder.clone(),

@@ -74,12 +74,38 @@ pub enum Call {
         wait_ms: u64,
         permits: u32,
     },
+    /// `campaign` for the election, persistent, with the owner as the
+    /// candidate (docs/contract.md C24).
+    Campaign { ttl_ms: u64, wait_ms: u64 },
     /// `extend`.
     Extend { ttl_ms: u64 },
     /// `unlock` with this token.
     Unlock { token: u64 },
     /// `get`.
     Get,
+}
+
+/// What [`Client::run_claims`] takes of a name.
+#[derive(Clone, Copy, Debug)]
+pub enum Take {
+    /// One permit of a semaphore of this many.
+    Permit(u32),
+    /// The election's leadership.
+    Leader,
+}
+
+impl Take {
+    /// The call that takes it.
+    pub fn call(self, ttl_ms: u64, wait_ms: u64) -> Call {
+        match self {
+            Take::Permit(permits) => Call::Permit {
+                ttl_ms,
+                wait_ms,
+                permits,
+            },
+            Take::Leader => Call::Campaign { ttl_ms, wait_ms },
+        }
+    }
 }
 
 /// One call on a lease (`POST /v1/leases/...`), all persistent.
@@ -243,25 +269,22 @@ impl Client {
         }
     }
 
-    /// Permits of the semaphores `names` (name, permits), until `stop`:
-    /// take one (wait 0, or 50 to 400 ms), then hold it through extends,
-    /// relocks and reads for 100 to 1 200 ms and release it (3 in 4) or let
-    /// it expire. Several such clients on a semaphore of 2 keep it full.
-    pub fn run_permits(mut self, names: &[(String, u32)], stop: &AtomicBool) {
+    /// Grants of `names` (a permit of a semaphore, or an election's
+    /// leadership), until `stop`: take one (wait 0, or 50 to 400 ms), then
+    /// hold it through extends, relocks and reads for 100 to 1 200 ms and
+    /// release it (3 in 4) or let it expire. Several such clients on a
+    /// semaphore of 2 keep it full; on an election, they take turns to lead.
+    pub fn run_claims(mut self, names: &[(String, Take)], stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
-            let (name, permits) = names[self.rng.range(0, names.len() as u64 - 1) as usize].clone();
+            let (name, what) = names[self.rng.range(0, names.len() as u64 - 1) as usize].clone();
             let ttl_ms = self.rng.range(300, 1_500);
             let wait_ms = if self.rng.chance(50) {
                 0
             } else {
                 self.rng.range(50, 400)
             };
-            let take = Call::Permit {
-                ttl_ms,
-                wait_ms,
-                permits,
-            };
-            let Some(Outcome::Ok { token, .. }) = self.call(&name, take) else {
+            let Some(Outcome::Ok { token, .. }) = self.call(&name, what.call(ttl_ms, wait_ms))
+            else {
                 thread::sleep(Duration::from_millis(self.rng.range(5, 40)));
                 continue;
             };
@@ -272,11 +295,7 @@ impl Client {
                 thread::sleep(Duration::from_millis(self.rng.range(50, 400)));
                 let call = match self.rng.next() % 3 {
                     0 => Call::Extend { ttl_ms },
-                    1 => Call::Permit {
-                        ttl_ms,
-                        wait_ms: 0,
-                        permits,
-                    },
+                    1 => what.call(ttl_ms, 0),
                     _ => Call::Get,
                 };
                 if let Some(Outcome::NotHeld | Outcome::NotOwner | Outcome::Busy { .. }) =
@@ -365,6 +384,17 @@ impl Client {
                     ttl_ms,
                     wait_ms,
                     claim: Claim::Permit { permits },
+                },
+                wait_ms,
+            ),
+            Call::Campaign { ttl_ms, wait_ms } => (
+                "elections/campaign",
+                json!({"name": name, "candidate": owner, "value": owner, "ttl_ms": ttl_ms,
+                       "wait_ms": wait_ms, "durability": "persistent"}),
+                OpKind::Lock {
+                    ttl_ms,
+                    wait_ms,
+                    claim: Claim::Leader,
                 },
                 wait_ms,
             ),

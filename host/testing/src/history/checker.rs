@@ -134,10 +134,14 @@ impl<'h> Checker<'h> {
         // `claim_rules`.
         let several = ids
             .iter()
-            .any(|&i| self.ops[i].claim().is_some_and(|c| c != Claim::Exclusive));
+            .any(|&i| self.ops[i].claim().is_some_and(|c| !super::alone(c)));
         let leases = self.leases(name, ids, &mut out);
         report.coverage.leases += leases.len();
         report.coverage.leases_with_window += leases.iter().filter(|l| l.window.is_some()).count();
+        report.coverage.leader_windows += leases
+            .iter()
+            .filter(|l| l.window.is_some() && l.claim == Some(Claim::Leader))
+            .count();
         for lease in leases.iter().filter(|l| self.granted.contains_key(l.owner)) {
             report.coverage.lease_locks += 1;
             if let Some((start, end)) = lease.window {
@@ -379,7 +383,7 @@ impl<'h> Checker<'h> {
                 {
                     coverage.calls_judged_after_kill += 1;
                 }
-                let verdict = if several && lease.claim != Some(Claim::Exclusive) {
+                let verdict = if several && !lease.claim.is_some_and(super::alone) {
                     lease.judge_beside_others(op)
                 } else {
                     judge(op, lease)

@@ -64,9 +64,9 @@ impl Checker<'_> {
         let mut open: Vec<(u64, u64, usize)> = Vec::new();
         for &(start, end, n) in &windows {
             open.retain(|&(_, e, _)| e > start);
-            let exclusive = leases[n].claim == Some(Claim::Exclusive);
+            let exclusive = leases[n].claim.is_some_and(super::alone);
             for &(_, e, m) in &open {
-                if exclusive || leases[m].claim == Some(Claim::Exclusive) {
+                if exclusive || leases[m].claim.is_some_and(super::alone) {
                     out.push(Violation {
                         rule: Rule::Overlap,
                         name: name.to_string(),
@@ -145,7 +145,7 @@ impl Lease<'_> {
                     (*token != lease.token)
                         .then_some((Rule::Overlap, "relock returned a new token"))
                 } else {
-                    (*claim == Claim::Exclusive)
+                    super::alone(*claim)
                         .then_some((Rule::Overlap, "granted exclusive beside another holder"))
                 }
             }

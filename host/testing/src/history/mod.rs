@@ -174,6 +174,11 @@
 //!   token, and a `get` or `busy` the most recent grant still held: both
 //!   may be older than a grant acknowledged since.
 //!
+//! An election's leadership (docs/contract.md C24; recorded as a `lock`
+//! with claim `leader`, made by `POST /v1/elections/campaign`) holds its
+//! name alone, as an exclusive grant does: every rule for an exclusive
+//! grant applies to it, so two leaders' certain windows never meet.
+//!
 //! 7. **Never more holders than permits** ([`Rule::OverPermits`]). At no
 //!    instant do more permits' certain windows of one semaphore overlap
 //!    than it has permits.
@@ -191,6 +196,14 @@ mod record;
 mod verdict;
 
 pub use checker::{check, check_report};
+
+use lockd_core::Claim;
+
+/// Whether a grant of `claim` holds its name alone: an exclusive lock or an
+/// election's leadership.
+fn alone(claim: Claim) -> bool {
+    matches!(claim, Claim::Exclusive | Claim::Leader)
+}
 pub use record::{Clock, History, Kill, Op, OpKind, Outcome, Recorder, MARGIN_MS};
 pub use verdict::{Coverage, Report, Rule, Violation};
 

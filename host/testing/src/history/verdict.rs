@@ -97,6 +97,8 @@ pub struct Coverage {
     /// semaphore was certainly full: as many permits certainly held as it
     /// has, each judged by rule 7.
     pub semaphore_full: usize,
+    /// Leaderships (docs/contract.md C24) with a certain window.
+    pub leader_windows: usize,
 }
 
 impl fmt::Display for Coverage {
@@ -108,7 +110,7 @@ impl fmt::Display for Coverage {
              leases granted {}, locks under them {} ({} with a certain window), \
              lease calls judged {}, revokes {} with {} calls judged after them; \
              names with several holders {}, shared windows {}, permit windows {}, \
-             semaphore certainly full {} times",
+             semaphore certainly full {} times; leader windows {}",
             self.leases,
             self.leases_with_window,
             self.calls_judged,
@@ -124,7 +126,8 @@ impl fmt::Display for Coverage {
             self.shared_names,
             self.shared_windows,
             self.permit_windows,
-            self.semaphore_full
+            self.semaphore_full,
+            self.leader_windows
         )
     }
 }

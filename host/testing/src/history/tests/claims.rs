@@ -149,3 +149,31 @@ fn a_lost_shared_grant_is_caught() {
     h.op(2_000, 2_005, "", OpKind::Get, Outcome::NotFound);
     assert_eq!(h.rules(), vec![Rule::LostGrant]);
 }
+
+/// Leaderships (docs/contract.md C24) hold their name alone: a new leader
+/// while another certainly leads is caught, as is a leader lost across a
+/// kill; leaders in turn, one after the other's resignation, are clean.
+#[test]
+fn two_leaders_at_once_are_caught_and_leaders_in_turn_are_clean() {
+    let campaign = |ttl_ms| take(Claim::Leader, ttl_ms);
+    let mut h = H::default();
+    h.op(1_000, 1_010, "a", campaign(5_000), ok(10, 6_005));
+    h.op(2_000, 2_010, "b", campaign(5_000), ok(11, 7_005));
+    assert_eq!(h.rules(), vec![Rule::Overlap]);
+
+    let mut h = H::default();
+    h.op(1_000, 1_010, "a", campaign(5_000), ok(10, 6_005));
+    h.kill(2_000, 2_010);
+    h.op(3_000, 3_005, "", OpKind::Get, Outcome::NotFound);
+    assert_eq!(h.rules(), vec![Rule::LostGrant]);
+
+    let mut h = H::default();
+    h.op(1_000, 1_010, "a", campaign(5_000), ok(10, 6_005));
+    h.op(1_100, 1_110, "b", campaign(5_000), busy("a", 10, 6_005));
+    h.op(1_200, 1_205, "", OpKind::Get, found("a", 10, 6_005));
+    h.op(2_000, 2_010, "a", unlock(10), Outcome::Unlocked);
+    h.op(2_100, 2_110, "b", campaign(5_000), ok(12, 7_105));
+    h.kill(3_000, 3_010);
+    h.op(3_100, 3_105, "", OpKind::Get, found("b", 12, 7_105));
+    h.assert_clean();
+}
