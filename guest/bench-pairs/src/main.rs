@@ -53,7 +53,8 @@ fn main() {
     let mut line = format!("pairs={pairs} elapsed_ns={elapsed}");
     if timed && !latencies.is_empty() {
         latencies.sort_unstable();
-        let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+        let at =
+            |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
         let _ = write!(
             line,
             " p50_ns={} p99_ns={} p999_ns={} max_ns={}",
