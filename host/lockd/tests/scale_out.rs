@@ -478,20 +478,29 @@ fn member_loss_under_load(victim: Victim) {
         "unexpected answers: {:?}",
         run.unexpected
     );
-    // Service went on after the kill, on both hosts.
+    // Service went on after the kill, on both hosts: each answers, and
+    // grants. How the grants split between the hosts is the race of their
+    // clients for the hot names (a host's clients may mostly meet `busy`
+    // when the election took most of the window), so each host's bar is on
+    // definite answers, with at least one grant.
     assert!(
         succeeded_after >= 100,
         "only {succeeded_after} calls answered after the {what} was killed"
     );
     for host in 0..cluster.hosts.len() as u32 {
-        let answered_on_host = after
+        let on_host: Vec<_> = after
             .iter()
             .filter(|o| o.client / CLIENTS_PER_HOST == host)
+            .filter(|o| !matches!(o.outcome, Outcome::Unknown))
+            .collect();
+        let granted = on_host
+            .iter()
             .filter(|o| matches!(o.outcome, Outcome::Ok { .. }))
             .count();
         assert!(
-            answered_on_host >= 10,
-            "host {host} granted only {answered_on_host} calls after the kill"
+            on_host.len() >= 10 && granted >= 1,
+            "host {host} answered {} calls after the kill, {granted} of them grants",
+            on_host.len()
         );
     }
     // A clean result means something only if the checker could judge a lot.
