@@ -516,6 +516,22 @@ impl LockService {
         self.measured(Op::Leader, (namespace, name), started, result)
     }
 
+    /// `candidate` stops leading the election `name` (under `token`, if
+    /// given): its grant is released and the head of the queue leads next.
+    /// A name held or awaited as a lock or a semaphore is
+    /// `invalid-argument`, where a plain `unlock` would release a lock of
+    /// the same owner.
+    pub async fn resign(
+        &self,
+        namespace: &str,
+        name: &str,
+        candidate: &str,
+        token: Option<u64>,
+    ) -> Result<(), LockError> {
+        self.leader(namespace, name).await?;
+        self.unlock(namespace, name, candidate, token).await
+    }
+
     /// `denied` on a store without elections.
     fn check_elections(&self) -> Result<(), LockError> {
         if self.backend.supports_claims() {

@@ -56,19 +56,15 @@ impl Api {
         })
     }
 
-    /// Resigning is releasing the leadership's grant: the head of the
-    /// queue leads next.
+    /// The head of the queue leads next.
     pub(super) async fn resign(
         &self,
         a: Asker<'_>,
         r: ResignRequest,
     ) -> Result<StatusReply, Refused> {
         let namespace = namespace(a, r.namespace.as_deref())?;
-        // `unlock` would release a lock of the same name too: resigning
-        // asks first that the name be an election.
-        self.service.leader(namespace, &r.name).await?;
         self.service
-            .unlock(namespace, &r.name, &r.candidate, r.fencing_token)
+            .resign(namespace, &r.name, &r.candidate, r.fencing_token)
             .await?;
         Ok(StatusReply {
             status: Status::Resigned,
