@@ -26,16 +26,19 @@ work="$(mktemp -d)"
 # still sent, as schema-invalid data the server must refuse.
 max_wait_ms=2000
 printf '[limits]\nmax_wait_ms = %s\n' "$max_wait_ms" >"$work/lockd.toml"
-# A schema-valid `lock` is refused with 400 when the name's state forbids it:
-# a permit of a name held as a lock (or another permit count), a lock of a
-# semaphore's name, an owner asking for the other mode of a name it holds
-# (docs/contract.md C21, C22). No schema can say that, so 400 is an expected
-# answer to valid data there, beside schemathesis's defaults.
-cat >"$work/schemathesis.toml" <<'TOML'
-[[operations]]
-include-operation-id = "lock"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-TOML
+# A schema-valid request is refused with 400 when the name's state forbids
+# it: a permit of a name held as a lock (or another permit count), a lock of a
+# semaphore's name, an owner asking for the other mode of a name it holds, a
+# campaign, proclaim, resign or leader question on a name that another case
+# holds as a lock or a semaphore (docs/contract.md C21, C22, C24). No schema
+# can say that, so 400 is an expected answer to valid data there, beside
+# schemathesis's defaults.
+{
+    for operation in lock campaign proclaim resign leader; do
+        printf '[[operations]]\ninclude-operation-id = "%s"\n' "$operation"
+        printf 'checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n\n'
+    done
+} >"$work/schemathesis.toml"
 target/debug/lockd serve --store memory --listen 127.0.0.1:0 --auth-token "$token" \
     --config "$work/lockd.toml" >"$log" 2>&1 &
 server=$!
