@@ -4,7 +4,8 @@
 //! another answers, a task gives up a wait by dropping it, and a guard's
 //! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
-//! `claims` takes shared locks and semaphore permits, `shared-holds` holds.
+//! `claims` takes shared locks and semaphore permits, `shared-holds` holds,
+//! `lead-until-lost` and `watch-until` use elections.
 
 mod bindings {
     wit_bindgen::generate!({
@@ -19,6 +20,7 @@ use std::pin::pin;
 use std::task::Poll;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
+use bindings::lockd::lock0_2_0::elections::{self, CampaignOptions, LeaderWatch, Leadership};
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
 use bindings::lockd::lock0_2_0::holds::{Hold, HoldMode};
 use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
@@ -178,5 +180,53 @@ impl Guest for Probe {
         let first_held = first.is_held().await;
         let reason = second.lost().await;
         Ok((shared, first_held, reason))
+    }
+
+    async fn lead_until_lost(
+        name: String,
+        value: String,
+        ttl_ms: u32,
+        wait_ms: u32,
+        keep_alive: bool,
+    ) -> Result<(u64, String, LostReason), Error> {
+        let options = CampaignOptions {
+            wait_ms,
+            durability: Durability::Ephemeral,
+            keep_alive,
+        };
+        let leadership = Leadership::campaign(name.clone(), value.clone(), ttl_ms, options).await?;
+        let candidate = leadership.candidate();
+        let leads = |leader: &Option<elections::LeaderInfo>, value: &str| {
+            leader
+                .as_ref()
+                .is_some_and(|l| l.candidate == candidate && l.value == value)
+        };
+        if !leads(&elections::leader(name.clone()).await?, &value) {
+            return Err(Error::InvalidArgument(
+                "leader does not show the campaign".into(),
+            ));
+        }
+        let proclaimed = format!("{value}!");
+        leadership.proclaim(proclaimed.clone()).await?;
+        if !leads(&elections::leader(name).await?, &proclaimed) {
+            return Err(Error::InvalidArgument(
+                "leader does not show the proclaimed value".into(),
+            ));
+        }
+        let reason = leadership.lost().await;
+        Ok((leadership.fencing_token(), candidate, reason))
+    }
+
+    async fn watch_until(name: String, value: String) -> Result<u32, Error> {
+        let watch = LeaderWatch::open(name).await?;
+        let mut changes = 0;
+        loop {
+            let leader = watch.current().await?;
+            if leader.is_some_and(|l| l.value == value) {
+                return Ok(changes);
+            }
+            watch.changed().await;
+            changes += 1;
+        }
     }
 }

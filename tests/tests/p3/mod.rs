@@ -6,7 +6,7 @@
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock, a lease's on revoke; shared
-//! locks, semaphore permits and holds.
+//! locks, semaphore permits and holds; elections (`elections.rs`).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -16,6 +16,8 @@ use lockd_wasm::{LockCtx, LockCtxView, LockView};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+mod elections;
 
 mod bindings {
     wasmtime::component::bindgen!({
