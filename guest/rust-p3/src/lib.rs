@@ -5,7 +5,8 @@
 //! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
 //! `claims` takes shared locks and semaphore permits, `shared-holds` holds,
-//! `lead-until-lost` and `watch-until` use elections.
+//! `lead-until-lost` and `watch-until` use elections, `sdk-guard` and
+//! `sdk-drop` the Rust SDK's async API (`lockd_guest::p3`).
 
 mod bindings {
     wit_bindgen::generate!({
@@ -18,6 +19,9 @@ mod bindings {
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
+use std::time::Duration;
+
+use lockd_guest::p3 as sdk;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
 use bindings::lockd::lock0_2_0::elections::{self, CampaignOptions, LeaderWatch, Leadership};
@@ -228,5 +232,42 @@ impl Guest for Probe {
             watch.changed().await;
             changes += 1;
         }
+    }
+
+    async fn sdk_guard(
+        name: String,
+        ttl_ms: u32,
+        wait_ms: u32,
+    ) -> Result<(u64, String, LostReason), String> {
+        let options = lockd_guest::LockOptions::ephemeral()
+            .with_wait(Duration::from_millis(u64::from(wait_ms)));
+        let ttl = Duration::from_millis(u64::from(ttl_ms));
+        let guard = sdk::Guard::acquire(&name, ttl, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let holder = sdk::get(&name).await.map_err(|e| e.to_string())?;
+        if holder.map(|h| h.owner) != Some(guard.owner()) {
+            return Err(format!(
+                "get does not show the guard's owner {}",
+                guard.owner()
+            ));
+        }
+        let reason = match guard.lost().await {
+            sdk::LostReason::Released => LostReason::Released,
+            sdk::LostReason::Expired => LostReason::Expired,
+            sdk::LostReason::EndedElsewhere => LostReason::EndedElsewhere,
+        };
+        Ok((guard.fencing_token(), guard.owner(), reason))
+    }
+
+    async fn sdk_drop(name: String) -> Result<u64, String> {
+        let guard = sdk::Guard::acquire(
+            &name,
+            Duration::from_secs(60),
+            lockd_guest::LockOptions::ephemeral(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(guard.fencing_token())
     }
 }

@@ -6,7 +6,8 @@
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock, a lease's on revoke; shared
-//! locks, semaphore permits and holds; elections (`elections.rs`).
+//! locks, semaphore permits and holds; elections (`elections.rs`); the
+//! Rust SDK's async API (`sdk.rs`).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 mod elections;
+mod sdk;
 
 mod bindings {
     wasmtime::component::bindgen!({

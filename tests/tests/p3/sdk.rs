@@ -1,0 +1,71 @@
+//! The Rust SDK's async API for WASI 0.3 (`lockd_guest::p3`, used by
+//! `guest/rust-p3`): a `Guard` awaited in the queue, whose `lost()` future
+//! resolves when the host force-releases it, and which releases its lock
+//! when dropped.
+
+use std::time::{Duration, Instant};
+
+use lockd_core::LockOptions;
+
+use super::bindings::lockd::lock0_2_0::types::LostReason;
+use super::{instance, service, NAMESPACE};
+
+/// The host holds `G`; the SDK guard waits for it, is granted once the
+/// host releases it, and its `lost()` future resolves with
+/// `ended-elsewhere` when the host force-releases it. Then a guard the
+/// guest drops releases its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_guard_waits_is_lost_and_releases_when_dropped() {
+    let service = service();
+    let host = service
+        .lock(NAMESPACE, "G", "host", 60_000, LockOptions::default())
+        .await
+        .unwrap();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let other = service.clone();
+    let run = store.run_concurrent(async |accessor| {
+        let guarding = probe.call_sdk_guard(accessor, "G".into(), 60_000, 10_000);
+        let host_side = async {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while other.describe(NAMESPACE, "G").await.unwrap().waiters != 1 {
+                assert!(Instant::now() < deadline, "the guest never queued for G");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other.unlock(NAMESPACE, "G", "host", None).await.unwrap();
+            let owner = loop {
+                match other.get(NAMESPACE, "G").await.unwrap() {
+                    Some(info) => break info.owner,
+                    None => {
+                        assert!(Instant::now() < deadline, "the guest never took G");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            };
+            // Time for the guest's own `get` before the lock goes.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            other.force_unlock(NAMESPACE, "G").await.unwrap();
+            owner
+        };
+        let (guarded, owner) = tokio::join!(guarding, host_side);
+        let dropped = probe.call_sdk_drop(accessor, "D".into()).await;
+        (guarded.unwrap(), owner, dropped.unwrap())
+    });
+    let (guarded, forced_owner, dropped) = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the SDK guard's lost future never resolved")
+        .unwrap();
+    let (token, owner, reason) = guarded.unwrap();
+    assert!(token > host.fencing_token);
+    assert!(owner.starts_with("guard-"), "{owner}");
+    assert_eq!(owner, forced_owner);
+    assert_eq!(reason, LostReason::EndedElsewhere);
+    assert!(dropped.unwrap() > token);
+    // The drop releases without waiting for the store: bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while service.get(NAMESPACE, "D").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the dropped guard still holds D");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.data().locks.live_guards(), 0);
+}
