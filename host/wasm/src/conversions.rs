@@ -75,11 +75,10 @@ macro_rules! wit_conversions {
         $vis fn guard_options_from_wit(
             options: guards::GuardOptions,
         ) -> (lockd_core::LockOptions, bool) {
-            let lock_options = lockd_core::LockOptions {
-                wait_ms: u64::from(options.wait_ms),
-                durability: durability_from_wit(options.durability),
-                ..lockd_core::LockOptions::default()
-            };
+            let lock_options = lock_options_from_wit(locks::LockOptions {
+                wait_ms: options.wait_ms,
+                durability: options.durability,
+            });
             (lock_options, options.keep_alive)
         }
 
@@ -128,11 +127,10 @@ macro_rules! wit_conversions {
         $vis fn campaign_options_from_wit(
             options: elections::CampaignOptions,
         ) -> (lockd_core::LockOptions, bool) {
-            let lock_options = lockd_core::LockOptions {
-                wait_ms: u64::from(options.wait_ms),
-                durability: durability_from_wit(options.durability),
-                ..lockd_core::LockOptions::default()
-            };
+            let lock_options = lock_options_from_wit(locks::LockOptions {
+                wait_ms: options.wait_ms,
+                durability: options.durability,
+            });
             (lock_options, options.keep_alive)
         }
     };

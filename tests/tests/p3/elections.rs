@@ -8,20 +8,11 @@ use std::time::{Duration, Instant};
 use lockd_core::LockOptions;
 
 use super::bindings::lockd::lock0_2_0::types::LostReason;
-use super::{instance, service, NAMESPACE};
+use super::{eventually, instance, service, NAMESPACE};
 
 /// The bound of each test's guest calls: a `lost` or `changed` that never
 /// returned would otherwise hang the test.
 const BOUND: Duration = Duration::from_secs(20);
-
-/// Waits (bounded) until `check` holds.
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !check().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// The host leads `E`; the guest's campaign waits in the queue while a
 /// ping of the same instance is answered; once the host resigns the guest

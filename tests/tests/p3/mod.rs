@@ -101,6 +101,15 @@ async fn instance(service: &LockService) -> (Store<Host>, ProbeGuest) {
     (store, guest)
 }
 
+/// Waits (bounded) until `check` holds.
+pub(super) async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// How long the host holds the lock a guest task waits for.
 const WAIT: Duration = Duration::from_millis(1_500);
 

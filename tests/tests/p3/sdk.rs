@@ -3,12 +3,12 @@
 //! resolves when the host force-releases it, and which releases its lock
 //! when dropped.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockd_core::LockOptions;
 
 use super::bindings::lockd::lock0_2_0::types::LostReason;
-use super::{instance, service, NAMESPACE};
+use super::{eventually, instance, service, NAMESPACE};
 
 /// The host holds `G`; the SDK guard waits for it, is granted once the
 /// host releases it, and its `lost()` future resolves with
@@ -27,21 +27,16 @@ async fn sdk_guard_waits_is_lost_and_releases_when_dropped() {
     let run = store.run_concurrent(async |accessor| {
         let guarding = probe.call_sdk_guard(accessor, "G".into(), 60_000, 10_000);
         let host_side = async {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while other.describe(NAMESPACE, "G").await.unwrap().waiters != 1 {
-                assert!(Instant::now() < deadline, "the guest never queued for G");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            eventually("the guest queues for G", async || {
+                other.describe(NAMESPACE, "G").await.unwrap().waiters == 1
+            })
+            .await;
             other.unlock(NAMESPACE, "G", "host", None).await.unwrap();
-            let owner = loop {
-                match other.get(NAMESPACE, "G").await.unwrap() {
-                    Some(info) => break info.owner,
-                    None => {
-                        assert!(Instant::now() < deadline, "the guest never took G");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                }
-            };
+            eventually("the guest takes G", async || {
+                other.get(NAMESPACE, "G").await.unwrap().is_some()
+            })
+            .await;
+            let owner = other.get(NAMESPACE, "G").await.unwrap().unwrap().owner;
             // Time for the guest's own `get` before the lock goes.
             tokio::time::sleep(Duration::from_millis(200)).await;
             other.force_unlock(NAMESPACE, "G").await.unwrap();
@@ -62,10 +57,9 @@ async fn sdk_guard_waits_is_lost_and_releases_when_dropped() {
     assert_eq!(reason, LostReason::EndedElsewhere);
     assert!(dropped.unwrap() > token);
     // The drop releases without waiting for the store: bounded wait.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while service.get(NAMESPACE, "D").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "the dropped guard still holds D");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the dropped guard releases D", async || {
+        service.get(NAMESPACE, "D").await.unwrap().is_none()
+    })
+    .await;
     assert_eq!(store.data().locks.live_guards(), 0);
 }
