@@ -221,6 +221,23 @@ impl Guest for Probe {
         Ok((leadership.fencing_token(), candidate, reason))
     }
 
+    async fn give_up_campaign(name: String, wait_ms: u32, give_up_ms: u32) -> Result<bool, Error> {
+        let deadline = monotonic_clock::wait_for(u64::from(give_up_ms) * 1_000_000);
+        let options = CampaignOptions {
+            wait_ms,
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let campaign = Leadership::campaign(name, "v".into(), TTL_MS, options);
+        match unless(campaign, deadline).await {
+            Some(leadership) => {
+                leadership?.resign().await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     async fn watch_until(name: String, value: String) -> Result<u32, Error> {
         let watch = LeaderWatch::open(name).await?;
         let mut changes = 0;

@@ -1,7 +1,8 @@
 //! Elections through `lockd:lock@0.2.0`: a campaign awaited in the queue
 //! while the instance's other tasks are answered, a leadership's `lost`
-//! future on force-release and on expiry, and a `leader-watch` whose
-//! `changed` returns on each change the host makes.
+//! future on force-release and on expiry, a campaign given up without a
+//! trace, and a `leader-watch` whose `changed` returns on each change the
+//! host makes.
 
 use std::time::{Duration, Instant};
 
@@ -128,5 +129,37 @@ async fn leader_watch_changed_follows_the_host() {
         (1..=3).contains(&changes),
         "changed returned {changes} times"
     );
+    assert_eq!(store.data().locks.live_guards(), 0);
+}
+
+/// A campaign the guest gives up (drops after 300 ms) leaves the election's
+/// queue: no waiter is left, and once the host resigns nobody leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_up_campaign_leaves_no_waiter_and_no_leader() {
+    let service = service();
+    let host = service
+        .campaign(NAMESPACE, "C", "host", "h", 60_000, LockOptions::default())
+        .await
+        .unwrap();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let run = store.run_concurrent(async |accessor| {
+        probe
+            .call_give_up_campaign(accessor, "C".into(), 30_000, 300)
+            .await
+    });
+    let led = tokio::time::timeout(BOUND, run)
+        .await
+        .expect("the guest never gave up")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(led, Ok(false)), "{led:?}");
+    let state = service.describe(NAMESPACE, "C").await.unwrap();
+    assert_eq!(state.waiters, 0, "a candidate is stuck: {state:?}");
+    assert_eq!(state.holders.len(), 1, "{state:?}");
+    assert_eq!(state.holders[0].info.fencing_token, host.fencing_token);
+    service.unlock(NAMESPACE, "C", "host", None).await.unwrap();
+    assert_eq!(service.leader(NAMESPACE, "C").await.unwrap(), None);
+    assert!(service.describe(NAMESPACE, "C").await.unwrap().is_idle());
     assert_eq!(store.data().locks.live_guards(), 0);
 }
