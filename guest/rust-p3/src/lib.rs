@@ -277,6 +277,44 @@ impl Guest for Probe {
         Ok((guard.fencing_token(), guard.owner(), reason))
     }
 
+    async fn sdk_lead(
+        name: String,
+        value: String,
+        wait_ms: u32,
+    ) -> Result<(u64, LostReason), String> {
+        let options = lockd_guest::HoldOptions::default()
+            .with_wait(Duration::from_millis(u64::from(wait_ms)));
+        let leading = sdk::Leadership::campaign(&name, &value, Duration::from_secs(60), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let watch = sdk::LeaderWatch::open(&name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let shown = |leader: Option<lockd_guest::LeaderInfo>, value: &str| {
+            leader.is_some_and(|l| l.candidate == leading.candidate() && l.value == value)
+        };
+        let now = sdk::leader(&name).await.map_err(|e| e.to_string())?;
+        if !shown(now, &value) {
+            return Err("leader does not show the campaign".into());
+        }
+        let proclaimed = format!("{value}!");
+        leading
+            .proclaim(&proclaimed)
+            .await
+            .map_err(|e| e.to_string())?;
+        watch.changed().await;
+        let now = watch.current().await.map_err(|e| e.to_string())?;
+        if !shown(now, &proclaimed) {
+            return Err("the watch does not show the proclaimed value".into());
+        }
+        let reason = match leading.lost().await {
+            sdk::LostReason::Released => LostReason::Released,
+            sdk::LostReason::Expired => LostReason::Expired,
+            sdk::LostReason::EndedElsewhere => LostReason::EndedElsewhere,
+        };
+        Ok((leading.fencing_token(), reason))
+    }
+
     async fn sdk_drop(name: String) -> Result<u64, String> {
         let guard = sdk::Guard::acquire(
             &name,

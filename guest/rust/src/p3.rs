@@ -3,8 +3,10 @@
 //! store is an `async fn`, so a task awaiting a lock parks alone while the
 //! instance's other tasks go on, and a [`Guard`]'s loss is a future.
 //!
-//! The types are the crate's own ([`Error`], [`Grant`], [`LockInfo`],
-//! [`LockOptions`]), so code can move between the versions. Dropping an
+//! Also [`Leadership`] (its `lost()` a future) and [`LeaderWatch`] (its
+//! `changed()` an `async fn`). The types are the crate's own ([`Error`],
+//! [`Grant`], [`LockInfo`], [`LockOptions`], [`crate::LeaderInfo`],
+//! [`crate::HoldOptions`]), so code can move between the versions. Dropping an
 //! awaited call (racing it against a timeout, or the request going away)
 //! cancels it: the host leaves the queue and gives back a lock granted
 //! meanwhile.
@@ -35,6 +37,10 @@ use std::time::Duration;
 
 use crate::{to_millis, Durability, Error, Grant, LockInfo, LockOptions};
 
+mod elections;
+
+pub use elections::{leader, LeaderWatch, Leadership};
+
 /// The `wit-bindgen` bindings of `lockd:lock/imports@0.2.0`. Private: the
 /// API below converts to the crate's types.
 mod raw {
@@ -59,15 +65,19 @@ fn durability_to_wit(durability: Durability) -> wit_types::Durability {
     }
 }
 
+fn durability_from_wit(durability: wit_types::Durability) -> Durability {
+    match durability {
+        wit_types::Durability::Persistent => Durability::Persistent,
+        wit_types::Durability::Ephemeral => Durability::Ephemeral,
+    }
+}
+
 fn info_from_wit(info: wit_types::LockInfo) -> LockInfo {
     LockInfo {
         owner: info.owner,
         fencing_token: info.fencing_token,
         expires_at_ms: info.expires_at_ms,
-        durability: match info.durability {
-            wit_types::Durability::Persistent => Durability::Persistent,
-            wit_types::Durability::Ephemeral => Durability::Ephemeral,
-        },
+        durability: durability_from_wit(info.durability),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The Rust SDK's async API for WASI 0.3 (`lockd_guest::p3`, used by
 //! `guest/rust-p3`): a `Guard` awaited in the queue, whose `lost()` future
 //! resolves when the host force-releases it, and which releases its lock
-//! when dropped.
+//! when dropped; a `Leadership` and a `LeaderWatch`.
 
 use std::time::Duration;
 
@@ -61,5 +61,53 @@ async fn sdk_guard_waits_is_lost_and_releases_when_dropped() {
         service.get(NAMESPACE, "D").await.unwrap().is_none()
     })
     .await;
+    assert_eq!(store.data().locks.live_guards(), 0);
+}
+
+/// The SDK's `Leadership`: its campaign waits while the host leads, leads
+/// once the host resigns, proclaims (its `LeaderWatch` sees the new value),
+/// and its `lost()` resolves with `ended-elsewhere` on a force-release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_leadership_waits_proclaims_and_is_lost() {
+    let service = service();
+    let host = service
+        .campaign(NAMESPACE, "L", "host", "h", 60_000, LockOptions::default())
+        .await
+        .unwrap();
+    let (mut store, guest) = instance(&service).await;
+    let probe = guest.lockd_p3_probe_probe();
+    let other = service.clone();
+    let run = store.run_concurrent(async |accessor| {
+        let leading = probe.call_sdk_lead(accessor, "L".into(), "g".into(), 10_000);
+        let host_side = async {
+            eventually("the guest queues for L", async || {
+                other.describe(NAMESPACE, "L").await.unwrap().waiters == 1
+            })
+            .await;
+            other.unlock(NAMESPACE, "L", "host", None).await.unwrap();
+            eventually("the guest leads L with its proclaimed value", async || {
+                other
+                    .leader(NAMESPACE, "L")
+                    .await
+                    .unwrap()
+                    .is_some_and(|l| l.value == "g!")
+            })
+            .await;
+            // Time for the guest's watch to see the value before it goes.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            other.force_unlock(NAMESPACE, "L").await.unwrap()
+        };
+        let (led, forced) = tokio::join!(leading, host_side);
+        (led.unwrap(), forced)
+    });
+    let (led, forced) = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the SDK leadership's lost future never resolved")
+        .unwrap();
+    let (token, reason) = led.unwrap();
+    assert!(token > host.fencing_token);
+    assert_eq!(forced.fencing_token, token);
+    assert_eq!(reason, LostReason::EndedElsewhere);
+    assert_eq!(service.leader(NAMESPACE, "L").await.unwrap(), None);
     assert_eq!(store.data().locks.live_guards(), 0);
 }
