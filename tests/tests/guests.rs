@@ -13,7 +13,7 @@ mod fencing;
 use fencing::rust_fenced;
 mod http_guests;
 #[allow(unused_imports)]
-use http_guests::{edge_bench, edge_guard_p3, edge_jobs, http_hostile, js_edge};
+use http_guests::{edge_bench, edge_guard_p3, edge_jobs, edge_wait_p3, http_hostile, js_edge};
 mod hostile;
 #[allow(unused_imports)]
 use hostile::rust_hostile;

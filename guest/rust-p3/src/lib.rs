@@ -4,7 +4,9 @@
 //! another answers, a task gives up a wait by dropping it, and a guard's
 //! `lost` future (and a lease's) is awaited. One export waits through `lockd:lock@0.1.0`'s
 //! synchronous `lock` instead, the contrast the tests measure.
-//! `claims` takes shared locks and semaphore permits, `shared-holds` holds.
+//! `claims` takes shared locks and semaphore permits, `shared-holds` holds,
+//! `lead-until-lost` and `watch-until` use elections, `sdk-guard` and
+//! `sdk-drop` the Rust SDK's async API (`lockd_guest::p3`).
 
 mod bindings {
     wit_bindgen::generate!({
@@ -17,8 +19,12 @@ mod bindings {
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
+use std::time::Duration;
+
+use lockd_guest::p3 as sdk;
 
 use bindings::exports::lockd::p3_probe::probe::Guest;
+use bindings::lockd::lock0_2_0::elections::{self, CampaignOptions, LeaderWatch, Leadership};
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
 use bindings::lockd::lock0_2_0::holds::{Hold, HoldMode};
 use bindings::lockd::lock0_2_0::leases::{Lease, LeaseOptions};
@@ -178,5 +184,145 @@ impl Guest for Probe {
         let first_held = first.is_held().await;
         let reason = second.lost().await;
         Ok((shared, first_held, reason))
+    }
+
+    async fn lead_until_lost(
+        name: String,
+        value: String,
+        ttl_ms: u32,
+        wait_ms: u32,
+        keep_alive: bool,
+    ) -> Result<(u64, String, LostReason), Error> {
+        let options = CampaignOptions {
+            wait_ms,
+            durability: Durability::Ephemeral,
+            keep_alive,
+        };
+        let leadership = Leadership::campaign(name.clone(), value.clone(), ttl_ms, options).await?;
+        let candidate = leadership.candidate();
+        let leads = |leader: &Option<elections::LeaderInfo>, value: &str| {
+            leader
+                .as_ref()
+                .is_some_and(|l| l.candidate == candidate && l.value == value)
+        };
+        if !leads(&elections::leader(name.clone()).await?, &value) {
+            return Err(Error::InvalidArgument(
+                "leader does not show the campaign".into(),
+            ));
+        }
+        let proclaimed = format!("{value}!");
+        leadership.proclaim(proclaimed.clone()).await?;
+        if !leads(&elections::leader(name).await?, &proclaimed) {
+            return Err(Error::InvalidArgument(
+                "leader does not show the proclaimed value".into(),
+            ));
+        }
+        let reason = leadership.lost().await;
+        Ok((leadership.fencing_token(), candidate, reason))
+    }
+
+    async fn give_up_campaign(name: String, wait_ms: u32, give_up_ms: u32) -> Result<bool, Error> {
+        let deadline = monotonic_clock::wait_for(u64::from(give_up_ms) * 1_000_000);
+        let options = CampaignOptions {
+            wait_ms,
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        let campaign = Leadership::campaign(name, "v".into(), TTL_MS, options);
+        match unless(campaign, deadline).await {
+            Some(leadership) => {
+                leadership?.resign().await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn watch_until(name: String, value: String) -> Result<u32, Error> {
+        let watch = LeaderWatch::open(name).await?;
+        let mut changes = 0;
+        loop {
+            let leader = watch.current().await?;
+            if leader.is_some_and(|l| l.value == value) {
+                return Ok(changes);
+            }
+            watch.changed().await;
+            changes += 1;
+        }
+    }
+
+    async fn sdk_guard(
+        name: String,
+        ttl_ms: u32,
+        wait_ms: u32,
+    ) -> Result<(u64, String, LostReason), String> {
+        let options = lockd_guest::LockOptions::ephemeral()
+            .with_wait(Duration::from_millis(u64::from(wait_ms)));
+        let ttl = Duration::from_millis(u64::from(ttl_ms));
+        let guard = sdk::Guard::acquire(&name, ttl, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let holder = sdk::get(&name).await.map_err(|e| e.to_string())?;
+        if holder.map(|h| h.owner) != Some(guard.owner()) {
+            return Err(format!(
+                "get does not show the guard's owner {}",
+                guard.owner()
+            ));
+        }
+        let reason = match guard.lost().await {
+            sdk::LostReason::Released => LostReason::Released,
+            sdk::LostReason::Expired => LostReason::Expired,
+            sdk::LostReason::EndedElsewhere => LostReason::EndedElsewhere,
+        };
+        Ok((guard.fencing_token(), guard.owner(), reason))
+    }
+
+    async fn sdk_lead(
+        name: String,
+        value: String,
+        wait_ms: u32,
+    ) -> Result<(u64, LostReason), String> {
+        let options = lockd_guest::HoldOptions::default()
+            .with_wait(Duration::from_millis(u64::from(wait_ms)));
+        let leading = sdk::Leadership::campaign(&name, &value, Duration::from_secs(60), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let watch = sdk::LeaderWatch::open(&name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let shown = |leader: Option<lockd_guest::LeaderInfo>, value: &str| {
+            leader.is_some_and(|l| l.candidate == leading.candidate() && l.value == value)
+        };
+        let now = sdk::leader(&name).await.map_err(|e| e.to_string())?;
+        if !shown(now, &value) {
+            return Err("leader does not show the campaign".into());
+        }
+        let proclaimed = format!("{value}!");
+        leading
+            .proclaim(&proclaimed)
+            .await
+            .map_err(|e| e.to_string())?;
+        watch.changed().await;
+        let now = watch.current().await.map_err(|e| e.to_string())?;
+        if !shown(now, &proclaimed) {
+            return Err("the watch does not show the proclaimed value".into());
+        }
+        let reason = match leading.lost().await {
+            sdk::LostReason::Released => LostReason::Released,
+            sdk::LostReason::Expired => LostReason::Expired,
+            sdk::LostReason::EndedElsewhere => LostReason::EndedElsewhere,
+        };
+        Ok((leading.fencing_token(), reason))
+    }
+
+    async fn sdk_drop(name: String) -> Result<u64, String> {
+        let guard = sdk::Guard::acquire(
+            &name,
+            Duration::from_secs(60),
+            lockd_guest::LockOptions::ephemeral(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(guard.fencing_token())
     }
 }

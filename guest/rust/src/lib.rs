@@ -27,6 +27,10 @@
 //! [`Hold`] and [`Leadership`] give back what they hold when dropped, as a
 //! [`Guard`] does.
 //!
+//! With the feature `p3`, the module `p3` is the async API for WASI 0.3
+//! components (`lockd:lock@0.2.0`): `p3::lock`, `p3::Guard` whose `lost()`
+//! is a future, and the rest awaited.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use lockd_guest::{Error, Guard, LockOptions};
@@ -77,6 +81,8 @@ use std::time::Duration;
 
 mod claims;
 mod elections;
+#[cfg(feature = "p3")]
+pub mod p3;
 
 pub use claims::{
     acquire_permit, describe, lock_shared, Hold, HoldMode, HoldOptions, Holder, Mode, NameState,

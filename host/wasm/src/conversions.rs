@@ -8,7 +8,8 @@
 /// Defines, with visibility `$vis`, `WitResult`, `to_wit` (the one mapping
 /// of core errors to WIT errors), `info_to_wit`, `grant_to_wit`,
 /// `durability_to_wit`, `durability_from_wit`, `lock_options_from_wit`,
-/// `guard_options_from_wit`, `mode_to_wit` and `name_state_to_wit`.
+/// `guard_options_from_wit`, `mode_to_wit`, `name_state_to_wit`,
+/// `leader_to_wit` and `campaign_options_from_wit`.
 macro_rules! wit_conversions {
     ($vis:vis) => {
         /// What a host function with a WIT `result` returns: the outer
@@ -74,11 +75,10 @@ macro_rules! wit_conversions {
         $vis fn guard_options_from_wit(
             options: guards::GuardOptions,
         ) -> (lockd_core::LockOptions, bool) {
-            let lock_options = lockd_core::LockOptions {
-                wait_ms: u64::from(options.wait_ms),
-                durability: durability_from_wit(options.durability),
-                ..lockd_core::LockOptions::default()
-            };
+            let lock_options = lock_options_from_wit(locks::LockOptions {
+                wait_ms: options.wait_ms,
+                durability: options.durability,
+            });
             (lock_options, options.keep_alive)
         }
 
@@ -110,6 +110,28 @@ macro_rules! wit_conversions {
                 permits,
                 lock_delay_until_ms: state.delay_until_ms,
             }
+        }
+        $vis fn leader_to_wit(leader: lockd_core::Leader) -> elections::LeaderInfo {
+            elections::LeaderInfo {
+                candidate: leader.info.owner,
+                value: leader.value,
+                fencing_token: leader.info.fencing_token,
+                since_ms: leader.since_ms,
+                expires_at_ms: leader.info.expires_at_ms,
+                durability: durability_to_wit(leader.info.durability),
+            }
+        }
+
+        /// The options of `campaign`: the lock's options and whether to
+        /// keep the leadership alive.
+        $vis fn campaign_options_from_wit(
+            options: elections::CampaignOptions,
+        ) -> (lockd_core::LockOptions, bool) {
+            let lock_options = lock_options_from_wit(locks::LockOptions {
+                wait_ms: options.wait_ms,
+                durability: options.durability,
+            });
+            (lock_options, options.keep_alive)
         }
     };
 }

@@ -15,9 +15,10 @@
 //! `Store::run_concurrent`.
 //!
 //! Interfaces served: `types`, `locks`, `guards`, `leases`, `rwlocks`,
-//! `semaphores` and `holds`. Elections exist in `lockd:lock@0.1.0` only.
+//! `semaphores`, `holds` and `elections`.
 
 mod convert;
+mod elections;
 mod grants;
 mod guards;
 mod holds;
@@ -32,7 +33,7 @@ use crate::ctx::{HasLockCtx, LockView};
 
 /// Adds the interfaces of the `lockd:lock@0.2.0` world `imports` to
 /// `linker`: `types`, `locks`, `guards`, `leases`, `rwlocks`,
-/// `semaphores` and `holds`.
+/// `semaphores`, `holds` and `elections`.
 ///
 /// Fails if the engine was configured without concurrency support
 /// (`Config::concurrency_support(false)`), which `async func` imports need.
@@ -45,5 +46,6 @@ pub fn add_to_linker<T: LockView + 'static>(linker: &mut Linker<T>) -> wasmtime:
     wit::leases::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::rwlocks::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
     wit::semaphores::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
-    wit::holds::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
+    wit::holds::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)?;
+    wit::elections::add_to_linker::<T, HasLockCtx>(linker, T::lock_ctx)
 }

@@ -1,7 +1,8 @@
 //! The host side of a `leader-watch`: it follows the store's events for one
-//! election and readies its pollable once the leader or its value differs
-//! from what the guest last saw (docs/contract.md#c24-elections). Nothing
-//! polls: an event of the name makes it read the leader once.
+//! election and readies its pollable (0.1.0) or ends its `changed` call
+//! (0.2.0) once the leader or its value differs from what the guest last
+//! saw (docs/contract.md#c24-elections). Nothing polls: an event of the name
+//! makes it read the leader once.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -102,18 +103,36 @@ impl LeaderWatch {
         })
     }
 
-    /// The leader now, which the pollable compares with from now on.
-    pub(crate) async fn current(&self) -> Result<Option<Leader>, LockError> {
-        // Cleared before the read: a change after the read is then noted
-        // against this answer, never lost.
-        self.shared.changed.send_replace(false);
-        let now = self.service.leader(&self.namespace, &self.name).await?;
-        *self
-            .shared
-            .seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = seen(&now);
-        Ok(now)
+    /// The leader now, which the pollable compares with from now on. Owns
+    /// what it reads, so it borrows neither the watch nor the instance.
+    pub(crate) fn current(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Option<Leader>, LockError>> + Send + 'static {
+        let (service, namespace, name) = (
+            self.service.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+        );
+        let shared = self.shared.clone();
+        async move {
+            // Cleared before the read: a change after the read is then noted
+            // against this answer, never lost.
+            shared.changed.send_replace(false);
+            let now = service.leader(&namespace, &name).await?;
+            *shared.seen.lock().unwrap_or_else(PoisonError::into_inner) = seen(&now);
+            Ok(now)
+        }
+    }
+
+    /// Resolves once the leader may differ from the one last seen (at once
+    /// if it may already): WASI 0.3's `changed`. Owns what it waits on, so
+    /// it borrows neither the watch nor the instance.
+    pub(crate) fn changed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut changes = self.shared.changed.subscribe();
+        async move {
+            // A closed channel (the watch dropped) ends the wait too.
+            let _ = changes.wait_for(|changed| *changed).await;
+        }
     }
 
     /// The host side of a pollable ready while the leader may differ from

@@ -12,6 +12,9 @@ use lockd::serve::{ServeOptions, Server};
 use lockd::store::StoreSpec;
 use serde_json::Value;
 
+mod edge_wait;
+pub(crate) use edge_wait::edge_wait_p3;
+
 /// A running server and what it needs to live.
 pub struct Running {
     pub addr: SocketAddr,

@@ -6,7 +6,8 @@
 //! control, 0.1.0's synchronous `lock` does); a wait the guest gives up
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock, a lease's on revoke; shared
-//! locks, semaphore permits and holds.
+//! locks, semaphore permits and holds; elections (`elections.rs`); the
+//! Rust SDK's async API (`sdk.rs`).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use lockd_wasm::{LockCtx, LockCtxView, LockView};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+mod elections;
+mod sdk;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -95,6 +99,15 @@ async fn instance(service: &LockService) -> (Store<Host>, ProbeGuest) {
         .await
         .unwrap();
     (store, guest)
+}
+
+/// Waits (bounded) until `check` holds.
+pub(super) async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// How long the host holds the lock a guest task waits for.

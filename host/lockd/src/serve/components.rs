@@ -11,7 +11,8 @@
 //!   the whole request (a guest parked in a host call is dropped). A
 //!   failing guest gets a 500 and the host carries on.
 //! - Each component's locks live in its namespace (the component id unless
-//!   lockd.toml says otherwise).
+//!   lockd.toml says otherwise). Components import `lockd:lock@0.1.0`,
+//!   `lockd:lock@0.2.0` (WASI 0.3: `async func`s, lost futures) or both.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -171,6 +172,7 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
     wasmtime_wasi::p3::add_to_linker(&mut linker)?;
     wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
     lockd_wasm::add_to_linker(&mut linker)?;
+    lockd_wasm::p3::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 

@@ -2,7 +2,7 @@
 //! types: the one place where core errors become this version's WIT errors
 //! (the functions both versions share are `crate::conversions`'s).
 
-use super::wit::{guards, locks, rwlocks, types};
+use super::wit::{elections, guards, locks, rwlocks, types};
 use crate::liveness::Cause;
 
 crate::conversions::wit_conversions!(pub(super));

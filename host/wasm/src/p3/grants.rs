@@ -5,7 +5,7 @@
 //! The calls that reach the store copy what they need out of the resource
 //! table ([`Granted`]) and await without borrowing the instance.
 
-use lockd_core::{LockError, LockOptions};
+use lockd_core::LockError;
 use wasmtime::component::{Access, Accessor, FutureReader, Resource};
 
 use super::convert::{grant_to_wit, lost_reason_to_wit, to_wit, WitResult};
@@ -15,26 +15,23 @@ use crate::grants::Take;
 use crate::liveness::lost;
 use crate::resources::{Granted, HeldGrant, HoldsGrant};
 
-/// Takes `name` with `options` for a fresh owner (`prefix-` and 32 hex
-/// digits), renewed if `keep_alive`, and hands the guest the resource
-/// `wrap` makes of it. Cancelled while it waits, the core leaves the queue;
+/// Takes `name` as `take` says (a lock with its options, or a campaign)
+/// for a fresh owner (`prefix-` and 32 hex digits), renewed if
+/// `keep_alive`, and hands the guest the resource `wrap` makes of it. Cancelled while it waits, the core leaves the queue;
 /// once granted, nothing is awaited until the resource is in the table,
 /// whose drop gives the grant back.
 pub(super) async fn acquire<U, T: HoldsGrant>(
     accessor: &Accessor<U, HasLockCtx>,
     (name, prefix): (String, &str),
     ttl_ms: u32,
-    (options, keep_alive): (LockOptions, bool),
+    (take, keep_alive): (Take, bool),
     wrap: fn(HeldGrant) -> T,
 ) -> WitResult<Resource<T>> {
     let asking = match accessor.with(|mut access| access.get().asking(prefix)) {
         Ok(asking) => asking,
         Err(e) => return Ok(Err(to_wit(e))),
     };
-    let held = match asking
-        .take(name, ttl_ms, Take::Lock(options), keep_alive)
-        .await
-    {
+    let held = match asking.take(name, ttl_ms, take, keep_alive).await {
         Ok(held) => held,
         Err(e) => return Ok(Err(to_wit(e))),
     };
@@ -43,7 +40,7 @@ pub(super) async fn acquire<U, T: HoldsGrant>(
 
 /// The grant of `resource`, copied out of the table; `not-held` once the
 /// guest released it here.
-fn granted<U, T: HoldsGrant>(
+pub(super) fn granted<U, T: HoldsGrant>(
     accessor: &Accessor<U, HasLockCtx>,
     resource: &Resource<T>,
 ) -> wasmtime::Result<Result<Granted, types::Error>> {

@@ -9,6 +9,7 @@ use super::convert::{guard_options_from_wit, WitResult};
 use super::grants;
 use super::wit::{guards, types};
 use crate::ctx::{HasLockCtx, LockCtxView};
+use crate::grants::Take;
 use crate::resources::Guard;
 
 impl guards::Host for LockCtxView<'_> {}
@@ -20,8 +21,9 @@ impl<U> guards::HostGuardWithStore<U> for HasLockCtx {
         ttl_ms: u32,
         options: guards::GuardOptions,
     ) -> WitResult<Resource<Guard>> {
-        let options = guard_options_from_wit(options);
-        grants::acquire(accessor, (name, "guard"), ttl_ms, options, Guard).await
+        let (options, keep_alive) = guard_options_from_wit(options);
+        let take = (Take::Lock(options), keep_alive);
+        grants::acquire(accessor, (name, "guard"), ttl_ms, take, Guard).await
     }
 
     async fn is_held(

@@ -10,6 +10,7 @@ use super::convert::{guard_options_from_wit, WitResult};
 use super::grants;
 use super::wit::{guards, holds, types};
 use crate::ctx::{HasLockCtx, LockCtxView};
+use crate::grants::Take;
 use crate::resources::Hold;
 
 impl holds::Host for LockCtxView<'_> {}
@@ -24,8 +25,8 @@ async fn take_hold<U>(
 ) -> WitResult<Resource<Hold>> {
     let (mut lock_options, keep_alive) = guard_options_from_wit(options);
     lock_options.claim = claim;
-    let options = (lock_options, keep_alive);
-    grants::acquire(accessor, (name, "guard"), ttl_ms, options, Hold).await
+    let take = (Take::Lock(lock_options), keep_alive);
+    grants::acquire(accessor, (name, "guard"), ttl_ms, take, Hold).await
 }
 
 impl<U> holds::HostHoldWithStore<U> for HasLockCtx {

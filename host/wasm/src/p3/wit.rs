@@ -13,14 +13,19 @@ wasmtime::component::bindgen!({
         "lockd:lock/guards.[method]guard.lost": store | trappable,
         "lockd:lock/leases.[method]lease.lost": store | trappable,
         "lockd:lock/holds.[method]hold.lost": store | trappable,
+        "lockd:lock/elections.[method]leadership.lost": store | trappable,
         default: trappable,
     },
     with: {
         "lockd:lock/guards.guard": crate::resources::Guard,
         "lockd:lock/leases.lease": crate::resources::Lease,
         "lockd:lock/holds.hold": crate::resources::Hold,
+        "lockd:lock/elections.leadership": crate::resources::Leadership,
+        "lockd:lock/elections.leader-watch": crate::watch::LeaderWatch,
     },
 });
 
 // `self::`: the generated module, never the `lockd` crate.
-pub(crate) use self::lockd::lock::{guards, holds, leases, locks, rwlocks, semaphores, types};
+pub(crate) use self::lockd::lock::{
+    elections, guards, holds, leases, locks, rwlocks, semaphores, types,
+};
