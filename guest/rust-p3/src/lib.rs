@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use lockd_guest::p3 as sdk;
 
-use bindings::exports::lockd::p3_probe::probe::Guest;
+use bindings::exports::lockd::p3_probe::probe::{Guest, Waiter};
 use bindings::lockd::lock0_2_0::elections::{self, CampaignOptions, LeaderWatch, Leadership};
 use bindings::lockd::lock0_2_0::guards::{Guard, GuardOptions};
 use bindings::lockd::lock0_2_0::holds::{Hold, HoldMode};
@@ -87,32 +87,48 @@ impl Guest for Probe {
     async fn give_up(
         name: String,
         owner: String,
-        as_guard: bool,
+        via: Waiter,
         wait_ms: u32,
         give_up_ms: u32,
     ) -> Result<bool, Error> {
         let deadline = monotonic_clock::wait_for(u64::from(give_up_ms) * 1_000_000);
-        if as_guard {
-            let options = GuardOptions {
-                wait_ms,
-                durability: Durability::Ephemeral,
-                keep_alive: false,
-            };
-            match unless(Guard::acquire(name, TTL_MS, options), deadline).await {
+        let options = GuardOptions {
+            wait_ms,
+            durability: Durability::Ephemeral,
+            keep_alive: false,
+        };
+        match via {
+            Waiter::Lock => {
+                let lock = locks::lock(name.clone(), owner.clone(), TTL_MS, ephemeral(wait_ms));
+                match unless(lock, deadline).await {
+                    Some(grant) => {
+                        locks::unlock(name, owner, Some(grant?.fencing_token)).await?;
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                }
+            }
+            Waiter::Guard => match unless(Guard::acquire(name, TTL_MS, options), deadline).await {
                 Some(guard) => {
                     guard?.release().await?;
                     Ok(true)
                 }
                 None => Ok(false),
-            }
-        } else {
-            let lock = locks::lock(name.clone(), owner.clone(), TTL_MS, ephemeral(wait_ms));
-            match unless(lock, deadline).await {
-                Some(grant) => {
-                    locks::unlock(name, owner, Some(grant?.fencing_token)).await?;
-                    Ok(true)
+            },
+            Waiter::SharedHold | Waiter::PermitHold => {
+                let hold = async {
+                    match via {
+                        Waiter::PermitHold => Hold::acquire_permit(name, 1, TTL_MS, options).await,
+                        _ => Hold::acquire(name, HoldMode::Shared, TTL_MS, options).await,
+                    }
+                };
+                match unless(hold, deadline).await {
+                    Some(hold) => {
+                        hold?.release().await?;
+                        Ok(true)
+                    }
+                    None => Ok(false),
                 }
-                None => Ok(false),
             }
         }
     }

@@ -72,6 +72,12 @@ pub struct RunOutcome {
     pub stderr: Vec<u8>,
 }
 
+/// A command's `run` call, awaited under the run's time limit: the
+/// component's own result, or the trap or exit that ended it.
+type RunFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = wasmtime::Result<Result<(), ()>>> + Send + 'a>,
+>;
+
 struct CommandState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -102,18 +108,70 @@ impl LockView for CommandState {
 /// that ends with the engine.
 pub fn engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
-    // Commands are wasi:cli 0.2 components; without the component-model
-    // concurrency machinery (needed only by WASIp3), every host call skips
-    // the creation and deletion of a host task (see docs/benchmarks.md, B1).
-    config
-        .wasm_component_model(true)
-        .concurrency_support(false)
-        .epoch_interruption(true);
+    // Commands on WASI 0.2 and lockd:lock@0.1.0 call nothing async; without
+    // the component-model concurrency machinery, every host call skips the
+    // creation and deletion of a host task (see docs/benchmarks.md, B1).
+    config.concurrency_support(false);
+    new_engine(config)
+}
+
+/// The engine for commands that import `lockd:lock@0.2.0` or WASI 0.3
+/// ([`wants_concurrency`]): with component-model async, so that a task
+/// awaiting a lock leaves the instance's other tasks running.
+pub fn concurrent_engine() -> anyhow::Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model_async(true);
+    new_engine(config)
+}
+
+/// The engine a command needs: [`concurrent_engine`] if it
+/// [`wants_concurrency`], else [`engine`].
+pub fn engine_for(component: &[u8]) -> anyhow::Result<Engine> {
+    if wants_concurrency(component)? {
+        concurrent_engine()
+    } else {
+        engine()
+    }
+}
+
+fn new_engine(mut config: Config) -> anyhow::Result<Engine> {
+    config.wasm_component_model(true).epoch_interruption(true);
     let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the wasm engine")?;
     epoch::start_ticker(&engine)?;
     Ok(engine)
+}
+
+/// Whether the component in `bytes` imports `lockd:lock@0.2.x` (its
+/// `async func`s) or a WASI 0.3 interface, which only an engine with
+/// component-model async can run.
+pub fn wants_concurrency(bytes: &[u8]) -> anyhow::Result<bool> {
+    crate::plug::check_component("the file", bytes)?;
+    let mut types = wac_graph::types::Types::default();
+    let package =
+        wac_graph::types::Package::from_bytes("command", None, bytes.to_vec(), &mut types)
+            .context("reading the component's imports")?;
+    Ok(types[package.ty()]
+        .imports
+        .keys()
+        .any(|name| is_concurrent_import(name)))
+}
+
+/// Whether `component` is a WASI 0.3 command (exports
+/// `wasi:cli/run@0.3.x`, an `async func`) rather than a 0.2 one.
+fn exports_p3_run(component: &Component, engine: &Engine) -> bool {
+    component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name.starts_with("wasi:cli/run@0.3."))
+}
+
+/// `lockd:lock/...@0.2.x` or `wasi:...@0.3.x`.
+fn is_concurrent_import(name: &str) -> bool {
+    let version = name.rsplit_once('@').map_or("", |(_, version)| version);
+    (name.starts_with("lockd:lock/") && version.starts_with("0.2."))
+        || (name.starts_with("wasi:") && version.starts_with("0.3."))
 }
 
 /// Compiles the component at `path`.
@@ -136,6 +194,17 @@ pub async fn run_component(
     let mut linker = Linker::<CommandState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     lockd_wasm::add_to_linker(&mut linker)?;
+    let concurrent = component
+        .component_type()
+        .imports(engine)
+        .any(|(name, _)| is_concurrent_import(name));
+    if concurrent {
+        // WASI 0.3 and lockd:lock@0.2.0 beside 0.2 and 0.1.0 (Rust's std
+        // imports wasi:cli 0.2 in a component whose locks are 0.2.0). The
+        // component compiled, so the engine is a `concurrent_engine`.
+        wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+        lockd_wasm::p3::add_to_linker(&mut linker)?;
+    }
 
     let mut wasi = WasiCtxBuilder::new();
     wasi.args(&config.args).inherit_env();
@@ -171,11 +240,33 @@ pub async fn run_component(
             .timeout
             .map_or(u64::MAX / 2, epoch::deadline_ticks),
     );
-    let command = Command::instantiate_async(&mut store, component, &linker)
+    // A WASI 0.3 command's `run` is an `async func`: its tasks (and the lock
+    // waits they await) run on the store's event loop.
+    let borrowed = &mut store;
+    let run: RunFuture<'_> = if exports_p3_run(component, engine) {
+        let command = wasmtime_wasi::p3::bindings::Command::instantiate_async(
+            &mut *borrowed,
+            component,
+            &linker,
+        )
         .await
         .map_err(anyhow::Error::from)
         .context("instantiating the component (is it a wasi:cli command?)")?;
-    let run = command.wasi_cli_run().call_run(&mut store);
+        Box::pin(async move {
+            borrowed
+                .run_concurrent(async move |accessor| {
+                    command.wasi_cli_run().call_run(accessor).await
+                })
+                .await
+                .and_then(|result| result)
+        })
+    } else {
+        let command = Command::instantiate_async(&mut *borrowed, component, &linker)
+            .await
+            .map_err(anyhow::Error::from)
+            .context("instantiating the component (is it a wasi:cli command?)")?;
+        Box::pin(async move { command.wasi_cli_run().call_run(borrowed).await })
+    };
     let result = match config.limits.timeout {
         None => Some(run.await),
         // The epoch deadline stops a guest that computes; the wall clock

@@ -162,3 +162,22 @@ fn logs_are_json_lines_on_request() {
         "{trap}"
     );
 }
+
+/// A WASI 0.3 command (`wasi:cli/run@0.3.0`) on `lockd:lock@0.2.0`: `lockd
+/// run` picks the engine with component-model async for it and calls its
+/// `async` run.
+#[test]
+fn a_wasi_0_3_command_runs() {
+    let out = lockd(&[
+        "run",
+        "--store",
+        "memory",
+        lockd_tests::RUST_P3_CLI,
+        "--",
+        "p3-name",
+        "async",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("granted "), "{stdout}");
+}

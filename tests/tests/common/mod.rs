@@ -9,20 +9,30 @@ use lockd_core::LockService;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| run::engine().unwrap())
+/// The engine `lockd run` picks for a component ([`run::engine_for`]): one
+/// for WASI 0.2 commands on lockd:lock@0.1.0, one with component-model
+/// async for those on 0.2.0 or WASI 0.3.
+fn engine(concurrent: bool) -> &'static Engine {
+    static PLAIN: OnceLock<Engine> = OnceLock::new();
+    static CONCURRENT: OnceLock<Engine> = OnceLock::new();
+    if concurrent {
+        CONCURRENT.get_or_init(|| run::concurrent_engine().unwrap())
+    } else {
+        PLAIN.get_or_init(|| run::engine().unwrap())
+    }
 }
 
-/// Compiles each component once per test binary: the big guests (Python,
-/// JS) take seconds to compile.
-fn component(path: &str) -> Component {
-    static CACHE: OnceLock<Mutex<HashMap<String, Component>>> = OnceLock::new();
+/// Compiles each component once per test binary, for the engine it needs:
+/// the big guests (Python, JS) take seconds to compile.
+fn component(path: &str) -> (&'static Engine, Component) {
+    static CACHE: OnceLock<Mutex<HashMap<String, (&'static Engine, Component)>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(c) = cache.lock().unwrap().get(path) {
         return c.clone();
     }
-    let c = run::load(engine(), path.as_ref()).unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    let engine = engine(run::wants_concurrency(&bytes).unwrap());
+    let c = (engine, run::load(engine, path.as_ref()).unwrap());
     cache.lock().unwrap().insert(path.to_string(), c.clone());
     c
 }
@@ -55,7 +65,8 @@ pub async fn run_guest_limited(
         output: Output::Capture,
         limits,
     };
-    run::run_component(engine(), &component(path), service.clone(), config)
+    let (engine, component) = component(path);
+    run::run_component(engine, &component, service.clone(), config)
         .await
         .unwrap()
 }

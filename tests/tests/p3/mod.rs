@@ -18,8 +18,11 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+mod cli;
 mod elections;
 mod sdk;
+
+pub(crate) use cli::rust_p3_cli;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -30,6 +33,7 @@ mod bindings {
     });
 }
 
+use bindings::exports::lockd::p3_probe::probe::Waiter as Via;
 use bindings::lockd::lock0_2_0::types::LostReason;
 use bindings::ProbeGuest;
 
@@ -226,31 +230,58 @@ async fn sync_lock_of_0_1_0_stalls_the_instance() {
     }
 }
 
-/// A guest that gives up a wait (drops the `lock` or `acquire` call after
-/// 300 ms) leaves the queue: no waiter is left, the host keeps its lock,
-/// and when the host releases it nobody phantom holds it.
+/// A guest that gives up a wait (drops the `lock`, guard or hold `acquire`
+/// call after 300 ms) leaves the queue: while it waits the host sees its
+/// waiter (so the check below can see one), after it gives up no waiter is
+/// left, the host keeps its lock, and when the host releases it nobody
+/// phantom holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_up_waits_leave_no_waiter_and_no_holder() {
     let service = service();
     let (mut store, guest) = instance(&service).await;
     let probe = guest.lockd_p3_probe_probe();
-    for (name, as_guard) in [("C-lock", false), ("C-guard", true)] {
+    let exclusive = LockOptions::default();
+    let permit = LockOptions {
+        claim: lockd_core::Claim::Permit { permits: 1 },
+        ..LockOptions::default()
+    };
+    for (name, via, host_claim) in [
+        ("C-lock", Via::Lock, &exclusive),
+        ("C-guard", Via::Guard, &exclusive),
+        ("C-shared-hold", Via::SharedHold, &exclusive),
+        ("C-permit-hold", Via::PermitHold, &permit),
+    ] {
         let held = service
-            .lock(NAMESPACE, name, "host", 60_000, LockOptions::default())
+            .lock(NAMESPACE, name, "host", 60_000, *host_claim)
             .await
             .unwrap();
         let started = Instant::now();
-        let got = store
+        let (got, seen_waiting) = store
             .run_concurrent(async |accessor| {
-                probe
-                    .call_give_up(accessor, name.into(), "guest".into(), as_guard, 30_000, 300)
-                    .await
+                let give_up =
+                    probe.call_give_up(accessor, name.into(), "guest".into(), via, 30_000, 300);
+                let watch = async {
+                    let deadline = Instant::now() + Duration::from_millis(250);
+                    while Instant::now() < deadline {
+                        if service.describe(NAMESPACE, name).await.unwrap().waiters == 1 {
+                            return true;
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    false
+                };
+                let (got, seen) = tokio::join!(give_up, watch);
+                (got, seen)
             })
             .await
-            .unwrap()
             .unwrap();
+        let got = got.unwrap();
         let took = started.elapsed();
         assert!(matches!(got, Ok(false)), "{name}: {got:?}");
+        assert!(
+            seen_waiting,
+            "{name}: the guest's wait never showed as a waiter"
+        );
         assert!(
             took < Duration::from_secs(5),
             "{name}: gave up after {took:?}"

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
 use lockd::run::{self, Output, RunConfig, RunLimits};
 
@@ -54,7 +55,10 @@ impl RunCommand {
         let outcome = async {
             let (config, store) = store.resolve()?;
             let service = config.open_service(&store).await?;
-            let engine = run::engine()?;
+            let bytes = std::fs::read(&component)
+                .with_context(|| format!("loading component {}", component.display()))?;
+            let engine = run::engine_for(&bytes)
+                .with_context(|| format!("loading component {}", component.display()))?;
             let loaded = run::load(&engine, &component)?;
             let argv0 = component
                 .file_name()
