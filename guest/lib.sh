@@ -60,3 +60,49 @@ apt_install() {
             { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"; }
     fi
 }
+
+# The componentize-py release the Python guests are built with.
+COMPONENTIZE_PY_VERSION=0.25.1
+
+# componentize_py_build NAME MODULE SOURCE STAGE OUT
+# Builds the Python module MODULE (the file SOURCE) into the component OUT
+# with componentize-py, for the world `command` that the script STAGE lays out
+# (`STAGE DIR`). Installs componentize-py into <repo>/target/venv-guests when
+# it is missing. Works in a scratch dir so that componentize-py sees only our
+# module (it bundles the python path) and writes no __pycache__ into the
+# source tree.
+componentize_py_build() {
+    local name="$1" module="$2" source="$3" stage="$4" out="$5"
+    local repo
+    repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    local venv="$repo/target/venv-guests"
+    local cpy="$venv/bin/componentize-py"
+    if ! "$cpy" --version 2>/dev/null | grep -qx "componentize-py $COMPONENTIZE_PY_VERSION"; then
+        if ! command -v python3 >/dev/null; then
+            apt_install python3 python3-venv
+        fi
+        python3 -c 'import sys; assert sys.version_info >= (3, 10), "componentize-py needs Python >= 3.10"'
+        if [[ ! -x "$venv/bin/pip" ]]; then
+            rm -rf "$venv"
+            if ! python3 -m venv "$venv" 2>/dev/null; then
+                apt_install python3-venv
+                rm -rf "$venv"
+                python3 -m venv "$venv"
+            fi
+        fi
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$COMPONENTIZE_PY_VERSION"
+    fi
+
+    local work="$repo/target/guest-build/$name"
+    rm -rf "$work"
+    mkdir -p "$work/src"
+    "$stage" "$work/wit"
+    cp "$source" "$work/src/"
+    echo "$name: componentize-py -> $out"
+    # VIRTUAL_ENV would add the venv's site-packages (componentize-py itself)
+    # to the bundled python path.
+    (cd "$work" && env -u VIRTUAL_ENV "$cpy" -q -d "$work/wit" -w command \
+        componentize "$module" -p "$work/src" -o "$work/$name.wasm")
+    mv -f "$work/$name.wasm" "$out"
+    echo "$name: built $out ($(stat -c %s "$out") bytes)"
+}

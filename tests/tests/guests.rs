@@ -25,7 +25,7 @@ mod lockd_client;
 use lockd_client::lockd_client;
 mod p3;
 #[allow(unused_imports)]
-use p3::{rust_p3, rust_p3_cli};
+use p3::{python_p3, rust_p3, rust_p3_cli};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -14,6 +14,11 @@
 
 mod bindings {
     wit_bindgen::generate!({
+        path: [
+            "../wit-p3-command/deps/wasi-clocks/clocks.wit",
+            "../wit-p3-command/deps/wasi-cli/cli.wit",
+            "wit/cli.wit",
+        ],
         world: "lockd:p3-cli/cli",
         generate_all,
     });

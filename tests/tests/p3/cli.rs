@@ -1,9 +1,10 @@
-//! `guest/rust-p3-cli`, a `wasi:cli` command on `lockd:lock@0.2.0`, run as
-//! `lockd run` runs it (`lockd::run`, which picks the engine with
-//! component-model async for it): one task awaits a lock the host holds
-//! for [`WAIT`] while another ticks every 20 ms on WASI 0.3's clock. The
-//! negative control runs the same wait through 0.1.0's synchronous `lock`,
-//! which stops the ticker for the whole wait.
+//! `guest/rust-p3-cli` and `guest/python-p3`, WASI 0.3 commands
+//! (`wasi:cli/run@0.3.0`) on `lockd:lock@0.2.0`, run as `lockd run` runs
+//! them (`lockd::run`, which picks the engine with component-model async for
+//! them): one task awaits a lock the host holds for [`WAIT`] while another
+//! ticks every 20 ms on WASI 0.3's clock. The negative control runs the
+//! Rust command's wait through 0.1.0's synchronous `lock`, which stops the
+//! ticker for the whole wait.
 
 use std::time::{Duration, Instant};
 
@@ -25,9 +26,10 @@ struct Waited {
     longest_gap: Duration,
 }
 
-/// Runs the command waiting for `name` (as `mode` says) while the host
-/// holds it, for [`WAIT`] after the command starts waiting.
-async fn wait_while_held(name: &str, mode: &str) -> Waited {
+/// Runs the command `guest` with `args` (the lock's name first) while the
+/// host holds that lock, for [`WAIT`] after the command starts waiting.
+async fn wait_while_held(guest: &str, args: &[&str]) -> Waited {
+    let name = args[0];
     let service = service();
     let held = service
         .lock(NAMESPACE, name, "host", 60_000, LockOptions::default())
@@ -52,7 +54,7 @@ async fn wait_while_held(name: &str, mode: &str) -> Waited {
         })
     };
     let started = Instant::now();
-    let outcome = run_guest(lockd_tests::RUST_P3_CLI, &service, NAMESPACE, &[name, mode]).await;
+    let outcome = run_guest(guest, &service, NAMESPACE, args).await;
     let took = started.elapsed();
     releaser.await.unwrap();
     let stdout = text(&outcome.stdout);
@@ -77,7 +79,7 @@ async fn wait_while_held(name: &str, mode: &str) -> Waited {
         ticks: ticks as u32,
         longest_gap: Duration::from_millis(gap_ms),
     };
-    eprintln!("rust-p3-cli {mode}: {waited:?} (run took {took:?})");
+    eprintln!("{args:?}: {waited:?} (run took {took:?})");
     assert!(
         waited.token > held.fencing_token,
         "{waited:?} after {held:?}"
@@ -95,7 +97,7 @@ async fn wait_while_held(name: &str, mode: &str) -> Waited {
 /// no gap near the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn rust_p3_cli() {
-    let waited = wait_while_held("cli-async", "async").await;
+    let waited = wait_while_held(lockd_tests::RUST_P3_CLI, &["cli-async", "async"]).await;
     assert!(
         waited.longest_gap < WAIT / 3,
         "the ticker stalled: {waited:?}"
@@ -107,9 +109,18 @@ pub(crate) async fn rust_p3_cli() {
 /// wait stop the instance (the ticker's gap spans the wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synchronous_wait_stops_the_commands_other_task() {
-    let waited = wait_while_held("cli-sync", "sync").await;
+    let waited = wait_while_held(lockd_tests::RUST_P3_CLI, &["cli-sync", "sync"]).await;
     assert!(
         waited.longest_gap >= WAIT - Duration::from_millis(300),
         "the ticker ran while the synchronous lock waited: {waited:?}"
     );
+}
+
+/// The Python command (componentize-py's asyncio loop on the component
+/// model's): the same wait, the same ticker, no stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(crate) async fn python_p3() {
+    let waited = wait_while_held(lockd_tests::PYTHON_P3, &["py-async"]).await;
+    assert!(waited.longest_gap < WAIT / 3, "the ticker stalled: {waited:?}");
+    assert!(waited.ticks >= 20, "{waited:?}");
 }

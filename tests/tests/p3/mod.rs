@@ -22,7 +22,7 @@ mod cli;
 mod elections;
 mod sdk;
 
-pub(crate) use cli::rust_p3_cli;
+pub(crate) use cli::{python_p3, rust_p3_cli};
 
 mod bindings {
     wasmtime::component::bindgen!({
