@@ -10,7 +10,12 @@
 
 mod bindings {
     wit_bindgen::generate!({
-        path: ["../../wit", "../../wit/p3", "wit"],
+        path: [
+            "../../wit",
+            "../../wit/p3",
+            "../wit-p3-command/deps/wasi-clocks",
+            "wit",
+        ],
         world: "lockd:p3-probe/probe-guest",
         generate_all,
     });

@@ -26,7 +26,12 @@ pub(crate) use cli::{python_p3, rust_p3_cli};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: ["../wit", "../wit/p3", "../guest/rust-p3/wit"],
+        path: [
+            "../wit",
+            "../wit/p3",
+            "../guest/wit-p3-command/deps/wasi-clocks",
+            "../guest/rust-p3/wit",
+        ],
         world: "lockd:p3-probe/probe-guest",
         // Called with `call_concurrent`, several at once on one instance.
         exports: { default: async | store },
