@@ -20,19 +20,27 @@
 //!   `200 {"status":"held","owner":"...","fencing_token":N}`.
 //! - Other lock errors answer `503` (`unavailable`) or `500`; other methods
 //!   `405`, other paths `404`. Bodies are JSON, tokens u64 numbers.
+//! - Every JSON answer also carries `"instance"`, a random u64 drawn once
+//!   per instance, and `"requests_taken"`, how many requests that instance
+//!   had begun when it answered: requests that show the same `instance`
+//!   were served by one instance.
 //!
-//! lockd serve gives every request an instance of its own, so the ticker is
-//! how this component shows work of one instance going on beside a wait.
+//! lockd serve lets one instance serve several requests at once (`[limits]
+//! instance_concurrent_requests`): a request waiting for a lock here does
+//! not hold up the others. The ticker shows the same within one request.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use spin_sdk::http::{Method, Request, Response, StatusCode};
 use spin_sdk::http_service;
 use spin_sdk::wasip3::clocks::monotonic_clock;
+use spin_sdk::wasip3::random::random;
 
 mod bindings {
     // spin-sdk's own wit-bindgen (0.57): one async runtime in the component
@@ -60,8 +68,15 @@ const TICK: Duration = Duration::from_millis(20);
 
 type JsonResponse = Response<String>;
 
+/// This instance's id, drawn at its first request.
+static INSTANCE: OnceLock<u64> = OnceLock::new();
+/// How many requests this instance has begun.
+static REQUESTS_TAKEN: AtomicU64 = AtomicU64::new(0);
+
 #[http_service]
 async fn handle(req: Request) -> JsonResponse {
+    INSTANCE.get_or_init(random::get_random_u64);
+    REQUESTS_TAKEN.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path();
     let Some(id) = path
         .strip_prefix("/wait/")
@@ -229,6 +244,14 @@ fn error_response(e: Error) -> JsonResponse {
 }
 
 fn json_response(status: u16, body: &Value) -> JsonResponse {
+    let mut body = body.clone();
+    if let Some(fields) = body.as_object_mut() {
+        fields.insert("instance".into(), json!(INSTANCE.get().copied()));
+        fields.insert(
+            "requests_taken".into(),
+            json!(REQUESTS_TAKEN.load(Ordering::Relaxed)),
+        );
+    }
     let mut resp = Response::new(body.to_string());
     *resp.status_mut() = StatusCode::from_u16(status).expect("valid status code");
     resp.headers_mut().insert(

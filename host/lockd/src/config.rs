@@ -29,6 +29,8 @@
 //! instance_memory_bytes = 67108864       # per component instance
 //! request_timeout_ms = 30000             # epoch deadline per request
 //! response_body_bytes = 16777216         # largest WASIp3 response body
+//! instance_concurrent_requests = 16      # WASIp3: requests one instance serves at once
+//! instance_requests = 128                # WASIp3: requests one instance serves in all
 //!
 //! [namespaces]
 //! default_quota = 10000                  # most locks any namespace may hold
@@ -332,6 +334,12 @@ pub struct LimitsConfig {
     /// Largest response body a WASIp3 component may return (it is collected
     /// before it is sent); past it the request answers 500.
     pub response_body_bytes: Option<usize>,
+    /// Most requests one WASIp3 component instance serves at once (1: one
+    /// at a time). WASIp2 instances serve one request each.
+    pub instance_concurrent_requests: Option<usize>,
+    /// Most requests one WASIp3 component instance serves before it is
+    /// dropped (1: a fresh instance per request).
+    pub instance_requests: Option<usize>,
 }
 
 /// `[namespaces]`
@@ -366,6 +374,12 @@ pub const DEFAULT_INSTANCE_MEMORY_BYTES: usize = 64 << 20;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Default largest response body of a WASIp3 component.
 pub const DEFAULT_RESPONSE_BODY_BYTES: usize = 16 << 20;
+/// Default most requests one WASIp3 instance serves at once (as
+/// `wasmtime serve`).
+pub const DEFAULT_INSTANCE_CONCURRENT_REQUESTS: usize = 16;
+/// Default most requests one WASIp3 instance serves in all (as
+/// `wasmtime serve`).
+pub const DEFAULT_INSTANCE_REQUESTS: usize = 128;
 
 impl LockdConfig {
     /// Reads `path`.
