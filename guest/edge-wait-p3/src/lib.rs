@@ -16,6 +16,8 @@
 //! - `&via=0.1.0` waits through `lockd:lock/locks@0.1.0`'s synchronous
 //!   `lock` instead, the contrast: a synchronous import call holds the whole
 //!   instance, so the ticker stops for the whole wait (`G` near `T`).
+//! - `&via=spin` never answers: it computes forever without yielding, a
+//!   runaway guest for the host's request timeout to stop.
 //! - `GET /wait/{id}` answers `200 {"status":"free"}` or
 //!   `200 {"status":"held","owner":"...","fencing_token":N}`.
 //! - Other lock errors answer `503` (`unavailable`) or `500`; other methods
@@ -101,9 +103,10 @@ async fn handle(req: Request) -> JsonResponse {
             match query_value(query, "via") {
                 None | Some("0.2.0") => wait_and_tick(&name, wait_ms, false).await,
                 Some("0.1.0") => wait_and_tick(&name, wait_ms, true).await,
+                Some("spin") => spin(),
                 Some(_) => json_response(
                     400,
-                    &json!({"status": "error", "message": "via must be 0.2.0 or 0.1.0"}),
+                    &json!({"status": "error", "message": "via must be 0.2.0, 0.1.0 or spin"}),
                 ),
             }
         }
@@ -198,6 +201,14 @@ async fn wait_and_tick(name: &str, wait_ms: u32, via_v1: bool) -> JsonResponse {
             json_response(409, &body)
         }
         Err(e) => error_response(e),
+    }
+}
+
+/// Computes forever, never yielding to the host.
+fn spin() -> JsonResponse {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
     }
 }
 

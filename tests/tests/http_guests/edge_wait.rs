@@ -240,3 +240,102 @@ async fn edge_wait_p3_given_up_wait_leaves_the_queue() {
     eprintln!("{line}");
     lockd_testing::report(&line);
 }
+
+/// The request timeout holds in a reused instance: a request still waiting
+/// for a lock at `request_timeout_ms` answers 500 and its wait leaves the
+/// queue; a runaway guest (a loop that never yields) answers 500 too, its
+/// instance is dropped rather than left spinning, and the component serves
+/// on.
+///
+/// The runtime's threads carry a name of their own, so that the CPU they
+/// use afterwards can be told from that of the tests running beside.
+#[test]
+fn edge_wait_p3_timeouts_bound_reused_instances() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(THREADS)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(timeouts_bound_reused_instances());
+}
+
+/// The name of [`edge_wait_p3_timeouts_bound_reused_instances`]'s threads
+/// (15 bytes: Linux keeps no more of a thread's name).
+const THREADS: &str = "ew-timeout-test";
+
+async fn timeouts_bound_reused_instances() {
+    const TIMEOUT: Duration = Duration::from_millis(1_000);
+    let limits = format!("{REUSE}request_timeout_ms = {}\n", TIMEOUT.as_millis());
+    let app = serve(
+        &[("/wait/...", ID, wasm(lockd_tests::EDGE_WAIT_P3))],
+        &limits,
+    )
+    .await;
+    let service = app.service.clone();
+    service
+        .lock(ID, "wait/slow", "host", 60_000, LockOptions::default())
+        .await
+        .unwrap();
+
+    for via in ["0.2.0", "spin"] {
+        let sent = Instant::now();
+        let (status, body) = request(
+            app.addr,
+            "POST",
+            format!("/wait/slow?wait_ms=20000&via={via}"),
+        )
+        .await;
+        let took = sent.elapsed();
+        assert_eq!(status, 500, "{via}: {body}");
+        assert!(body.contains("timed out"), "{via}: {body}");
+        assert!(
+            took >= TIMEOUT && took < TIMEOUT * 3,
+            "{via}: answered after {took:?}"
+        );
+        eprintln!("edge-wait-p3 timeout: via {via} answered 500 after {took:?}");
+        // The wait that timed out left the queue; the component serves on.
+        wait_for_waiters(&service, "wait/slow", 0).await;
+        let (status, body) = request(app.addr, "GET", "/wait/slow").await;
+        assert_eq!((status, json(&body)["owner"].as_str()), (200, Some("host")));
+    }
+    // The runaway's instance was dropped, not left spinning: this test's
+    // threads are nearly idle (a spinning guest keeps one busy).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (cpu_before, wall) = (threads_cpu(), Instant::now());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let busy = (threads_cpu() - cpu_before).as_secs_f64() / wall.elapsed().as_secs_f64();
+    eprintln!(
+        "edge-wait-p3 timeout: afterwards the server used {:.0}% of a core",
+        busy * 100.0
+    );
+    assert!(
+        busy < 0.25,
+        "a runaway instance is still running ({busy:.2} cores)"
+    );
+}
+
+/// CPU time (user and system) used by the threads named [`THREADS`].
+fn threads_cpu() -> Duration {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != THREADS {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // The fields after the thread's name (in parentheses); utime and
+        // stime are fields 14 and 15 of the line, in clock ticks (100 a
+        // second on Linux).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    Duration::from_millis(ticks * 10)
+}
