@@ -503,6 +503,8 @@ mod tests {
             [limits]
             max_ttl_ms = 1000
             instance_memory_bytes = 1048576
+            instance_concurrent_requests = 4
+            instance_requests = 1
             [namespaces]
             default_quota = 5
             [namespaces.quotas]
@@ -515,6 +517,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.lock_limits().max_ttl_ms, 1000);
+        assert_eq!(config.limits.instance_concurrent_requests, Some(4));
+        assert_eq!(config.limits.instance_requests, Some(1));
         assert_eq!(config.dapr.durability(), lockd_core::Durability::Persistent);
         assert_eq!(config.quotas().of("jobs"), Some(2));
         assert_eq!(config.quotas().of("other"), Some(5));

@@ -77,9 +77,7 @@ impl LockCtx {
 
     /// The watch registered for `task`, if any.
     pub(crate) fn abandon_watch(&self, task: GuestTaskId) -> Option<AbandonWatch> {
-        self.abandonable
-            .get(&task)
-            .map(|watch| AbandonWatch(watch.0.clone()))
+        self.abandonable.get(&task).cloned()
     }
 
     /// The namespace of this instance.

@@ -605,7 +605,19 @@ impl OutboundRule {
 mod tests {
     use hyper::Request;
 
-    use super::{with_https_scheme, OutboundRule};
+    use super::{at_least_one, with_https_scheme, OutboundRule};
+
+    #[test]
+    fn instance_reuse_limits_are_at_least_one() {
+        assert_eq!(at_least_one("instance_requests", None, 128).unwrap(), 128);
+        assert_eq!(at_least_one("instance_requests", Some(1), 128).unwrap(), 1);
+        let zero = at_least_one("instance_requests", Some(0), 128).unwrap_err();
+        assert!(
+            zero.to_string()
+                .contains("[limits] instance_requests in lockd.toml is 0"),
+            "{zero}"
+        );
+    }
 
     #[test]
     fn requests_over_tls_get_the_https_scheme() {

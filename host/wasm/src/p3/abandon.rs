@@ -13,6 +13,7 @@ use std::future::Future;
 
 use lockd_core::LockError;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 use wasmtime::component::{Accessor, GuestTaskId};
 use wasmtime::AsContextMut as _;
 
@@ -26,15 +27,23 @@ use crate::ctx::HasLockCtx;
 pub struct Abandon(watch::Sender<bool>);
 
 /// The instance's side, registered with its task by
-/// [`crate::LockCtx::abandon_task_on`].
-#[derive(Debug)]
-pub struct AbandonWatch(pub(crate) watch::Receiver<bool>);
+/// [`crate::LockCtx::abandon_task_on`]. It carries the span current when
+/// the pair was made (the request's): the task's waiting calls log in it.
+#[derive(Debug, Clone)]
+pub struct AbandonWatch {
+    abandoned: watch::Receiver<bool>,
+    span: tracing::Span,
+}
 
 impl Abandon {
     /// A new pair: the handle that abandons, and the watch to register.
     pub fn new() -> (Abandon, AbandonWatch) {
         let (tx, rx) = watch::channel(false);
-        (Abandon(tx), AbandonWatch(rx))
+        let watch = AbandonWatch {
+            abandoned: rx,
+            span: tracing::Span::current(),
+        };
+        (Abandon(tx), watch)
     }
 
     /// Abandons the task: its waiting calls leave their queues now, and
@@ -47,18 +56,23 @@ impl Abandon {
 impl AbandonWatch {
     /// Whether the task was abandoned.
     pub(crate) fn is_abandoned(&self) -> bool {
-        *self.0.borrow()
+        *self.abandoned.borrow()
     }
 
     /// Whether the embedder let go without abandoning: the request ended
     /// normally and nothing will abandon the task any more.
     pub(crate) fn is_settled(&self) -> bool {
-        !self.is_abandoned() && self.0.has_changed().is_err()
+        !self.is_abandoned() && self.abandoned.has_changed().is_err()
     }
 
     /// Resolves once the task is abandoned; never if it is not.
     async fn abandoned(mut self) {
-        if self.0.wait_for(|abandoned| *abandoned).await.is_err() {
+        if self
+            .abandoned
+            .wait_for(|abandoned| *abandoned)
+            .await
+            .is_err()
+        {
             std::future::pending::<()>().await;
         }
     }
@@ -93,8 +107,33 @@ pub(super) async fn unless_abandoned<U, R>(
     if watch.is_abandoned() {
         return Err(abandoned_error());
     }
-    tokio::select! {
-        result = wait => result,
-        () = watch.abandoned() => Err(abandoned_error()),
+    let span = watch.span.clone();
+    async {
+        tokio::select! {
+            result = wait => result,
+            () = watch.abandoned() => Err(abandoned_error()),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Abandon;
+
+    #[test]
+    fn a_watch_tells_abandoned_from_settled() {
+        let (abandon, watch) = Abandon::new();
+        assert!(!watch.is_abandoned() && !watch.is_settled());
+        abandon.abandon();
+        assert!(watch.is_abandoned() && !watch.is_settled());
+        // Abandoned stays abandoned once the embedder lets go.
+        drop(abandon);
+        assert!(watch.is_abandoned() && !watch.is_settled());
+
+        let (abandon, watch) = Abandon::new();
+        drop(abandon);
+        assert!(!watch.is_abandoned() && watch.is_settled());
     }
 }
