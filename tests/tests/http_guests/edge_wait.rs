@@ -123,15 +123,16 @@ async fn done(waiter: JoinHandle<(u16, String)>) -> Value {
 /// lock the host holds for [`HELD_FOR`], while `GET`s to the component are
 /// answered promptly by A's own instance (they carry its instance id).
 ///
-/// The negative control runs the same measurement while A's instance is
-/// also serving a 0.1.0 synchronous `lock`, which holds the whole
-/// instance: the checker must fail it (the `GET`s go to another instance,
-/// or wait), and A's ticker shows the instance stood still.
+/// The negative control runs the same measurement while request C waits
+/// through 0.1.0's synchronous `lock`, which holds C's whole instance: its
+/// ticker stands still, the instance serves none of the `GET`s (lockd
+/// sends them to another instance, as it does not take new requests while
+/// held), and the checker must fail it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_wait_p3() {
     let app = serve(&[("/wait/...", ID, wasm(lockd_tests::EDGE_WAIT_P3))], REUSE).await;
     let service = app.service.clone();
-    for name in ["wait/a", "wait/a2", "wait/sync"] {
+    for name in ["wait/a", "wait/sync"] {
         service
             .lock(ID, name, "host", 60_000, LockOptions::default())
             .await
@@ -154,39 +155,28 @@ pub(crate) async fn edge_wait_p3() {
         "the instance stalled while its lock call waited: {a}"
     );
 
-    // The control: A2 waits the same way, then a 0.1.0 synchronous wait
-    // lands on A2's instance (its only instance, and it is free to take
-    // more) and holds it.
-    let a2 = start_waiter(&app, "a2", "0.2.0").await;
+    // The control: C waits through 0.1.0, the same measurement meanwhile.
     let sync = start_waiter(&app, "sync", "0.1.0").await;
     let held_until = Instant::now() + HELD_FOR;
-    let control = sample_until(app.addr, "a2", held_until - Duration::from_millis(500)).await;
+    let control = sample_until(app.addr, "sync", held_until - Duration::from_millis(500)).await;
     tokio::time::sleep(held_until.saturating_duration_since(Instant::now())).await;
-    for name in ["wait/a2", "wait/sync"] {
-        service.unlock(ID, name, "host", None).await.unwrap();
-    }
-    let (a2, sync) = (done(a2).await, done(sync).await);
-    assert_eq!(
-        instance_of(&sync),
-        instance_of(&a2),
-        "the synchronous wait did not land on the waiting instance: {sync} {a2}"
-    );
-    let control_verdict = served_beside_the_wait(instance_of(&a2), &control);
+    service.unlock(ID, "wait/sync", "host", None).await.unwrap();
+    let sync = done(sync).await;
+    let control_verdict = served_beside_the_wait(instance_of(&sync), &control);
     let line = format!(
         "edge-wait-p3 reuse: while a 0.2.0 lock call waited {HELD_FOR:?}: {verdict:?}; \
-         control, a 0.1.0 synchronous wait in the same instance: {control_verdict:?}, \
-         that instance's ticker stood still {} ms",
-        a2["longest_tick_gap_ms"]
+         control, a 0.1.0 synchronous wait: {control_verdict:?}, its instance stood still {} ms",
+        sync["longest_tick_gap_ms"]
     );
     eprintln!("{line}");
     lockd_testing::report(&line);
     verdict.unwrap();
     assert!(control_verdict.is_err(), "the checker missed a stall");
     assert!(
-        a2["longest_tick_gap_ms"].as_u64().unwrap() >= HELD_FOR.as_millis() as u64 / 2,
-        "a synchronous wait did not hold the instance: {a2}"
+        sync["longest_tick_gap_ms"].as_u64().unwrap() >= HELD_FOR.as_millis() as u64,
+        "a synchronous wait did not hold its instance: {sync}"
     );
-    for name in ["wait/a", "wait/a2", "wait/sync"] {
+    for name in ["wait/a", "wait/sync"] {
         assert_eq!(service.get(ID, name).await.unwrap(), None, "{name} held");
     }
 }
@@ -300,8 +290,10 @@ async fn timeouts_bound_reused_instances() {
         assert_eq!((status, json(&body)["owner"].as_str()), (200, Some("host")));
     }
     // The runaway's instance was dropped, not left spinning: this test's
-    // threads are nearly idle (a spinning guest keeps one busy).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // threads are nearly idle (a spinning guest keeps one busy). It may
+    // have taken the GET sent after it (it yields every epoch tick), and
+    // then lives at most a timeout past that GET.
+    tokio::time::sleep(TIMEOUT + Duration::from_millis(300)).await;
     let (cpu_before, wall) = (threads_cpu(), Instant::now());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let busy = (threads_cpu() - cpu_before).as_secs_f64() / wall.elapsed().as_secs_f64();
