@@ -7,7 +7,7 @@ use std::sync::Arc;
 use lockd_core::{LockError, LockService};
 use wasmtime::component::{GuestTaskId, HasData, Linker, ResourceTable};
 
-use crate::p3::AbandonWatch;
+use crate::abandon::AbandonWatch;
 
 use crate::resources::Slot;
 use crate::wit;

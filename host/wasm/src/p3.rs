@@ -30,7 +30,7 @@ mod wit;
 
 use wasmtime::component::Linker;
 
-pub use abandon::{Abandon, AbandonWatch};
+pub use crate::abandon::{Abandon, AbandonWatch};
 
 use crate::ctx::{HasLockCtx, LockView};
 
