@@ -17,7 +17,8 @@
 //!   `lock` instead, the contrast: a synchronous import call holds the whole
 //!   instance, so the ticker stops for the whole wait (`G` near `T`).
 //! - `&via=spin` never answers: it computes forever without yielding, a
-//!   runaway guest for the host's request timeout to stop.
+//!   runaway guest for the host's request timeout to stop. `&via=trap`
+//!   traps (a Rust panic) at once.
 //! - `GET /wait/{id}` answers `200 {"status":"free"}` or
 //!   `200 {"status":"held","owner":"...","fencing_token":N}`.
 //! - Other lock errors answer `503` (`unavailable`) or `500`; other methods
@@ -104,9 +105,10 @@ async fn handle(req: Request) -> JsonResponse {
                 None | Some("0.2.0") => wait_and_tick(&name, wait_ms, false).await,
                 Some("0.1.0") => wait_and_tick(&name, wait_ms, true).await,
                 Some("spin") => spin(),
+                Some("trap") => panic!("via=trap: this request traps its instance"),
                 Some(_) => json_response(
                     400,
-                    &json!({"status": "error", "message": "via must be 0.2.0, 0.1.0 or spin"}),
+                    &json!({"status": "error", "message": "via must be 0.2.0, 0.1.0, spin or trap"}),
                 ),
             }
         }

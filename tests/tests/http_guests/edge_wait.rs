@@ -238,30 +238,30 @@ async fn edge_wait_p3_given_up_wait_leaves_the_queue() {
     lockd_testing::report(&line);
 }
 
-/// The request timeout holds in a reused instance: a request still waiting
-/// for a lock at `request_timeout_ms` answers 500 and its wait leaves the
-/// queue; a runaway guest (a loop that never yields) answers 500 too, its
+/// Failures in a reused instance: a trap answers 500; past
+/// `request_timeout_ms`, a request still waiting for a lock answers 500
+/// and its wait leaves the queue; a runaway guest (a loop that never yields) answers 500 too, its
 /// instance is dropped rather than left spinning, and the component serves
 /// on.
 ///
 /// The runtime's threads carry a name of their own, so that the CPU they
 /// use afterwards can be told from that of the tests running beside.
 #[test]
-fn edge_wait_p3_timeouts_bound_reused_instances() {
+fn edge_wait_p3_failures_end_in_500_and_bounded_instances() {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(THREADS)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(timeouts_bound_reused_instances());
+        .block_on(failures_end_in_500_and_bounded_instances());
 }
 
-/// The name of [`edge_wait_p3_timeouts_bound_reused_instances`]'s threads
+/// The name of [`edge_wait_p3_failures_end_in_500_and_bounded_instances`]'s threads
 /// (15 bytes: Linux keeps no more of a thread's name).
 const THREADS: &str = "ew-timeout-test";
 
-async fn timeouts_bound_reused_instances() {
+async fn failures_end_in_500_and_bounded_instances() {
     const TIMEOUT: Duration = Duration::from_millis(1_000);
     let limits = format!("{REUSE}request_timeout_ms = {}\n", TIMEOUT.as_millis());
     let app = serve(
@@ -274,6 +274,11 @@ async fn timeouts_bound_reused_instances() {
         .lock(ID, "wait/slow", "host", 60_000, LockOptions::default())
         .await
         .unwrap();
+
+    // A trap answers 500 at once.
+    let (status, body) = request(app.addr, "POST", "/wait/slow?via=trap").await;
+    assert_eq!(status, 500, "trap: {body}");
+    assert!(body.contains("trapped"), "trap: {body}");
 
     for via in ["0.2.0", "spin"] {
         let sent = Instant::now();
