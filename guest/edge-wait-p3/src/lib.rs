@@ -16,23 +16,34 @@
 //! - `&via=0.1.0` waits through `lockd:lock/locks@0.1.0`'s synchronous
 //!   `lock` instead, the contrast: a synchronous import call holds the whole
 //!   instance, so the ticker stops for the whole wait (`G` near `T`).
+//! - `&via=spin` never answers: it computes forever without yielding, a
+//!   runaway guest for the host's request timeout to stop. `&via=trap`
+//!   traps (a Rust panic) at once.
 //! - `GET /wait/{id}` answers `200 {"status":"free"}` or
 //!   `200 {"status":"held","owner":"...","fencing_token":N}`.
 //! - Other lock errors answer `503` (`unavailable`) or `500`; other methods
 //!   `405`, other paths `404`. Bodies are JSON, tokens u64 numbers.
+//! - Every JSON answer also carries `"instance"`, a random u64 drawn once
+//!   per instance, and `"requests_taken"`, how many requests that instance
+//!   had begun when it answered: requests that show the same `instance`
+//!   were served by one instance.
 //!
-//! lockd serve gives every request an instance of its own, so the ticker is
-//! how this component shows work of one instance going on beside a wait.
+//! lockd serve lets one instance serve several requests at once (`[limits]
+//! instance_concurrent_requests`): a request waiting for a lock here does
+//! not hold up the others. The ticker shows the same within one request.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use spin_sdk::http::{Method, Request, Response, StatusCode};
 use spin_sdk::http_service;
 use spin_sdk::wasip3::clocks::monotonic_clock;
+use spin_sdk::wasip3::random::random;
 
 mod bindings {
     // spin-sdk's own wit-bindgen (0.57): one async runtime in the component
@@ -60,8 +71,15 @@ const TICK: Duration = Duration::from_millis(20);
 
 type JsonResponse = Response<String>;
 
+/// This instance's id, drawn at its first request.
+static INSTANCE: OnceLock<u64> = OnceLock::new();
+/// How many requests this instance has begun.
+static REQUESTS_TAKEN: AtomicU64 = AtomicU64::new(0);
+
 #[http_service]
 async fn handle(req: Request) -> JsonResponse {
+    INSTANCE.get_or_init(random::get_random_u64);
+    REQUESTS_TAKEN.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path();
     let Some(id) = path
         .strip_prefix("/wait/")
@@ -86,9 +104,11 @@ async fn handle(req: Request) -> JsonResponse {
             match query_value(query, "via") {
                 None | Some("0.2.0") => wait_and_tick(&name, wait_ms, false).await,
                 Some("0.1.0") => wait_and_tick(&name, wait_ms, true).await,
+                Some("spin") => spin(),
+                Some("trap") => panic!("via=trap: this request traps its instance"),
                 Some(_) => json_response(
                     400,
-                    &json!({"status": "error", "message": "via must be 0.2.0 or 0.1.0"}),
+                    &json!({"status": "error", "message": "via must be 0.2.0, 0.1.0, spin or trap"}),
                 ),
             }
         }
@@ -186,6 +206,14 @@ async fn wait_and_tick(name: &str, wait_ms: u32, via_v1: bool) -> JsonResponse {
     }
 }
 
+/// Computes forever, never yielding to the host.
+fn spin() -> JsonResponse {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
 /// `locks@0.1.0`'s synchronous `lock`, its error in 0.2.0's terms.
 fn lock_v1(name: &str, wait_ms: u32) -> Result<u64, Error> {
     let options = locks_v1::LockOptions {
@@ -229,6 +257,14 @@ fn error_response(e: Error) -> JsonResponse {
 }
 
 fn json_response(status: u16, body: &Value) -> JsonResponse {
+    let mut body = body.clone();
+    if let Some(fields) = body.as_object_mut() {
+        fields.insert("instance".into(), json!(INSTANCE.get().copied()));
+        fields.insert(
+            "requests_taken".into(),
+            json!(REQUESTS_TAKEN.load(Ordering::Relaxed)),
+        );
+    }
     let mut resp = Response::new(body.to_string());
     *resp.status_mut() = StatusCode::from_u16(status).expect("valid status code");
     resp.headers_mut().insert(

@@ -29,6 +29,8 @@
 //! instance_memory_bytes = 67108864       # per component instance
 //! request_timeout_ms = 30000             # epoch deadline per request
 //! response_body_bytes = 16777216         # largest WASIp3 response body
+//! instance_concurrent_requests = 16      # WASIp3: requests one instance serves at once
+//! instance_requests = 128                # WASIp3: requests one instance serves in all
 //!
 //! [namespaces]
 //! default_quota = 10000                  # most locks any namespace may hold
@@ -332,6 +334,12 @@ pub struct LimitsConfig {
     /// Largest response body a WASIp3 component may return (it is collected
     /// before it is sent); past it the request answers 500.
     pub response_body_bytes: Option<usize>,
+    /// Most requests one WASIp3 component instance serves at once (1: one
+    /// at a time). WASIp2 instances serve one request each.
+    pub instance_concurrent_requests: Option<usize>,
+    /// Most requests one WASIp3 component instance serves before it is
+    /// dropped (1: a fresh instance per request).
+    pub instance_requests: Option<usize>,
 }
 
 /// `[namespaces]`
@@ -366,6 +374,12 @@ pub const DEFAULT_INSTANCE_MEMORY_BYTES: usize = 64 << 20;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Default largest response body of a WASIp3 component.
 pub const DEFAULT_RESPONSE_BODY_BYTES: usize = 16 << 20;
+/// Default most requests one WASIp3 instance serves at once (as
+/// `wasmtime serve`).
+pub const DEFAULT_INSTANCE_CONCURRENT_REQUESTS: usize = 16;
+/// Default most requests one WASIp3 instance serves in all (as
+/// `wasmtime serve`).
+pub const DEFAULT_INSTANCE_REQUESTS: usize = 128;
 
 impl LockdConfig {
     /// Reads `path`.
@@ -489,6 +503,8 @@ mod tests {
             [limits]
             max_ttl_ms = 1000
             instance_memory_bytes = 1048576
+            instance_concurrent_requests = 4
+            instance_requests = 1
             [namespaces]
             default_quota = 5
             [namespaces.quotas]
@@ -501,6 +517,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.lock_limits().max_ttl_ms, 1000);
+        assert_eq!(config.limits.instance_concurrent_requests, Some(4));
+        assert_eq!(config.limits.instance_requests, Some(1));
         assert_eq!(config.dapr.durability(), lockd_core::Durability::Persistent);
         assert_eq!(config.quotas().of("jobs"), Some(2));
         assert_eq!(config.quotas().of("other"), Some(5));

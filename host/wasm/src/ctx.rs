@@ -1,10 +1,13 @@
 //! The Ctx / View pair through which the capability reaches its state.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lockd_core::{LockError, LockService};
-use wasmtime::component::{HasData, Linker, ResourceTable};
+use wasmtime::component::{GuestTaskId, HasData, Linker, ResourceTable};
+
+use crate::abandon::AbandonWatch;
 
 use crate::resources::Slot;
 use crate::wit;
@@ -26,6 +29,9 @@ pub struct LockCtx {
     /// Leases not yet revoked, counted by their [`Slot`]s.
     live_leases: Arc<AtomicUsize>,
     max_guards: usize,
+    /// The guest tasks the embedder may abandon, by the task it called
+    /// (`lockd:lock@0.2.0` waits only; see [`crate::p3::Abandon`]).
+    abandonable: HashMap<GuestTaskId, AbandonWatch>,
 }
 
 impl std::fmt::Debug for LockCtx {
@@ -46,6 +52,7 @@ impl LockCtx {
             live_guards: Arc::default(),
             live_leases: Arc::default(),
             max_guards: DEFAULT_MAX_GUARDS,
+            abandonable: HashMap::new(),
         }
     }
 
@@ -55,6 +62,22 @@ impl LockCtx {
     pub fn with_max_guards(mut self, max: usize) -> Self {
         self.max_guards = max;
         self
+    }
+
+    /// Ties guest task `task` (an export call the embedder started) to
+    /// `watch`: once its [`crate::p3::Abandon`] abandons it, the
+    /// `lockd:lock@0.2.0` calls of the task and its subtasks that wait in a
+    /// queue leave it and answer `denied`.
+    pub fn abandon_task_on(&mut self, task: GuestTaskId, watch: AbandonWatch) {
+        // Forget the tasks whose requests ended normally. Abandoned ones
+        // stay: their task may still be running.
+        self.abandonable.retain(|_, watch| !watch.is_settled());
+        self.abandonable.insert(task, watch);
+    }
+
+    /// The watch registered for `task`, if any.
+    pub(crate) fn abandon_watch(&self, task: GuestTaskId) -> Option<AbandonWatch> {
+        self.abandonable.get(&task).cloned()
     }
 
     /// The namespace of this instance.

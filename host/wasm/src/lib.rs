@@ -55,6 +55,7 @@
 //!   store's resource table drops it.
 #![deny(missing_docs)]
 
+mod abandon;
 mod conversions;
 mod convert;
 mod ctx;

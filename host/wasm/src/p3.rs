@@ -17,6 +17,7 @@
 //! Interfaces served: `types`, `locks`, `guards`, `leases`, `rwlocks`,
 //! `semaphores`, `holds` and `elections`.
 
+mod abandon;
 mod convert;
 mod elections;
 mod grants;
@@ -28,6 +29,8 @@ mod rwlocks;
 mod wit;
 
 use wasmtime::component::Linker;
+
+pub use crate::abandon::{Abandon, AbandonWatch};
 
 use crate::ctx::{HasLockCtx, LockView};
 

@@ -4,12 +4,15 @@
 //!   WASIp2 `wasi:http/incoming-handler@0.2.x`, `ServicePre` for WASIp3
 //!   `wasi:http/handler@0.3.x`); which one is told apart by inspecting the
 //!   component's exports.
-//! - Every request gets a fresh instance in a fresh store, from the pooling
-//!   allocator (copy-on-write memory images keep that cheap).
-//! - Every instance is bounded: an epoch deadline (a runaway loop traps),
-//!   a memory cap (growth past it traps), and a wall-clock timeout around
-//!   the whole request (a guest parked in a host call is dropped). A
-//!   failing guest gets a 500 and the host carries on.
+//! - A WASIp2 request gets a fresh instance in a fresh store, from the
+//!   pooling allocator (copy-on-write memory images keep that cheap), as
+//!   Spin does. A WASIp3 instance serves several requests at once and many
+//!   in turn, as `[limits]` allows ([`p3`]).
+//! - Every instance is bounded: an epoch deadline (a runaway loop traps, or
+//!   for WASIp3 yields until its instance is dropped), a memory cap (growth
+//!   past it traps), and a wall-clock timeout around the whole request (a
+//!   guest parked in a host call is dropped). A failing guest gets a 500
+//!   and the host carries on.
 //! - Each component's locks live in its namespace (the component id unless
 //!   lockd.toml says otherwise). Components import `lockd:lock@0.1.0`,
 //!   `lockd:lock@0.2.0` (WASI 0.3: `async func`s, lost futures) or both.
@@ -19,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
-use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -36,11 +38,13 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use super::manifest::{dependencies, ComponentSpec, Manifest};
 use crate::config::{
-    LockdConfig, DEFAULT_INSTANCE_MEMORY_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
-    DEFAULT_RESPONSE_BODY_BYTES,
+    LockdConfig, DEFAULT_INSTANCE_CONCURRENT_REQUESTS, DEFAULT_INSTANCE_MEMORY_BYTES,
+    DEFAULT_INSTANCE_REQUESTS, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_RESPONSE_BODY_BYTES,
 };
 use crate::epoch;
 use crate::http_body::{full, Body};
+
+mod p3;
 
 /// The HTTP components of one manifest, ready to serve.
 pub struct App {
@@ -66,21 +70,37 @@ struct InstanceLimits {
     /// Largest response body of a WASIp3 component, which is collected
     /// before it is sent (its store's event loop drives the body).
     response_body_bytes: usize,
+    /// How many requests one WASIp3 instance serves.
+    reuse: InstanceReuse,
+}
+
+/// How many requests one WASIp3 instance serves: at most
+/// `concurrent_requests` at once, `requests` in all (each at least 1).
+#[derive(Clone, Copy, Debug)]
+struct InstanceReuse {
+    concurrent_requests: usize,
+    requests: usize,
 }
 
 struct Served {
     id: String,
-    namespace: String,
-    service: LockService,
+    recipe: Arc<StoreRecipe>,
     pre: Pre,
-    outbound: Arc<Vec<OutboundRule>>,
-    /// The manifest's `environment` for this component.
-    environment: Vec<(String, String)>,
 }
 
 enum Pre {
     P2(wasmtime_wasi_http::p2::bindings::ProxyPre<RequestState>),
-    P3(wasmtime_wasi_http::p3::bindings::ServicePre<RequestState>),
+    P3(p3::Instances),
+}
+
+/// What every store of one component is made of.
+struct StoreRecipe {
+    namespace: String,
+    service: LockService,
+    outbound: Arc<Vec<OutboundRule>>,
+    /// The manifest's `environment` for this component.
+    environment: Vec<(String, String)>,
+    limits: InstanceLimits,
 }
 
 /// Everything one request's store holds.
@@ -176,6 +196,18 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
     Ok(linker)
 }
 
+/// `[limits] key`'s `value`, or `default`; 0 is refused.
+fn at_least_one(key: &str, value: Option<usize>, default: usize) -> anyhow::Result<usize> {
+    match value {
+        Some(0) => anyhow::bail!(
+            "[limits] {key} in lockd.toml is 0; it must be at least 1 \
+             (1 gives every WASIp3 request an instance of its own)"
+        ),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
 /// Compiles component `id`, composed with its dependencies if it has any.
 fn load(engine: &Engine, id: &str, spec: &ComponentSpec) -> anyhow::Result<Component> {
     let read_error = || {
@@ -218,6 +250,18 @@ impl App {
                 .limits
                 .response_body_bytes
                 .unwrap_or(DEFAULT_RESPONSE_BODY_BYTES),
+            reuse: InstanceReuse {
+                concurrent_requests: at_least_one(
+                    "instance_concurrent_requests",
+                    config.limits.instance_concurrent_requests,
+                    DEFAULT_INSTANCE_CONCURRENT_REQUESTS,
+                )?,
+                requests: at_least_one(
+                    "instance_requests",
+                    config.limits.instance_requests,
+                    DEFAULT_INSTANCE_REQUESTS,
+                )?,
+            },
         };
         let engine = engine(limits.memory_bytes)?;
         let linker = linker(&engine)?;
@@ -232,8 +276,32 @@ impl App {
                 .instantiate_pre(&component)
                 .map_err(anyhow::Error::from)
                 .with_context(|| format!("linking component {}", route.component))?;
+            let outbound = spec
+                .allowed_outbound_hosts
+                .iter()
+                .map(|h| OutboundRule::parse(h))
+                .collect::<anyhow::Result<Vec<_>>>()
+                .with_context(|| {
+                    format!("component {}: allowed_outbound_hosts", route.component)
+                })?;
+            let recipe = Arc::new(StoreRecipe {
+                namespace: config.namespace_of(&route.component),
+                service: service.clone(),
+                outbound: Arc::new(outbound),
+                environment: spec
+                    .environment
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                limits,
+            });
             let pre = match wasmtime_wasi_http::p3::bindings::ServicePre::new(pre.clone()) {
-                Ok(p3) => Pre::P3(p3),
+                Ok(pre) => Pre::P3(p3::Instances::new(
+                    &route.component,
+                    pre,
+                    recipe.clone(),
+                    limits,
+                )),
                 Err(_) => Pre::P2(
                     wasmtime_wasi_http::p2::bindings::ProxyPre::new(pre)
                         .map_err(anyhow::Error::from)
@@ -245,27 +313,12 @@ impl App {
                         })?,
                 ),
             };
-            let outbound = spec
-                .allowed_outbound_hosts
-                .iter()
-                .map(|h| OutboundRule::parse(h))
-                .collect::<anyhow::Result<Vec<_>>>()
-                .with_context(|| {
-                    format!("component {}: allowed_outbound_hosts", route.component)
-                })?;
             components.insert(
                 route.component.clone(),
                 Arc::new(Served {
                     id: route.component.clone(),
-                    namespace: config.namespace_of(&route.component),
-                    service: service.clone(),
+                    recipe,
                     pre,
-                    outbound: Arc::new(outbound),
-                    environment: spec
-                        .environment
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
                 }),
             );
         }
@@ -301,7 +354,7 @@ impl App {
         let span = tracing::Span::current();
         span.record("route", route.pattern.as_str());
         span.record("component", served.id.as_str());
-        span.record("namespace", served.namespace.as_str());
+        span.record("namespace", served.recipe.namespace.as_str());
         Some(match served.call(req, self.limits).await {
             Ok(response) => {
                 span.record("outcome", "answered");
@@ -324,8 +377,12 @@ impl App {
     }
 }
 
-impl Served {
-    fn store(&self, engine: &Engine, limits: InstanceLimits) -> Store<RequestState> {
+impl StoreRecipe {
+    /// A fresh store: WASI with the component's environment, its outbound
+    /// rules, its namespace's locks, the memory cap. Its epoch deadline is
+    /// the request timeout; a reused (WASIp3) instance changes that.
+    fn store(&self, engine: &Engine) -> Store<RequestState> {
+        let limits = self.limits;
         let state = RequestState {
             wasi: WasiCtxBuilder::new()
                 .inherit_stdout()
@@ -348,7 +405,9 @@ impl Served {
         store.set_epoch_deadline(epoch::deadline_ticks(limits.timeout));
         store
     }
+}
 
+impl Served {
     async fn call(
         &self,
         req: Request<Incoming>,
@@ -356,7 +415,7 @@ impl Served {
     ) -> anyhow::Result<Response<Body>> {
         match &self.pre {
             Pre::P2(pre) => self.call_p2(pre, req, limits).await,
-            Pre::P3(pre) => self.call_p3(pre, req, limits).await,
+            Pre::P3(instances) => Ok(instances.call(req, limits).await?.map(full)),
         }
     }
 
@@ -368,7 +427,7 @@ impl Served {
     ) -> anyhow::Result<Response<Body>> {
         use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 
-        let mut store = self.store(pre.engine(), limits);
+        let mut store = self.recipe.store(pre.engine());
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let scheme = if req.extensions().get::<super::OverTls>().is_some() {
             Scheme::Https
@@ -416,54 +475,6 @@ impl Served {
                 Ok(Err(e)) => Err(e),
                 Err(e) => Err(anyhow!("the request task failed: {e}")),
             },
-        }
-    }
-
-    async fn call_p3(
-        &self,
-        pre: &wasmtime_wasi_http::p3::bindings::ServicePre<RequestState>,
-        req: Request<Incoming>,
-        limits: InstanceLimits,
-    ) -> anyhow::Result<Response<Body>> {
-        let req = with_https_scheme(req);
-        let mut store = self.store(pre.engine(), limits);
-        let run = async move {
-            let service = pre.instantiate_async(&mut store).await?;
-            let (request, request_io) = {
-                let http = store.data_mut().http();
-                wasmtime_wasi_http::p3::Request::from_http(http.hooks, req)
-            };
-            // The store's event loop drives the response body, so it is
-            // collected inside `run_concurrent`.
-            store
-                .run_concurrent(async move |accessor| -> wasmtime::Result<Response<Bytes>> {
-                    let response = match service.handle(accessor, request).await? {
-                        Ok(response) => response,
-                        Err(code) => wasmtime::bail!("the component answered with error {code:?}"),
-                    };
-                    let response =
-                        accessor.with(|mut store| response.into_http(&mut store, request_io))?;
-                    let (parts, body) = response.into_parts();
-                    let limit = limits.response_body_bytes;
-                    let bytes = http_body_util::Limited::new(body, limit)
-                        .collect()
-                        .await
-                        .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
-                            Ok(_) => wasmtime::format_err!(
-                                "the response body exceeds the limit of {limit} bytes \
-                                 ([limits] response_body_bytes in lockd.toml)"
-                            ),
-                            Err(e) => wasmtime::format_err!("reading the response body: {e:?}"),
-                        })?
-                        .to_bytes();
-                    Ok(Response::from_parts(parts, bytes))
-                })
-                .await?
-        };
-        match tokio::time::timeout(limits.timeout, run).await {
-            Ok(Ok(response)) => Ok(response.map(full)),
-            Ok(Err(e)) => Err(anyhow::Error::from(e)),
-            Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
         }
     }
 }
@@ -594,7 +605,19 @@ impl OutboundRule {
 mod tests {
     use hyper::Request;
 
-    use super::{with_https_scheme, OutboundRule};
+    use super::{at_least_one, with_https_scheme, OutboundRule};
+
+    #[test]
+    fn instance_reuse_limits_are_at_least_one() {
+        assert_eq!(at_least_one("instance_requests", None, 128).unwrap(), 128);
+        assert_eq!(at_least_one("instance_requests", Some(1), 128).unwrap(), 1);
+        let zero = at_least_one("instance_requests", Some(0), 128).unwrap_err();
+        assert!(
+            zero.to_string()
+                .contains("[limits] instance_requests in lockd.toml is 0"),
+            "{zero}"
+        );
+    }
 
     #[test]
     fn requests_over_tls_get_the_https_scheme() {

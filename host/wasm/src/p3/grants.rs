@@ -8,6 +8,7 @@
 use lockd_core::LockError;
 use wasmtime::component::{Access, Accessor, FutureReader, Resource};
 
+use super::abandon::unless_abandoned;
 use super::convert::{grant_to_wit, lost_reason_to_wit, to_wit, WitResult};
 use super::wit::types;
 use crate::ctx::HasLockCtx;
@@ -17,7 +18,8 @@ use crate::resources::{Granted, HeldGrant, HoldsGrant};
 
 /// Takes `name` as `take` says (a lock with its options, or a campaign)
 /// for a fresh owner (`prefix-` and 32 hex digits), renewed if
-/// `keep_alive`, and hands the guest the resource `wrap` makes of it. Cancelled while it waits, the core leaves the queue;
+/// `keep_alive`, and hands the guest the resource `wrap` makes of it.
+/// Cancelled (or its task abandoned) while it waits, the core leaves the queue;
 /// once granted, nothing is awaited until the resource is in the table,
 /// whose drop gives the grant back.
 pub(super) async fn acquire<U, T: HoldsGrant>(
@@ -31,7 +33,8 @@ pub(super) async fn acquire<U, T: HoldsGrant>(
         Ok(asking) => asking,
         Err(e) => return Ok(Err(to_wit(e))),
     };
-    let held = match asking.take(name, ttl_ms, take, keep_alive).await {
+    let wait = asking.take(name, ttl_ms, take, keep_alive);
+    let held = match unless_abandoned(accessor, wait).await {
         Ok(held) => held,
         Err(e) => return Ok(Err(to_wit(e))),
     };

@@ -12,6 +12,7 @@ use lockd_core::keepalive::Holding;
 use lockd_core::{LockError, LockService};
 use wasmtime::component::{Access, Accessor, FutureReader, Resource};
 
+use super::abandon::unless_abandoned;
 use super::convert::{durability_from_wit, grant_to_wit, lost_reason_to_wit, to_wit, WitResult};
 use super::locks::place;
 use super::wit::{leases, types};
@@ -102,10 +103,13 @@ impl<U> leases::HostLeaseWithStore<U> for HasLockCtx {
         wait_ms: u32,
     ) -> WitResult<types::Grant> {
         let l = try_guest!(lease_ref(accessor, &lease)?);
-        // Dropped while it waits (the call cancelled), the core leaves the
-        // queue and gives back a grant made meanwhile.
-        Ok(l.service
-            .lock_in_lease(&l.namespace, &name, &l.id, u64::from(wait_ms))
+        // Dropped while it waits (the call cancelled, or its task
+        // abandoned), the core leaves the queue and gives back a grant made
+        // meanwhile.
+        let wait = l
+            .service
+            .lock_in_lease(&l.namespace, &name, &l.id, u64::from(wait_ms));
+        Ok(unless_abandoned(accessor, wait)
             .await
             .map(grant_to_wit)
             .map_err(to_wit))

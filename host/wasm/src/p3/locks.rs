@@ -7,6 +7,7 @@
 use lockd_core::LockService;
 use wasmtime::component::Accessor;
 
+use super::abandon::unless_abandoned;
 use super::convert::{grant_to_wit, info_to_wit, lock_options_from_wit, to_wit, WitResult};
 use super::wit::{locks, types};
 use crate::ctx::{HasLockCtx, LockCtxView};
@@ -32,16 +33,17 @@ impl<U> locks::HostWithStore<U> for HasLockCtx {
         options: locks::LockOptions,
     ) -> WitResult<types::Grant> {
         let (service, namespace) = place(accessor);
-        // Dropped while it waits (the guest cancelled the call), the core's
-        // lock future leaves the queue and gives back a grant made meanwhile.
-        Ok(service
-            .lock(
-                &namespace,
-                &name,
-                &owner,
-                u64::from(ttl_ms),
-                lock_options_from_wit(options),
-            )
+        // Dropped while it waits (the guest cancelled the call, or the
+        // host abandoned its task), the core's lock future leaves the queue
+        // and gives back a grant made meanwhile.
+        let wait = service.lock(
+            &namespace,
+            &name,
+            &owner,
+            u64::from(ttl_ms),
+            lock_options_from_wit(options),
+        );
+        Ok(unless_abandoned(accessor, wait)
             .await
             .map(grant_to_wit)
             .map_err(to_wit))

@@ -6,6 +6,7 @@
 use lockd_core::Claim;
 use wasmtime::component::Accessor;
 
+use super::abandon::unless_abandoned;
 use super::convert::{grant_to_wit, lock_options_from_wit, name_state_to_wit, to_wit, WitResult};
 use super::locks::place;
 use super::wit::{locks, rwlocks, semaphores, types};
@@ -15,7 +16,7 @@ impl rwlocks::Host for LockCtxView<'_> {}
 impl semaphores::Host for LockCtxView<'_> {}
 
 /// `lock` of `name` for `claim`. Dropped while it waits (the call
-/// cancelled), the core leaves the queue and gives back a grant made
+/// cancelled, or its task abandoned), the core leaves the queue and gives back a grant made
 /// meanwhile.
 async fn lock_claim<U>(
     accessor: &Accessor<U, HasLockCtx>,
@@ -29,8 +30,8 @@ async fn lock_claim<U>(
         claim,
         ..lock_options_from_wit(options)
     };
-    Ok(service
-        .lock(&namespace, &name, &owner, u64::from(ttl_ms), options)
+    let wait = service.lock(&namespace, &name, &owner, u64::from(ttl_ms), options);
+    Ok(unless_abandoned(accessor, wait)
         .await
         .map(grant_to_wit)
         .map_err(to_wit))
