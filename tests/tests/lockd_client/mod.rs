@@ -28,7 +28,7 @@ const EXPORTS: [&str; 8] = [
 ];
 
 /// The names of the functions and types of an imported or exported instance.
-fn instance_items(engine: &Engine, item: &ComponentItem) -> BTreeSet<String> {
+pub(crate) fn instance_items(engine: &Engine, item: &ComponentItem) -> BTreeSet<String> {
     let ComponentItem::ComponentInstance(instance) = item else {
         panic!("not an instance: {item:?}");
     };

@@ -1,0 +1,158 @@
+//! A WASI 0.3 guest composed by `lockd plug` on a host that knows nothing of
+//! lockd (docs/portable.md): `guest/rust-p3` (it imports `lockd:lock@0.2.0`,
+//! and `0.1.0`'s `locks` for its contrast) plugged with the clients `lockd
+//! plug` picks by version (`lockd-client-p3` and `lockd-client`), run by
+//! `stock-host run-p3` (wasmtime with component-model async, WASI 0.3 and
+//! `wasi:http@0.3`, like `wasmtime run -Wcomponent-model-async -Sp3,http`)
+//! against a live `lockd serve`. Three exports run at once on one instance:
+//! a `lock` that waits while REST holds the name, a `get` that answers
+//! meanwhile, and a guard that awaits its `lost` future. REST then sees the
+//! guard's grant, releases the name (the waiting lock is granted, with a
+//! greater fencing token) and force-releases the guard (its `lost` future
+//! resolves with `ended-elsewhere`).
+//!
+//! Cost: one server, one plug, one component run of a few seconds.
+
+mod portable_support;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use portable_support::*;
+use serde_json::{json, Value};
+
+const NAMESPACE: &str = "portable-p3";
+
+/// How long a result line may take once it is due.
+const LINE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// `POST /v1/locks/ROUTE` in [`NAMESPACE`] with `body`'s other fields.
+fn rest(server: &Server, route: &str, mut body: Value) -> (u16, Value) {
+    body["namespace"] = json!(NAMESPACE);
+    post_json(server.addr, &format!("/v1/locks/{route}"), &body)
+}
+
+#[test]
+fn rust_p3_plugged_on_stock_p3_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugged = dir.path().join("rust-p3-plugged.wasm");
+    // No --client: the version of each import picks its client.
+    let o = lockd(&[
+        "plug",
+        lockd_tests::RUST_P3,
+        "-o",
+        plugged.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "lockd plug: {}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("lockd-client-p3.wasm"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let server = Server::start();
+    let (code, held) = rest(
+        &server,
+        "lock",
+        json!({"name": "W", "owner": "rest", "ttl_ms": 60_000}),
+    );
+    assert_eq!(code, 200, "{held}");
+    let rest_token = held["fencing_token"].as_u64().unwrap();
+
+    let mut child = command(STOCK_HOST)
+        .arg("run-p3")
+        .arg(&plugged)
+        .args(["--env", &format!("LOCKD_URL={}", server.url)])
+        .args(["--env", &format!("LOCKD_NAMESPACE={NAMESPACE}")])
+        .args([
+            "--invoke",
+            r#"lockd:p3-probe/probe#wait-lock("W", "p3-waiter", 30000)"#,
+        ])
+        .args(["--invoke", r#"lockd:p3-probe/probe#ping("W")"#])
+        .args([
+            "--invoke",
+            r#"lockd:p3-probe/probe#hold-until-lost("G", 60000, false)"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut child = Killed(child);
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let next_line = |what: &str| {
+        lines
+            .recv_timeout(LINE_DEADLINE)
+            .unwrap_or_else(|e| panic!("no line for {what}: {e}"))
+    };
+
+    // The get answers while the lock waits in the same instance.
+    assert_eq!(next_line("ping"), "invoke 1: true");
+
+    // The guard's grant, as REST shows it.
+    let deadline = Instant::now() + LINE_DEADLINE;
+    let guard = loop {
+        let (code, found) = rest(&server, "get", json!({"name": "G"}));
+        if code == 200 {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the guard on G never showed: {found}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        guard["owner"].as_str().unwrap().starts_with("guard-"),
+        "{guard}"
+    );
+    let guard_token = guard["fencing_token"].as_u64().unwrap();
+    // Still waiting: nothing more printed.
+    assert!(lines.try_recv().is_err());
+
+    // Released by REST: the waiting lock is granted, with a greater token,
+    // and REST shows it held by the waiter.
+    let (code, reply) = rest(&server, "unlock", json!({"name": "W", "owner": "rest"}));
+    assert_eq!(code, 200, "{reply}");
+    let granted = next_line("wait-lock");
+    let token: u64 = granted
+        .strip_prefix("invoke 0: ok(")
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("wait-lock answered {granted:?}"))
+        .parse()
+        .unwrap();
+    assert!(token > rest_token, "{token} after {rest_token}");
+    let (code, found) = rest(&server, "get", json!({"name": "W"}));
+    assert_eq!(code, 200, "{found}");
+    assert_eq!(found["owner"], "p3-waiter", "{found}");
+    assert_eq!(found["fencing_token"].as_u64(), Some(token), "{found}");
+
+    // Force-released by REST: the guard's lost future says so.
+    let (code, reply) = rest(&server, "force-unlock", json!({"name": "G"}));
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(
+        next_line("hold-until-lost"),
+        format!("invoke 2: ok(({guard_token}, ended-elsewhere))")
+    );
+
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline + LINE_DEADLINE,
+            "stock-host never exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "stock-host run-p3 exited with {status}");
+}
