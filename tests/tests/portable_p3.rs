@@ -4,17 +4,21 @@
 //! plug` picks by version (`lockd-client-p3` and `lockd-client`), run by
 //! `stock-host run-p3` (wasmtime with component-model async, WASI 0.3 and
 //! `wasi:http@0.3`, like `wasmtime run -Wcomponent-model-async -Sp3,http`)
-//! against a live `lockd serve`. Three exports run at once on one instance:
+//! against a live `lockd serve`. Five exports run at once on one instance:
 //! a `lock` that waits while REST holds the name, a `get` that answers
-//! meanwhile, and a guard that awaits its `lost` future. REST then sees the
-//! guard's grant, releases the name (the waiting lock is granted, with a
-//! greater fencing token) and force-releases the guard (its `lost` future
-//! resolves with `ended-elsewhere`).
+//! meanwhile, a guard that awaits its `lost` future, a wait given up after
+//! 500 ms, and a lease of 1.5 s that awaits its `lost` future. REST then
+//! sees the guard's grant; no waiter and no holder left by the wait given
+//! up (while the instance still runs); the lease lost as `expired`; the
+//! waiting lock granted, with a greater fencing token, once REST releases
+//! the name; and the guard's `lost` future resolving with `ended-elsewhere`
+//! once REST force-releases it.
 //!
-//! Cost: one server, one plug, one component run of a few seconds.
+//! Cost: one server, one plug, one component run of about 3 s.
 
 mod portable_support;
 
+use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -32,6 +36,35 @@ const LINE_DEADLINE: Duration = Duration::from_secs(60);
 fn rest(server: &Server, route: &str, mut body: Value) -> (u16, Value) {
     body["namespace"] = json!(NAMESPACE);
     post_json(server.addr, &format!("/v1/locks/{route}"), &body)
+}
+
+/// `stock-host run-p3`'s results by invocation, as they arrive
+/// (`invoke I: RESULT`).
+struct Results {
+    lines: mpsc::Receiver<String>,
+    got: HashMap<usize, String>,
+    /// The invocations in the order their results came.
+    order: Vec<usize>,
+}
+
+impl Results {
+    /// The `i`th invocation's result, waiting for it (bounded).
+    fn get(&mut self, i: usize) -> String {
+        while !self.got.contains_key(&i) {
+            let line = self
+                .lines
+                .recv_timeout(LINE_DEADLINE)
+                .unwrap_or_else(|e| panic!("no result for invoke {i} ({e}); had {:?}", self.got));
+            let (n, rest) = line
+                .strip_prefix("invoke ")
+                .and_then(|l| l.split_once(": "))
+                .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+            let n: usize = n.parse().unwrap();
+            self.order.push(n);
+            self.got.insert(n, rest.to_string());
+        }
+        self.got[&i].clone()
+    }
 }
 
 #[test]
@@ -60,6 +93,12 @@ fn rust_p3_plugged_on_stock_p3_host() {
     );
     assert_eq!(code, 200, "{held}");
     let rest_token = held["fencing_token"].as_u64().unwrap();
+    let (code, reply) = rest(
+        &server,
+        "lock",
+        json!({"name": "Q", "owner": "rest", "ttl_ms": 60_000}),
+    );
+    assert_eq!(code, 200, "{reply}");
 
     let mut child = command(STOCK_HOST)
         .arg("run-p3")
@@ -75,6 +114,14 @@ fn rust_p3_plugged_on_stock_p3_host() {
             "--invoke",
             r#"lockd:p3-probe/probe#hold-until-lost("G", 60000, false)"#,
         ])
+        .args([
+            "--invoke",
+            r#"lockd:p3-probe/probe#give-up("Q", "quitter", false, 30000, 500)"#,
+        ])
+        .args([
+            "--invoke",
+            r#"lockd:p3-probe/probe#lease-until-lost("L", 1500)"#,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -89,14 +136,13 @@ fn rust_p3_plugged_on_stock_p3_host() {
             let _ = tx.send(line);
         }
     });
-    let next_line = |what: &str| {
-        lines
-            .recv_timeout(LINE_DEADLINE)
-            .unwrap_or_else(|e| panic!("no line for {what}: {e}"))
+    let mut results = Results {
+        lines,
+        got: HashMap::new(),
+        order: Vec::new(),
     };
-
     // The get answers while the lock waits in the same instance.
-    assert_eq!(next_line("ping"), "invoke 1: true");
+    assert_eq!(results.get(1), "true");
 
     // The guard's grant, as REST shows it.
     let deadline = Instant::now() + LINE_DEADLINE;
@@ -116,16 +162,50 @@ fn rust_p3_plugged_on_stock_p3_host() {
         "{guard}"
     );
     let guard_token = guard["fencing_token"].as_u64().unwrap();
-    // Still waiting: nothing more printed.
-    assert!(lines.try_recv().is_err());
+
+    // The wait given up leaves the queue: no waiter on Q, and once REST
+    // releases it, no holder (the instance still runs: its lock and guard
+    // are pending).
+    assert_eq!(results.get(3), "ok(false)");
+    let deadline = Instant::now() + LINE_DEADLINE;
+    loop {
+        let (code, found) = rest(&server, "get", json!({"name": "Q"}));
+        assert_eq!(code, 200, "{found}");
+        assert_eq!(found["owner"], "rest", "{found}");
+        if found["waiters"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the given-up waiter stayed: {found}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, reply) = rest(&server, "unlock", json!({"name": "Q", "owner": "rest"}));
+    assert_eq!(code, 200, "{reply}");
+    let (code, free) = rest(&server, "get", json!({"name": "Q"}));
+    assert_eq!(code, 404, "a phantom holder of Q: {free}");
+
+    // The lease's lost future: its TTL ran out.
+    let lease = results.get(4);
+    assert!(
+        lease.starts_with("ok((\"") && lease.ends_with("\", expired))"),
+        "{lease}"
+    );
+    // Still waiting: the lock and the guard.
+    assert!(
+        !results.got.contains_key(&0) && !results.got.contains_key(&2),
+        "{:?}",
+        results.got
+    );
 
     // Released by REST: the waiting lock is granted, with a greater token,
     // and REST shows it held by the waiter.
     let (code, reply) = rest(&server, "unlock", json!({"name": "W", "owner": "rest"}));
     assert_eq!(code, 200, "{reply}");
-    let granted = next_line("wait-lock");
+    let granted = results.get(0);
     let token: u64 = granted
-        .strip_prefix("invoke 0: ok(")
+        .strip_prefix("ok(")
         .and_then(|t| t.strip_suffix(')'))
         .unwrap_or_else(|| panic!("wait-lock answered {granted:?}"))
         .parse()
@@ -140,9 +220,13 @@ fn rust_p3_plugged_on_stock_p3_host() {
     let (code, reply) = rest(&server, "force-unlock", json!({"name": "G"}));
     assert_eq!(code, 200, "{reply}");
     assert_eq!(
-        next_line("hold-until-lost"),
-        format!("invoke 2: ok(({guard_token}, ended-elsewhere))")
+        results.get(2),
+        format!("ok(({guard_token}, ended-elsewhere))")
     );
+    // The get came first, the lock after its release, the guard last.
+    let order = &results.order;
+    assert_eq!(order.first(), Some(&1), "{order:?}");
+    assert_eq!(order.last(), Some(&2), "{order:?}");
 
     let status = loop {
         if let Some(status) = child.0.try_wait().unwrap() {
