@@ -215,6 +215,30 @@ fn each_lock_version_gets_its_client() {
         );
     }
 
+    // --client replaces the choice: both given, both plugged; the 0.1.0
+    // client alone is refused, naming both versions.
+    let both = [
+        "plug",
+        lockd_tests::RUST_P3,
+        "-o",
+        path(&out),
+        "--client",
+        lockd_tests::LOCKD_CLIENT_P3,
+        "--client",
+        lockd_tests::LOCKD_CLIENT,
+    ];
+    let o = lockd(&both);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let one = [
+        "plug",
+        lockd_tests::RUST_P3,
+        "-o",
+        path(&out),
+        "--client",
+        lockd_tests::LOCKD_CLIENT,
+    ];
+    refused(&lockd(&one), &["lockd:lock/", "@0.2.0", "@0.1.0"]);
+
     // $LOCKD_CLIENT_P3_WASM names the 0.2.0 client; a wrong one is an error
     // that says how to build it.
     let o = lockd_in(
