@@ -4,12 +4,14 @@
 //! plug` picks by version (`lockd-client-p3` and `lockd-client`), run by
 //! `stock-host run-p3` (wasmtime with component-model async, WASI 0.3 and
 //! `wasi:http@0.3`, like `wasmtime run -Wcomponent-model-async -Sp3,http`)
-//! against a live `lockd serve`. Five exports run at once on one instance:
+//! against a live `lockd serve`. Six exports run at once on one instance:
 //! a `lock` that waits while REST holds the name, a `get` that answers
 //! meanwhile, a guard that awaits its `lost` future, a wait given up after
-//! 500 ms, and a lease of 1.5 s that awaits its `lost` future. REST then
-//! sees the guard's grant; no waiter and no holder left by the wait given
-//! up (while the instance still runs); the lease lost as `expired`; the
+//! 500 ms, a lease of 1.5 s that awaits its `lost` future, and a guard of
+//! 900 ms kept alive. REST then sees the guard's grant; no waiter and no
+//! holder left by the wait given up (while the instance still runs); the
+//! lease lost as `expired`; the kept-alive guard still held after 1.5 s
+//! (its `lost` future says `ended-elsewhere` once REST force-releases it); the
 //! waiting lock granted, with a greater fencing token, once REST releases
 //! the name; and the guard's `lost` future resolving with `ended-elsewhere`
 //! once REST force-releases it.
@@ -122,6 +124,10 @@ fn rust_p3_plugged_on_stock_p3_host() {
             "--invoke",
             r#"lockd:p3-probe/probe#lease-until-lost("L", 1500)"#,
         ])
+        .args([
+            "--invoke",
+            r#"lockd:p3-probe/probe#hold-until-lost("K", 900, true)"#,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -191,6 +197,21 @@ fn rust_p3_plugged_on_stock_p3_host() {
     assert!(
         lease.starts_with("ok((\"") && lease.ends_with("\", expired))"),
         "{lease}"
+    );
+    // The guard on K (TTL 900 ms, kept alive) still holds after the 1.5 s
+    // lease ran out: the client renewed it. Force-released, its lost future
+    // says so.
+    let (code, kept) = rest(&server, "get", json!({"name": "K"}));
+    assert_eq!(code, 200, "the kept-alive guard expired: {kept}");
+    assert!(
+        kept["owner"].as_str().unwrap().starts_with("guard-"),
+        "{kept}"
+    );
+    let (code, reply) = rest(&server, "force-unlock", json!({"name": "K"}));
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(
+        results.get(5),
+        format!("ok(({}, ended-elsewhere))", kept["fencing_token"])
     );
     // Still waiting: the lock and the guard.
     assert!(

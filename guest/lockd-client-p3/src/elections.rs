@@ -51,9 +51,6 @@ impl GuestLeadership for Leadership {
         ttl_ms: u32,
         options: CampaignOptions,
     ) -> Result<elections::Leadership, Error> {
-        if options.keep_alive {
-            return Err(wire::no_keep_alive());
-        }
         let config = http::config()?;
         // The native host's candidate names: unguessable, so that nobody
         // else in the namespace can resign this leadership.
@@ -76,6 +73,7 @@ impl GuestLeadership for Leadership {
             request.candidate,
             &wire::grant(&reply),
             GiveBack::Resign,
+            options.keep_alive.then_some(ttl_ms),
         );
         Ok(elections::Leadership::new(Leadership(held)))
     }

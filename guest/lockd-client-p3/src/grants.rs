@@ -14,7 +14,7 @@ use crate::bindings::exports::lockd::lock::holds::{self, GuestHold, HoldMode};
 use crate::bindings::exports::lockd::lock::locks::LockOptions;
 use crate::bindings::exports::lockd::lock::types::{Error, Grant, LostReason};
 use crate::lost::{GiveBack, Subject, Watch};
-use crate::{wire, Client};
+use crate::Client;
 use wit_bindgen::FutureReader;
 
 /// One grant held by a resource, for an owner this client generated.
@@ -30,8 +30,14 @@ pub(crate) struct HeldGrant {
 
 impl HeldGrant {
     /// The state of a grant just made; its watcher runs on the calling
-    /// task from now on.
-    pub(crate) fn new(name: String, owner: String, grant: &Grant, give_back: GiveBack) -> Self {
+    /// task from now on, renewing it by `keep_alive_ms` if given.
+    pub(crate) fn new(
+        name: String,
+        owner: String,
+        grant: &Grant,
+        give_back: GiveBack,
+        keep_alive_ms: Option<u32>,
+    ) -> Self {
         let subject = Subject::Grant {
             name: name.clone(),
             owner: owner.clone(),
@@ -43,7 +49,7 @@ impl HeldGrant {
             owner,
             token: grant.fencing_token,
             released: Cell::new(false),
-            watch: Watch::start(subject, grant.expires_at_ms),
+            watch: Watch::start(subject, grant.expires_at_ms, keep_alive_ms),
         }
     }
 
@@ -55,16 +61,20 @@ impl HeldGrant {
         options: GuardOptions,
         claim: LockClaim,
     ) -> Result<HeldGrant, Error> {
-        if options.keep_alive {
-            return Err(wire::no_keep_alive());
-        }
+        let keep_alive_ms = options.keep_alive.then_some(ttl_ms);
         let owner = crate::fresh_id("guard");
         let options = LockOptions {
             wait_ms: options.wait_ms,
             durability: options.durability,
         };
         let grant = crate::lock(&name, &owner, ttl_ms, options, claim).await?;
-        Ok(HeldGrant::new(name, owner, &grant, GiveBack::Unlock))
+        Ok(HeldGrant::new(
+            name,
+            owner,
+            &grant,
+            GiveBack::Unlock,
+            keep_alive_ms,
+        ))
     }
 
     pub(crate) fn is_released(&self) -> bool {

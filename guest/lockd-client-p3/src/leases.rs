@@ -31,9 +31,6 @@ pub(crate) struct Lease {
 
 impl GuestLease for Lease {
     async fn grant(ttl_ms: u32, options: LeaseOptions) -> Result<leases::Lease, Error> {
-        if options.keep_alive {
-            return Err(wire::no_keep_alive());
-        }
         let config = http::config()?;
         let request = wire::lease_grant_request(config, ttl_ms, options.durability);
         let granted: LeaseGrantedReply =
@@ -44,7 +41,11 @@ impl GuestLease for Lease {
         Ok(leases::Lease::new(Lease {
             id: granted.lease_id,
             revoked: Cell::new(false),
-            watch: Watch::start(subject, granted.expires_at_ms),
+            watch: Watch::start(
+                subject,
+                granted.expires_at_ms,
+                options.keep_alive.then_some(ttl_ms),
+            ),
         }))
     }
 

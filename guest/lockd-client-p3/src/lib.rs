@@ -46,10 +46,12 @@
 //!
 //! # Differences from the native host
 //!
-//! Those of `guest/lockd-client` (docs/portable.md): `keep-alive: true`
-//! answers `denied`; each call is one HTTP round trip; the namespace comes
-//! from `LOCKD_NAMESPACE`; `unavailable` covers the network. And the
-//! polling above where the native host follows the store's events.
+//! Those of `guest/lockd-client` (docs/portable.md) but keep-alive: each
+//! call is one HTTP round trip; the namespace comes from `LOCKD_NAMESPACE`;
+//! `unavailable` covers the network. And the polling above where the native
+//! host follows the store's events. Keep-alive works (the watcher renews at
+//! a third of the TTL) for as long as the instance runs the task of the
+//! call that made the resource.
 
 mod call;
 #[path = "../../lockd-client/src/config.rs"]

@@ -19,14 +19,21 @@
 //!   While the server cannot answer, it asks again until the expiry, then
 //!   says `expired`.
 //!
+//! - keep-alive was asked for: at a third of the TTL since the last renewal
+//!   it extends the grant (or refreshes the lease) by the TTL. A renewal the
+//!   server refuses ends it as a failed check does (below); one that cannot
+//!   reach the server is tried again at each look until the expiry.
+//!
 //! `release` (or `resign`, `revoke`) here resolves the pending futures with
-//! `released` at once, from its own task. Nobody awaiting means no request:
-//! an idle guard costs one timer per [`POLL_MS`].
+//! `released` at once, from its own task. Nobody awaiting and no keep-alive
+//! means no request: an idle guard costs one timer per [`POLL_MS`].
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use lockd_api::{LeaseFoundReply, LeaseRevokedReply, Route, Status, StatusReply};
+use lockd_api::{
+    LeaseFoundReply, LeaseRefreshedReply, LeaseRevokedReply, Route, Status, StatusReply,
+};
 
 use crate::bindings::exports::lockd::lock::types::{Error, LostReason};
 use crate::bindings::wasi::clocks::{monotonic_clock, system_clock};
@@ -82,6 +89,20 @@ impl Subject {
         }
     }
 
+    /// Extends the grant or refreshes the lease by `ttl_ms`: the new expiry.
+    async fn renew(&self, ttl_ms: u32) -> Result<u64, Error> {
+        match self {
+            Subject::Grant { name, owner, .. } => crate::extend(name, owner, ttl_ms)
+                .await
+                .map(|grant| grant.expires_at_ms),
+            Subject::Lease { id } => {
+                lease_call::<LeaseRefreshedReply>(Route::LeaseRefresh, id, Status::Refreshed)
+                    .await
+                    .map(|reply| reply.expires_at_ms)
+            }
+        }
+    }
+
     /// Unlock, resign or revoke: only this grant (its token) or lease.
     pub(crate) async fn give_back(&self) -> Result<(), Error> {
         match self {
@@ -127,12 +148,16 @@ pub(crate) async fn lease_call<T: serde::de::DeserializeOwned>(
 #[derive(Debug)]
 pub(crate) struct Watch {
     subject: Subject,
+    /// The TTL keep-alive renews by, if asked for.
+    keep_alive_ms: Option<u32>,
     state: RefCell<State>,
 }
 
 #[derive(Debug)]
 struct State {
     expires_at_ms: u64,
+    /// When keep-alive renews next (Unix ms).
+    renew_at_ms: u64,
     /// Why it no longer holds, once known.
     ended: Option<LostReason>,
     /// The `lost` futures not resolved yet.
@@ -142,14 +167,20 @@ struct State {
 }
 
 impl Watch {
-    /// Starts watching `subject`, which expires at `expires_at_ms`. Call it
-    /// from the task of the call that made the resource: the watcher runs
-    /// on that task.
-    pub(crate) fn start(subject: Subject, expires_at_ms: u64) -> Rc<Watch> {
+    /// Starts watching `subject`, which expires at `expires_at_ms`, renewing
+    /// it by `keep_alive_ms` if given. Call it from the task of the call that
+    /// made the resource: the watcher runs on that task.
+    pub(crate) fn start(
+        subject: Subject,
+        expires_at_ms: u64,
+        keep_alive_ms: Option<u32>,
+    ) -> Rc<Watch> {
         let watch = Rc::new(Watch {
             subject,
+            keep_alive_ms,
             state: RefCell::new(State {
                 expires_at_ms,
+                renew_at_ms: now_ms() + third(keep_alive_ms),
                 ended: None,
                 pending: Vec::new(),
                 dropped: false,
@@ -207,6 +238,11 @@ fn resolve(pending: Vec<FutureWriter<LostReason>>, reason: LostReason) {
     }
 }
 
+/// A third of the keep-alive TTL: how long between two renewals.
+fn third(keep_alive_ms: Option<u32>) -> u64 {
+    keep_alive_ms.map_or(u64::MAX / 2, |ttl| u64::from(ttl / 3).max(1))
+}
+
 /// Unix milliseconds by this host's clock.
 pub(crate) fn now_ms() -> u64 {
     let now = system_clock::now();
@@ -222,8 +258,13 @@ pub(crate) async fn sleep_ms(ms: u64) {
 /// The watcher (see the module's documentation).
 async fn run(watch: Rc<Watch>) {
     loop {
-        let until_expiry = watch.expires_at_ms().saturating_sub(now_ms());
-        sleep_ms(POLL_MS.min(until_expiry.max(1))).await;
+        let (expires_at_ms, renew_at_ms) = {
+            let state = watch.state.borrow();
+            (state.expires_at_ms, state.renew_at_ms)
+        };
+        let now = now_ms();
+        let until = expires_at_ms.min(renew_at_ms).saturating_sub(now);
+        sleep_ms(POLL_MS.min(until.max(1))).await;
 
         let (dropped, ended, awaited) = {
             let state = watch.state.borrow();
@@ -245,10 +286,30 @@ async fn run(watch: Rc<Watch>) {
             resolve(pending, reason);
             continue;
         }
-        if !awaited {
+        let mut held = None;
+        if let Some(ttl_ms) = watch.keep_alive_ms {
+            if now_ms() >= watch.state.borrow().renew_at_ms {
+                match watch.subject.renew(ttl_ms).await {
+                    Ok(expires_at_ms) => {
+                        let mut state = watch.state.borrow_mut();
+                        state.expires_at_ms = expires_at_ms;
+                        state.renew_at_ms = now_ms() + third(Some(ttl_ms));
+                        held = Some(true);
+                    }
+                    // Tried again at the next look, until the expiry.
+                    Err(Error::Unavailable(_)) => {}
+                    Err(_) => held = Some(false),
+                }
+            }
+        }
+        if held.is_none() && !awaited {
             continue;
         }
-        let held = watch.subject.still_held().await;
+        let held = match held {
+            Some(held) => Some(held),
+            None if awaited => watch.subject.still_held().await,
+            None => None,
+        };
         let now = now_ms();
         let expired = now >= watch.expires_at_ms();
         let lost = match held {

@@ -52,7 +52,7 @@ impl GuestLeadership for Leadership {
         options: CampaignOptions,
     ) -> Result<elections::Leadership, Error> {
         if options.keep_alive {
-            return Err(wire::no_keep_alive());
+            return Err(crate::no_keep_alive());
         }
         let config = http::config()?;
         // The native host's candidate names: unguessable, so that nobody

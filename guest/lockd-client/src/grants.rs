@@ -57,7 +57,7 @@ impl HeldGrant {
         claim: LockClaim,
     ) -> Result<HeldGrant, Error> {
         if options.keep_alive {
-            return Err(wire::no_keep_alive());
+            return Err(crate::no_keep_alive());
         }
         let owner = crate::fresh_id("guard");
         let options = LockOptions {

@@ -40,7 +40,7 @@ fn lease_call<T: serde::de::DeserializeOwned>(
 impl GuestLease for Lease {
     fn grant(ttl_ms: u32, options: LeaseOptions) -> Result<leases::Lease, Error> {
         if options.keep_alive {
-            return Err(wire::no_keep_alive());
+            return Err(crate::no_keep_alive());
         }
         let config = http::config()?;
         let request = wire::lease_grant_request(config, ttl_ms, options.durability);

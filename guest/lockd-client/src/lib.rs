@@ -232,6 +232,16 @@ impl semaphores::Guest for Client {
     }
 }
 
+/// What `keep-alive` answers here: a component on a WASI 0.2 host has no
+/// task that could renew in the background (docs/portable.md).
+fn no_keep_alive() -> Error {
+    Error::Denied(
+        "keep-alive needs lockd's own host; composed with lockd-client, refresh or extend \
+         yourself before the TTL runs out"
+            .to_owned(),
+    )
+}
+
 /// A pollable ready at `expires_at_ms` (Unix ms) by this host's clocks:
 /// the loss a composed client can know of without asking the server.
 fn ready_at(expires_at_ms: u64) -> Pollable {

@@ -12,19 +12,9 @@ use lockd_api::{
 use crate::bindings::exports::lockd::lock::elections::LeaderInfo;
 use crate::bindings::exports::lockd::lock::locks::LockOptions;
 use crate::bindings::exports::lockd::lock::rwlocks::{Holder, Mode, NameState};
-use crate::bindings::exports::lockd::lock::types::{Durability, Error, Grant, LockInfo};
+use crate::bindings::exports::lockd::lock::types::{Durability, Grant, LockInfo};
 use crate::config::Config;
 use crate::reply::{wire_durability, wit_durability};
-
-/// What `keep-alive` answers: a client that runs only when called cannot
-/// promise renewals in the background (docs/portable.md).
-pub(crate) fn no_keep_alive() -> Error {
-    Error::Denied(
-        "keep-alive needs lockd's own host; composed with lockd-client, refresh or extend \
-         yourself before the TTL runs out"
-            .to_owned(),
-    )
-}
 
 /// `POST /v1/locks/lock` for `owner`: `claim` says what it takes of `name`.
 pub(crate) fn lock_request(
