@@ -46,5 +46,6 @@
 //! the test suite rather than going unnoticed.
 
 pub mod stock_host;
+pub mod stock_host_p3;
 
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));

@@ -23,6 +23,9 @@ use leases::rust_lease;
 mod lockd_client;
 #[allow(unused_imports)]
 use lockd_client::lockd_client;
+mod lockd_client_p3;
+#[allow(unused_imports)]
+use lockd_client_p3::lockd_client_p3;
 mod p3;
 #[allow(unused_imports)]
 use p3::{python_p3, rust_p3, rust_p3_cli};

@@ -1,24 +1,14 @@
-//! One call to the lockd server: a `lockd-api` request posted to its route,
-//! and the reply read by `lockd-api` into the type its status word promises
-//! or turned into the WIT error of the same name.
-//!
-//! Replies are treated as hostile: anything that is not what the API
-//! documents (a missing field, a wrong type, a token that is not an
-//! unsigned 64-bit integer, an unknown status word, a success word that is
-//! not the route's, an HTTP code that is not the word's) is `unavailable`
-//! with a message saying what was wrong. Nothing here panics.
+//! One call to the lockd server over `wasi:http@0.2`: a `lockd-api` request
+//! posted to its route, blocking until the reply, read by [`crate::reply`].
 
-use lockd_api::{
-    DecodeError, DurabilityWord, FreeReply, Refusal, Reply, Route, Status, MAX_BODY_BYTES,
-};
+use lockd_api::{FreeReply, Route, Status};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::bindings::exports::lockd::lock::types::{Durability, Error, LockInfo};
-use crate::http::{self, Config};
-
-/// Longest piece of an unexpected reply quoted in an error message.
-const QUOTE_BYTES: usize = 200;
+use crate::bindings::exports::lockd::lock::types::Error;
+use crate::config::Config;
+use crate::http;
+use crate::reply::{self, Answer};
 
 /// Posts `request` to `route` and reads the reply: `T` if its status word
 /// is `success`, else the error it maps to.
@@ -32,31 +22,17 @@ pub(crate) fn post<T: DeserializeOwned>(
     success: Status,
     wait_ms: u32,
 ) -> Result<T, Error> {
-    let answer = send(config, route, request, wait_ms)?;
-    answer.expect(answer.status()?, success)
+    send(config, route, request, wait_ms)?.into_reply(success)
 }
 
 /// Posts `request` to a route that answers `found` with a `T`, or 404
-/// `not_found` without a message for nothing there (`/v1/locks/get` of a
-/// free name, `/v1/elections/leader` of an election nobody leads).
+/// `not_found` for nothing there ([`Answer::into_found`]).
 pub(crate) fn find<T: DeserializeOwned>(
     config: &Config,
     route: Route,
     request: &impl Serialize,
 ) -> Result<Result<T, FreeReply>, Error> {
-    let answer = send(config, route, request, 0)?;
-    match answer.status()? {
-        Status::NotFound => answer.expect(Status::NotFound, Status::NotFound).map(Err),
-        status => answer.expect(status, Status::Found).map(Ok),
-    }
-}
-
-/// A reply as it came: its HTTP status and body.
-struct Answer<'c> {
-    config: &'c Config,
-    route: Route,
-    http: u16,
-    body: Vec<u8>,
+    send(config, route, request, 0)?.into_found()
 }
 
 /// Encodes `request` and posts it to `route`.
@@ -66,16 +42,7 @@ fn send<'c>(
     request: &impl Serialize,
     wait_ms: u32,
 ) -> Result<Answer<'c>, Error> {
-    let body = serde_json::to_vec(request)
-        .map_err(|e| Error::InvalidArgument(format!("cannot encode the request: {e}")))?;
-    // The server answers a larger body with 413 `invalid_argument`, often
-    // before the body is sent, which the connection reports as a protocol
-    // error. Refused here instead, with the same answer.
-    if body.len() > MAX_BODY_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "body over {MAX_BODY_BYTES} bytes (a name or owner far over its limit)"
-        )));
-    }
+    let body = reply::encode(request)?;
     let (http, body) = http::post(config, route, &body, wait_ms).map_err(Error::Unavailable)?;
     Ok(Answer {
         config,
@@ -83,118 +50,4 @@ fn send<'c>(
         http,
         body,
     })
-}
-
-impl Answer<'_> {
-    /// The status word of a reply that is no refusal, with the HTTP code it
-    /// comes with (a success word with an error's code is not lockd's
-    /// answer); a refusal is the error it maps to.
-    fn status(&self) -> Result<Status, Error> {
-        let reply = self.read()?;
-        if let Some(refusal) = reply.refusal().map_err(|e| self.malformed(&e))? {
-            return Err(self.refused(refusal));
-        }
-        let status = reply.status();
-        if self.http != status.http_code() {
-            return Err(self.unexpected(&format!("the status word {:?}", status.as_str())));
-        }
-        Ok(status)
-    }
-
-    /// The reply as `T`, if its status word (as [`Answer::status`] read
-    /// it) is `success`.
-    fn expect<T: DeserializeOwned>(&self, status: Status, success: Status) -> Result<T, Error> {
-        if status != success {
-            // A server that answers `unlocked` to a `lock` is not one to trust.
-            return Err(Error::Unavailable(format!(
-                "the lockd server at {} answered {:?} where {:?} was due",
-                self.config.url,
-                status.as_str(),
-                success.as_str()
-            )));
-        }
-        lockd_api::decode(self.route, &self.body).map_err(|e| self.malformed(&e))
-    }
-
-    fn read(&self) -> Result<Reply<'_>, Error> {
-        Reply::read(self.route, &self.body).map_err(|e| self.malformed(&e))
-    }
-
-    fn malformed(&self, e: &DecodeError) -> Error {
-        self.unexpected(&e.problem().to_string())
-    }
-
-    fn unexpected(&self, what: &str) -> Error {
-        Error::Unavailable(format!(
-            "the lockd server at {} answered {} with HTTP {} and {what}: {}",
-            self.config.url,
-            self.route,
-            self.http,
-            quote(&self.body)
-        ))
-    }
-
-    /// The WIT error of a refusal: the variant of the same name, with the
-    /// message's detail as lockd's own host gives it.
-    fn refused(&self, refusal: Refusal) -> Error {
-        let error = match refusal {
-            Refusal::Busy(holder) => {
-                return Error::Busy(LockInfo {
-                    owner: holder.owner,
-                    fencing_token: holder.fencing_token,
-                    expires_at_ms: holder.expires_at_ms,
-                    durability: wit_durability(holder.durability),
-                })
-            }
-            Refusal::Error(error) => error,
-        };
-        match error.status {
-            Status::NotOwner => Error::NotOwner,
-            Status::NotHeld => Error::NotHeld,
-            Status::InvalidArgument => Error::InvalidArgument(error.detail().to_owned()),
-            Status::Denied => Error::Denied(error.detail().to_owned()),
-            Status::Unavailable => Error::Unavailable(error.detail().to_owned()),
-            Status::Unauthorized => Error::Denied(format!(
-                "the lockd server at {} refused the bearer token (HTTP {}): {}; \
-                 set LOCKD_AUTH_TOKEN to the server's token",
-                self.config.url, self.http, error.message
-            )),
-            // The token is known but scoped elsewhere: the message says
-            // which token lacks what.
-            Status::Forbidden => Error::Denied(format!(
-                "the lockd server at {} refused the request (HTTP {}): {}",
-                self.config.url, self.http, error.message
-            )),
-            // `not_found` with a message: the path is no route (a LOCKD_URL
-            // with a wrong path), which must not read as "free".
-            other => self.unexpected(&format!("the status word {:?}", other.as_str())),
-        }
-    }
-}
-
-/// The WIT durability of a wire word.
-pub(crate) fn wit_durability(word: DurabilityWord) -> Durability {
-    match word {
-        DurabilityWord::Persistent => Durability::Persistent,
-        DurabilityWord::Ephemeral => Durability::Ephemeral,
-    }
-}
-
-/// The wire word of a WIT durability.
-pub(crate) fn wire_durability(durability: Durability) -> DurabilityWord {
-    match durability {
-        Durability::Persistent => DurabilityWord::Persistent,
-        Durability::Ephemeral => DurabilityWord::Ephemeral,
-    }
-}
-
-/// The start of an unexpected body, for a message: lossy UTF-8, cut at
-/// [`QUOTE_BYTES`].
-fn quote(body: &[u8]) -> String {
-    let cut = &body[..body.len().min(QUOTE_BYTES)];
-    let mut text = format!("{:?}", String::from_utf8_lossy(cut));
-    if body.len() > QUOTE_BYTES {
-        text.push_str("...");
-    }
-    text
 }

@@ -5,16 +5,15 @@
 
 use std::cell::RefCell;
 
-use lockd_api::{
-    CampaignRequest, GrantReply, LeaderReply, LeaderRequest, ProclaimRequest, Route, Status,
-    StatusReply,
-};
+use lockd_api::{GrantReply, LeaderReply, Route, Status, StatusReply};
 
 use crate::bindings::exports::lockd::lock::elections::{
     self, CampaignOptions, GuestLeaderWatch, GuestLeadership, LeaderInfo,
 };
+use crate::bindings::exports::lockd::lock::locks::LockOptions;
 use crate::bindings::exports::lockd::lock::types::{Error, Grant};
 use crate::grants::{GiveBack, HeldGrant};
+use crate::wire::{self, seen, Seen};
 use crate::{call, http, Client};
 use wasip2::io::poll::Pollable;
 
@@ -36,19 +35,9 @@ impl elections::Guest for Client {
 /// `POST /v1/elections/leader`: the leader, or `None` when nobody leads.
 fn leader(name: &str) -> Result<Option<LeaderInfo>, Error> {
     let config = http::config()?;
-    let request = LeaderRequest {
-        namespace: Some(config.namespace.clone()),
-        name: name.to_owned(),
-    };
+    let request = wire::leader_request(config, name);
     let found: Result<LeaderReply, _> = call::find(config, Route::Leader, &request)?;
-    Ok(found.ok().map(|leader| LeaderInfo {
-        candidate: leader.candidate,
-        value: leader.value,
-        fencing_token: leader.fencing_token,
-        since_ms: leader.since_ms,
-        expires_at_ms: leader.expires_at_ms,
-        durability: call::wit_durability(leader.durability),
-    }))
+    Ok(found.ok().map(wire::leader_info))
 }
 
 /// The state behind an exported `leadership` resource.
@@ -69,15 +58,11 @@ impl GuestLeadership for Leadership {
         // The native host's candidate names: unguessable, so that nobody
         // else in the namespace can resign this leadership.
         let candidate = crate::fresh_id("candidate");
-        let request = CampaignRequest {
-            namespace: Some(config.namespace.clone()),
-            name,
-            candidate,
-            value,
-            ttl_ms: ttl_ms.into(),
-            wait_ms: Some(options.wait_ms.into()),
-            durability: Some(call::wire_durability(options.durability)),
+        let lock_options = LockOptions {
+            wait_ms: options.wait_ms,
+            durability: options.durability,
         };
+        let request = wire::campaign_request(config, name, candidate, value, ttl_ms, &lock_options);
         let reply: GrantReply = call::post(
             config,
             Route::Campaign,
@@ -88,7 +73,7 @@ impl GuestLeadership for Leadership {
         let held = HeldGrant::new(
             request.name,
             request.candidate,
-            &crate::grant(&reply),
+            &wire::grant(&reply),
             GiveBack::Resign,
         );
         Ok(elections::Leadership::new(Leadership(held)))
@@ -111,13 +96,8 @@ impl GuestLeadership for Leadership {
             return Err(Error::NotHeld);
         }
         let config = http::config()?;
-        let request = ProclaimRequest {
-            namespace: Some(config.namespace.clone()),
-            name: self.0.name.clone(),
-            candidate: self.0.owner.clone(),
-            fencing_token: self.0.token,
-            value,
-        };
+        let request =
+            wire::proclaim_request(config, &self.0.name, &self.0.owner, self.0.token, value);
         let _: StatusReply = call::post(config, Route::Proclaim, &request, Status::Proclaimed, 0)?;
         Ok(())
     }
@@ -137,15 +117,6 @@ impl GuestLeadership for Leadership {
     fn subscribe_lost(&self) -> Pollable {
         self.0.subscribe_lost()
     }
-}
-
-/// What tells one leader from another: its candidate, its token and its
-/// value (not its expiry, which moves with every extend), as the native
-/// host compares them.
-type Seen = Option<(String, u64, String)>;
-
-fn seen(leader: Option<&LeaderInfo>) -> Seen {
-    leader.map(|l| (l.candidate.clone(), l.fencing_token, l.value.clone()))
 }
 
 /// The state behind an exported `leader-watch` resource: the election and

@@ -5,13 +5,13 @@
 
 use std::cell::Cell;
 
-use lockd_api::{LockClaim, ResignRequest, Route, Status, StatusReply};
+use lockd_api::{LockClaim, Route, Status, StatusReply};
 
 use crate::bindings::exports::lockd::lock::guards::{self, GuardOptions, GuestGuard};
 use crate::bindings::exports::lockd::lock::holds::{self, GuestHold, HoldMode};
 use crate::bindings::exports::lockd::lock::locks::LockOptions;
 use crate::bindings::exports::lockd::lock::types::{Error, Grant};
-use crate::{call, http, Client};
+use crate::{call, http, wire, Client};
 use wasip2::io::poll::Pollable;
 
 /// How a grant is given back.
@@ -118,12 +118,7 @@ impl HeldGrant {
             GiveBack::Unlock => crate::unlock(&self.name, &self.owner, Some(self.token)),
             GiveBack::Resign => {
                 let config = http::config()?;
-                let request = ResignRequest {
-                    namespace: Some(config.namespace.clone()),
-                    name: self.name.clone(),
-                    candidate: self.owner.clone(),
-                    fencing_token: Some(self.token),
-                };
+                let request = wire::resign_request(config, &self.name, &self.owner, self.token);
                 let _: StatusReply =
                     call::post(config, Route::Resign, &request, Status::Resigned, 0)?;
                 Ok(())

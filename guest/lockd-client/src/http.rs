@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use lockd_api::{Route, DEFAULT_NAMESPACE};
+use lockd_api::Route;
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
@@ -11,6 +11,7 @@ use wasip2::http::types::{
 use wasip2::io::streams::StreamError;
 
 use crate::bindings::exports::lockd::lock::types::Error;
+use crate::config::Config;
 
 /// How long connecting to the server may take.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -27,85 +28,13 @@ const WRITE_CHUNK: usize = 4096;
 /// Bytes asked for per read of the reply body.
 const READ_CHUNK: u64 = 64 * 1024;
 
-/// Where the server is and how to talk to it, read once per instance.
-#[derive(Debug)]
-pub(crate) struct Config {
-    /// `LOCKD_URL` as given, for messages.
-    pub(crate) url: String,
-    scheme: Scheme,
-    authority: String,
-    /// The URL's path without its trailing slash ("" for none): routes are
-    /// appended to it, so a server behind a path prefix works.
-    base_path: String,
-    pub(crate) namespace: String,
-    /// `LOCKD_AUTH_TOKEN`, unless unset or empty.
-    auth_token: Option<String>,
-}
-
 /// The configuration, or the `unavailable` message every call answers.
 pub(crate) fn config() -> Result<&'static Config, Error> {
     static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
     CONFIG
-        .get_or_init(|| {
-            let env = wasip2::cli::environment::get_environment();
-            let var = |name: &str| {
-                env.iter()
-                    .find(|(key, _)| key == name)
-                    .map(|(_, value)| value.as_str())
-                    .filter(|value| !value.is_empty())
-            };
-            let Some(url) = var("LOCKD_URL") else {
-                return Err(
-                    "LOCKD_URL is not set: the lockd client component needs the URL of a \
-                            lockd server in its environment (for example \
-                            LOCKD_URL=http://127.0.0.1:7450)"
-                        .to_owned(),
-                );
-            };
-            let (scheme, authority, base_path) = parse_url(url)?;
-            Ok(Config {
-                url: url.to_owned(),
-                scheme,
-                authority,
-                base_path,
-                namespace: var("LOCKD_NAMESPACE")
-                    .unwrap_or(DEFAULT_NAMESPACE)
-                    .to_owned(),
-                auth_token: var("LOCKD_AUTH_TOKEN").map(str::to_owned),
-            })
-        })
+        .get_or_init(|| Config::from_env(&wasip2::cli::environment::get_environment()))
         .as_ref()
         .map_err(|message| Error::Unavailable(message.clone()))
-}
-
-/// `http://HOST:PORT[/PATH]`, `https://...`, or a bare `HOST:PORT` (taken as
-/// `http://`, like the lockd CLI's `--server`).
-fn parse_url(url: &str) -> Result<(Scheme, String, String), String> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("http://") {
-        (Scheme::Http, rest)
-    } else if let Some(rest) = url.strip_prefix("https://") {
-        (Scheme::Https, rest)
-    } else if url.contains("://") {
-        return Err(format!(
-            "LOCKD_URL={url:?} is not an http:// or https:// URL"
-        ));
-    } else {
-        (Scheme::Http, url)
-    };
-    let (authority, path) = match rest.find(['/', '?', '#']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
-    };
-    if authority.is_empty() || path.starts_with(['?', '#']) {
-        return Err(format!(
-            "LOCKD_URL={url:?} is not of the form http://HOST:PORT[/PATH]"
-        ));
-    }
-    Ok((
-        scheme,
-        authority.to_owned(),
-        path.trim_end_matches('/').to_owned(),
-    ))
 }
 
 /// `POST` `body` to `{LOCKD_URL}` + `route`'s path: the reply's HTTP status
@@ -120,24 +49,21 @@ pub(crate) fn post(
     wait_ms: u32,
 ) -> Result<(u16, Vec<u8>), String> {
     let server = &config.url;
-    let mut headers: Vec<(String, Vec<u8>)> =
-        vec![("content-type".to_owned(), b"application/json".to_vec())];
-    if let Some(token) = &config.auth_token {
-        headers.push((
-            "authorization".to_owned(),
-            format!("Bearer {token}").into_bytes(),
-        ));
-    }
-    let headers = Fields::from_list(&headers).map_err(|e| {
+    let headers = Fields::from_list(&config.headers()).map_err(|e| {
         format!(
             "cannot send the request headers (is LOCKD_AUTH_TOKEN a valid header value?): {e:?}"
         )
     })?;
     let request = OutgoingRequest::new(headers);
-    let path = format!("{}{}", config.base_path, route.path());
+    let path = config.path(route);
+    let scheme = if config.https {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     let set = request
         .set_method(&Method::Post)
-        .and_then(|()| request.set_scheme(Some(&config.scheme)))
+        .and_then(|()| request.set_scheme(Some(&scheme)))
         .and_then(|()| request.set_authority(Some(&config.authority)))
         .and_then(|()| request.set_path_with_query(Some(&path)));
     if set.is_err() {

@@ -4,13 +4,13 @@
 use std::cell::Cell;
 
 use lockd_api::{
-    GrantReply, LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply,
-    LeaseRequest, LeaseRevokedReply, LockRequest, Route, Status,
+    GrantReply, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply, Route,
+    Status,
 };
 
 use crate::bindings::exports::lockd::lock::leases::{self, GuestLease, LeaseOptions};
 use crate::bindings::exports::lockd::lock::types::{Error, Grant};
-use crate::{call, grant, http, no_keep_alive, ready_at, unlock, Client};
+use crate::{call, http, ready_at, unlock, wire, Client};
 use wasip2::io::poll::Pollable;
 
 impl leases::Guest for Client {
@@ -33,24 +33,17 @@ fn lease_call<T: serde::de::DeserializeOwned>(
     success: Status,
 ) -> Result<T, Error> {
     let config = http::config()?;
-    let request = LeaseRequest {
-        namespace: Some(config.namespace.clone()),
-        lease_id: id.to_owned(),
-    };
+    let request = wire::lease_request(config, id);
     call::post(config, route, &request, success, 0)
 }
 
 impl GuestLease for Lease {
     fn grant(ttl_ms: u32, options: LeaseOptions) -> Result<leases::Lease, Error> {
         if options.keep_alive {
-            return Err(no_keep_alive());
+            return Err(crate::no_keep_alive());
         }
         let config = http::config()?;
-        let request = LeaseGrantRequest {
-            namespace: Some(config.namespace.clone()),
-            ttl_ms: ttl_ms.into(),
-            durability: Some(call::wire_durability(options.durability)),
-        };
+        let request = wire::lease_grant_request(config, ttl_ms, options.durability);
         let granted: LeaseGrantedReply =
             call::post(config, Route::LeaseGrant, &request, Status::Granted, 0)?;
         let (id, expires_at_ms) = (granted.lease_id, granted.expires_at_ms);
@@ -71,20 +64,10 @@ impl GuestLease for Lease {
 
     fn lock(&self, name: String, wait_ms: u32) -> Result<Grant, Error> {
         let config = http::config()?;
-        let request = LockRequest {
-            namespace: Some(config.namespace.clone()),
-            name,
-            owner: None,
-            ttl_ms: None,
-            wait_ms: Some(wait_ms.into()),
-            durability: None,
-            lease_id: Some(self.id.clone()),
-            mode: None,
-            permits: None,
-        };
+        let request = wire::lease_lock_request(config, &self.id, name, wait_ms);
         let reply: GrantReply =
             call::post(config, Route::Lock, &request, Status::Acquired, wait_ms)?;
-        Ok(grant(&reply))
+        Ok(wire::grant(&reply))
     }
 
     fn unlock(&self, name: String) -> Result<(), Error> {

@@ -127,18 +127,18 @@
 //! `rust-claims steps P composed` its five (`tests/tests/portable.rs`).
 
 mod call;
+mod config;
 mod elections;
 mod grants;
 mod http;
 mod leases;
+mod reply;
+mod wire;
 
-use lockd_api::{
-    DurabilityWord, ExtendRequest, FoundReply, FreeReply, GetRequest, GrantReply, HeldMode,
-    LockClaim, LockMode, LockRequest, Route, Status, StatusReply, UnlockRequest,
-};
+use lockd_api::{FoundReply, FreeReply, GrantReply, LockClaim, Route, Status, StatusReply};
 
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
-use bindings::exports::lockd::lock::rwlocks::{self, Holder, Mode, NameState};
+use bindings::exports::lockd::lock::rwlocks::{self, NameState};
 use bindings::exports::lockd::lock::semaphores;
 use bindings::exports::lockd::lock::types::{Error, Grant, LockInfo};
 use wasip2::io::poll::Pollable;
@@ -195,14 +195,7 @@ impl locks::Guest for Client {
     }
 
     fn get(name: String) -> Result<Option<LockInfo>, Error> {
-        Ok(get(&name)?.ok().map(|found| {
-            lock_info(
-                found.owner,
-                found.fencing_token,
-                found.expires_at_ms,
-                found.durability,
-            )
-        }))
+        Ok(get(&name)?.ok().map(wire::found_info))
     }
 }
 
@@ -217,15 +210,7 @@ impl rwlocks::Guest for Client {
     }
 
     fn describe(name: String) -> Result<NameState, Error> {
-        Ok(match get(&name)? {
-            Ok(found) => name_state(found),
-            Err(free) => NameState {
-                holders: Vec::new(),
-                waiters: free.waiters.unwrap_or(0),
-                permits: None,
-                lock_delay_until_ms: free.lock_delay_until_ms,
-            },
-        })
+        Ok(wire::name_state(get(&name)?))
     }
 }
 
@@ -247,7 +232,7 @@ impl semaphores::Guest for Client {
     }
 }
 
-/// What `keep-alive` answers here: a component on a foreign host has no
+/// What `keep-alive` answers here: a component on a WASI 0.2 host has no
 /// task that could renew in the background (docs/portable.md).
 fn no_keep_alive() -> Error {
     Error::Denied(
@@ -279,23 +264,7 @@ fn lock(
     claim: LockClaim,
 ) -> Result<Grant, Error> {
     let config = http::config()?;
-    let (mode, permits) = match claim {
-        // Left out, as every client before modes sent it.
-        LockClaim::Exclusive => (None, None),
-        LockClaim::Shared => (Some(LockMode::Shared), None),
-        LockClaim::Permit { permits } => (None, Some(permits)),
-    };
-    let request = LockRequest {
-        namespace: Some(config.namespace.clone()),
-        name: name.to_owned(),
-        owner: Some(owner.to_owned()),
-        ttl_ms: Some(ttl_ms.into()),
-        wait_ms: Some(options.wait_ms.into()),
-        durability: Some(call::wire_durability(options.durability)),
-        lease_id: None,
-        mode,
-        permits,
-    };
+    let request = wire::lock_request(config, name, owner, ttl_ms, &options, claim);
     let reply: GrantReply = call::post(
         config,
         Route::Lock,
@@ -303,131 +272,38 @@ fn lock(
         Status::Acquired,
         options.wait_ms,
     )?;
-    Ok(grant(&reply))
+    Ok(wire::grant(&reply))
 }
 
 fn unlock(name: &str, owner: &str, fencing_token: Option<u64>) -> Result<(), Error> {
     let config = http::config()?;
-    let request = UnlockRequest {
-        namespace: Some(config.namespace.clone()),
-        name: name.to_owned(),
-        owner: owner.to_owned(),
-        fencing_token,
-    };
+    let request = wire::unlock_request(config, name, owner, fencing_token);
     let _: StatusReply = call::post(config, Route::Unlock, &request, Status::Unlocked, 0)?;
     Ok(())
 }
 
 fn extend(name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
     let config = http::config()?;
-    let request = ExtendRequest {
-        namespace: Some(config.namespace.clone()),
-        name: name.to_owned(),
-        owner: owner.to_owned(),
-        ttl_ms: ttl_ms.into(),
-    };
+    let request = wire::extend_request(config, name, owner, ttl_ms);
     let reply: GrantReply = call::post(config, Route::Extend, &request, Status::Extended, 0)?;
-    Ok(grant(&reply))
+    Ok(wire::grant(&reply))
 }
 
 /// `POST /v1/locks/get`: the holders of `name`, or what the server says of
 /// a free one.
 fn get(name: &str) -> Result<Result<FoundReply, FreeReply>, Error> {
     let config = http::config()?;
-    let request = GetRequest {
-        namespace: Some(config.namespace.clone()),
-        name: name.to_owned(),
-    };
-    call::find(config, Route::Get, &request)
+    call::find(config, Route::Get, &wire::get_request(config, name))
 }
 
 /// Whether the server shows `owner` holding `name` under `token`, in any
 /// mode. Unknown is not "held": a caller acting on `true` must be right.
 fn holds(name: &str, owner: &str, token: u64) -> bool {
-    let Ok(Ok(found)) = get(name) else {
-        return false;
-    };
-    if found.holders.is_empty() {
-        // A server older than `holders` names the one exclusive holder.
-        return found.owner == owner && found.fencing_token == token;
-    }
-    found
-        .holders
-        .iter()
-        .any(|h| h.owner == owner && h.fencing_token == token)
-}
-
-/// `describe`'s answer from `get`'s: every holder with its mode.
-fn name_state(found: FoundReply) -> NameState {
-    let mut holders: Vec<Holder> = found
-        .holders
-        .into_iter()
-        .map(|h| Holder {
-            info: lock_info(h.owner, h.fencing_token, h.expires_at_ms, h.durability),
-            mode: wit_mode(h.mode),
-            acquired_at_ms: h.acquired_at_ms,
-        })
-        .collect();
-    if holders.is_empty() {
-        // A server older than `holders`: its one holder is the reply's.
-        holders.push(Holder {
-            info: lock_info(
-                found.owner,
-                found.fencing_token,
-                found.expires_at_ms,
-                found.durability,
-            ),
-            mode: wit_mode(found.mode),
-            acquired_at_ms: None,
-        });
-    }
-    NameState {
-        holders,
-        waiters: found.waiters,
-        permits: found.permits,
-        lock_delay_until_ms: found.lock_delay_until_ms,
-    }
-}
-
-fn lock_info(
-    owner: String,
-    fencing_token: u64,
-    expires_at_ms: u64,
-    durability: DurabilityWord,
-) -> LockInfo {
-    LockInfo {
-        owner,
-        fencing_token,
-        expires_at_ms,
-        durability: call::wit_durability(durability),
-    }
-}
-
-fn wit_mode(mode: HeldMode) -> Mode {
-    match mode {
-        HeldMode::Exclusive => Mode::Exclusive,
-        HeldMode::Shared => Mode::Shared,
-        HeldMode::Permit => Mode::Permit,
-        HeldMode::Leader => Mode::Leader,
-    }
-}
-
-fn grant(reply: &GrantReply) -> Grant {
-    Grant {
-        fencing_token: reply.fencing_token,
-        expires_at_ms: reply.expires_at_ms,
-    }
+    matches!(get(name), Ok(Ok(found)) if wire::holds(&found, owner, token))
 }
 
 /// A fresh owner `PREFIX-<32 hex digits>`: 128 random bits, as the native
 /// host makes guard owners and candidates.
 fn fresh_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 16];
-    for (slot, byte) in bytes
-        .iter_mut()
-        .zip(wasip2::random::random::get_random_bytes(16))
-    {
-        *slot = byte;
-    }
-    format!("{prefix}-{:032x}", u128::from_be_bytes(bytes))
+    wire::fresh_id(prefix, &wasip2::random::random::get_random_bytes(16))
 }

@@ -1,17 +1,28 @@
 //! `lockd plug APP.wasm -o OUT.wasm`: composes a component that imports
-//! `lockd:lock` with the lockd-client component (which exports
-//! `lockd:lock/locks` and `lockd:lock/guards` over wasi:http, talking to a
-//! lockd server), so that the result imports no lock capability and runs on
-//! any host with wasi:http (Spin, `wasmtime serve`, jco).
+//! `lockd:lock` with the client component for the version it imports, which
+//! exports those interfaces over wasi:http and talks to a lockd server, so
+//! that the result imports no lock capability and runs on any host with
+//! wasi:http (Spin, `wasmtime serve`, jco, `wasmtime run -S http`):
+//!
+//! - `lockd:lock@0.1.x` (WASI 0.2): `lockd-client.wasm` (`guest/lockd-client`),
+//!   over `wasi:http/outgoing-handler@0.2`;
+//! - `lockd:lock@0.2.x` (WASI 0.3): `lockd-client-p3.wasm`
+//!   (`guest/lockd-client-p3`), `async func`s over `wasi:http/client@0.3.0`,
+//!   for hosts with WASI 0.3 (`wasmtime run -Wcomponent-model-async -Sp3,http`).
+//!
+//! An app that imports both versions gets both clients. `--client PATH`
+//! (repeatable) replaces the choice.
 //!
 //! The composition happens in process with `wac-graph` (what `wac plug` does),
 //! after checks that give a clear refusal instead of a composition that
 //! silently plugs nothing:
 //!
-//! - APP and the client must be components;
-//! - APP must import at least one `lockd:lock` interface;
-//! - every `lockd:lock` interface APP imports must be exported by the client
-//!   in a semver-compatible version (`locks@0.2.0` against a client for
+//! - APP and the clients must be components;
+//! - APP must import at least one `lockd:lock` interface, in a version lockd
+//!   has a client for (the refusal names the versions there are clients
+//!   for);
+//! - every `lockd:lock` interface APP imports must be exported by a client
+//!   in a semver-compatible version (`locks@0.2.0` against `--client` for
 //!   `0.1.0` is refused, naming both), with a matching type;
 //! - the composed component is validated, and must import no `lockd:lock`
 //!   interface with functions. A types-only interface (`lockd:lock/types`)
@@ -19,15 +30,17 @@
 //!   functions, so a host provides nothing for it (wasmtime, Spin and jco
 //!   accept it).
 //!
-//! # Where the client comes from
+//! # Where the clients come from
 //!
-//! The client is not embedded in the `lockd` binary: a fresh clone builds
+//! The clients are not embedded in the `lockd` binary: a fresh clone builds
 //! `lockd` before any guest, and a build script that watched a file that may
 //! not exist would rebuild `lockd` every time (or embed a stale client).
-//! [`find_client`] looks, in order, at `--client PATH`, `$LOCKD_CLIENT_WASM`,
-//! `./target/guests/lockd-client.wasm`, and the `target/guests/` next to the
-//! running binary (`target/debug/lockd` finds `target/guests/`), and
-//! otherwise says how to build it: `bash guest/build-all.sh lockd-client`.
+//! [`find_client`] looks, in order, at the client's environment variable
+//! (`$LOCKD_CLIENT_WASM`, `$LOCKD_CLIENT_P3_WASM`),
+//! `./target/guests/<file>`, and the `target/guests/` next to the running
+//! binary (`target/debug/lockd` finds `target/guests/`), and otherwise says
+//! how to build it: `bash guest/build-all.sh lockd-client` (or
+//! `lockd-client-p3`).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -37,14 +50,34 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use wac_graph::types::{are_semver_compatible, ItemKind, Package, SubtypeChecker, Type, Types};
 use wac_graph::{CompositionGraph, EncodeOptions, PackageId, Processor};
 
-/// The client component's file name under `target/guests/`.
-pub const CLIENT_FILE: &str = "lockd-client.wasm";
+/// A client component `lockd plug` can choose.
+#[derive(Debug)]
+pub struct KnownClient {
+    /// The `lockd:lock` version it exports.
+    pub version: &'static str,
+    /// Its file name under `target/guests/`.
+    pub file: &'static str,
+    /// The environment variable naming it.
+    pub env: &'static str,
+    /// The command that builds it.
+    pub build: &'static str,
+}
 
-/// The environment variable naming the client component.
-pub const CLIENT_ENV: &str = "LOCKD_CLIENT_WASM";
-
-/// The command that builds the client component.
-pub const BUILD_CLIENT: &str = "bash guest/build-all.sh lockd-client";
+/// The clients, one per `lockd:lock` version.
+pub const CLIENTS: [KnownClient; 2] = [
+    KnownClient {
+        version: "0.1.0",
+        file: "lockd-client.wasm",
+        env: "LOCKD_CLIENT_WASM",
+        build: "bash guest/build-all.sh lockd-client",
+    },
+    KnownClient {
+        version: "0.2.0",
+        file: "lockd-client-p3.wasm",
+        env: "LOCKD_CLIENT_P3_WASM",
+        build: "bash guest/build-all.sh lockd-client-p3",
+    },
+];
 
 /// The package whose imports are plugged.
 const LOCK_PACKAGE: &str = "lockd:lock/";
@@ -54,7 +87,9 @@ const LOCK_PACKAGE: &str = "lockd:lock/";
 pub struct Plugged {
     /// The composed component.
     pub bytes: Vec<u8>,
-    /// APP's `lockd:lock` imports that the client now provides.
+    /// The client components plugged in (as named to [`plug`]).
+    pub clients: Vec<String>,
+    /// APP's `lockd:lock` imports that the clients now provide.
     pub plugged: Vec<String>,
     /// Everything the composed component imports.
     pub imports: Vec<String>,
@@ -62,19 +97,70 @@ pub struct Plugged {
     pub types_only_left: Vec<String>,
 }
 
-/// The client component to use: `explicit` (`--client`), else
-/// `$LOCKD_CLIENT_WASM`, else `./target/guests/lockd-client.wasm`, else the
-/// `target/guests/` next to the running binary. The error names every place
-/// looked at and how to build the client.
-pub fn find_client(explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(path) = explicit {
-        return existing(path, "--client");
+/// The clients for the `lockd:lock` versions `app` imports (those of its
+/// imports with functions, or of all if it has only types-only ones); an
+/// error naming the versions lockd has clients for if one is unknown.
+pub fn clients_for(app_name: &str, app: &[u8]) -> Result<Vec<&'static KnownClient>> {
+    check_component(app_name, app)?;
+    let mut types = Types::default();
+    let package = Package::from_bytes("app", None, app.to_vec(), &mut types)
+        .map_err(|e| anyhow!("{app_name} is not a valid component: {e:#}"))?;
+    let world = &types[package.ty()];
+    let locks: Vec<(&String, ItemKind)> = world
+        .imports
+        .iter()
+        .filter(|(name, _)| name.starts_with(LOCK_PACKAGE))
+        .map(|(name, kind)| (name, *kind))
+        .collect();
+    if locks.is_empty() {
+        bail!("{app_name} imports no lockd:lock interface; nothing to plug");
     }
-    if let Some(path) = std::env::var_os(CLIENT_ENV).filter(|p| !p.is_empty()) {
-        return existing(Path::new(&path), &format!("${CLIENT_ENV}"));
+    let with_functions: Vec<&String> = locks
+        .iter()
+        .filter(|(_, kind)| !is_types_only(&types, *kind))
+        .map(|(name, _)| *name)
+        .collect();
+    let names = if with_functions.is_empty() {
+        locks.iter().map(|(name, _)| *name).collect()
+    } else {
+        with_functions
+    };
+    let mut chosen: Vec<&'static KnownClient> = Vec::new();
+    for name in names {
+        let client = CLIENTS
+            .iter()
+            .find(|c| {
+                let offered = format!("{LOCK_PACKAGE}{}@{}", interface_of(name), c.version);
+                are_semver_compatible(&offered, name)
+            })
+            .ok_or_else(|| {
+                let known: Vec<String> = CLIENTS
+                    .iter()
+                    .map(|c| format!("{} ({})", c.version, c.file))
+                    .collect();
+                anyhow!(
+                    "{app_name} imports {name}; lockd plug has clients for lockd:lock {} only: \
+                     build the app against one of those versions, or pass --client",
+                    known.join(" and ")
+                )
+            })?;
+        if !chosen.iter().any(|c| std::ptr::eq(*c, client)) {
+            chosen.push(client);
+        }
+    }
+    Ok(chosen)
+}
+
+/// Where `client` is: `${client.env}`, else `./target/guests/<file>`, else
+/// the `target/guests/` next to the running binary. The error names every
+/// place looked at and how to build the client.
+pub fn find_client(client: &KnownClient) -> Result<PathBuf> {
+    let env = client.env;
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return existing(Path::new(&path), &format!("${env}"), client);
     }
     let mut looked = Vec::new();
-    let cwd = Path::new("target").join("guests").join(CLIENT_FILE);
+    let cwd = Path::new("target").join("guests").join(client.file);
     if cwd.is_file() {
         return Ok(cwd);
     }
@@ -83,7 +169,7 @@ pub fn find_client(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Ok(exe) = std::env::current_exe() {
         for dir in exe.ancestors().skip(1).take(3) {
             if dir.file_name().is_some_and(|n| n == "target") {
-                let candidate = dir.join("guests").join(CLIENT_FILE);
+                let candidate = dir.join("guests").join(client.file);
                 if candidate.is_file() {
                     return Ok(candidate);
                 }
@@ -93,37 +179,71 @@ pub fn find_client(explicit: Option<&Path>) -> Result<PathBuf> {
         }
     }
     bail!(
-        "no lockd-client component found (looked at {}; --client and ${CLIENT_ENV} not set): \
-         build it with `{BUILD_CLIENT}` or pass --client PATH",
-        looked.join(", ")
+        "no {} component found for lockd:lock@{} (looked at {}; --client and ${env} not set): \
+         build it with `{}` or pass --client PATH",
+        client.file,
+        client.version,
+        looked.join(", "),
+        client.build
     )
 }
 
-fn existing(path: &Path, from: &str) -> Result<PathBuf> {
+/// `path` (named by `from`) if it exists; otherwise an error that says how
+/// to build `client`.
+fn existing(path: &Path, from: &str, client: &KnownClient) -> Result<PathBuf> {
     if path.is_file() {
         Ok(path.to_path_buf())
     } else {
         bail!(
-            "the lockd-client component {} (from {from}) does not exist: \
-             build it with `{BUILD_CLIENT}`",
-            path.display()
+            "the client component {} (from {from}) does not exist: build it with `{}`",
+            path.display(),
+            client.build
         )
     }
 }
 
-/// Reads APP and the client, plugs them, and writes the checked result to
-/// `out` (through a temporary file next to it, so a failure leaves no partial
+/// `--client` paths as given, each checked to exist.
+pub fn explicit_clients(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    paths
+        .iter()
+        .map(|path| {
+            if path.is_file() {
+                Ok(path.clone())
+            } else {
+                let builds: Vec<&str> = CLIENTS.iter().map(|c| c.build).collect();
+                bail!(
+                    "the client component {} (from --client) does not exist: build it with `{}`",
+                    path.display(),
+                    builds.join("` or `")
+                )
+            }
+        })
+        .collect()
+}
+
+/// Reads APP and the clients (`explicit`, the `--client` paths, or else
+/// those [`clients_for`] the versions APP imports, found by
+/// [`find_client`]), plugs them, and writes the checked result to `out`
+/// (through a temporary file next to it, so a failure leaves no partial
 /// output).
-pub fn plug_files(app: &Path, client: &Path, out: &Path) -> Result<Plugged> {
+pub fn plug_files(app: &Path, explicit: &[PathBuf], out: &Path) -> Result<Plugged> {
     let app_bytes = std::fs::read(app).with_context(|| format!("cannot read {}", app.display()))?;
-    let client_bytes = std::fs::read(client)
-        .with_context(|| format!("cannot read the client component {}", client.display()))?;
-    let plugged = plug(
-        &app.display().to_string(),
-        &app_bytes,
-        &client.display().to_string(),
-        &client_bytes,
-    )?;
+    let app_name = app.display().to_string();
+    let paths = if explicit.is_empty() {
+        clients_for(&app_name, &app_bytes)?
+            .into_iter()
+            .map(find_client)
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        explicit_clients(explicit)?
+    };
+    let mut clients = Vec::new();
+    for path in &paths {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the client component {}", path.display()))?;
+        clients.push((path.display().to_string(), bytes));
+    }
+    let plugged = plug_all(&app_name, &app_bytes, &clients)?;
     let mut tmp = out.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -139,27 +259,55 @@ pub fn plug_files(app: &Path, client: &Path, out: &Path) -> Result<Plugged> {
 /// Plugs `client`'s `lockd:lock` exports into `app`'s imports. `app_name`
 /// and `client_name` (paths, usually) only appear in error messages.
 pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Result<Plugged> {
+    plug_all(app_name, app, &[(client_name.to_owned(), client.to_vec())])
+}
+
+/// Plugs the `lockd:lock` exports of `clients` (name, bytes) into `app`'s
+/// imports. `app_name` and the clients' names (paths, usually) only appear
+/// in messages.
+pub fn plug_all(app_name: &str, app: &[u8], clients: &[(String, Vec<u8>)]) -> Result<Plugged> {
     check_component(app_name, app)?;
-    check_component(client_name, client)?;
+    if clients.is_empty() {
+        bail!("no client component to plug into {app_name}");
+    }
+    for (name, bytes) in clients {
+        check_component(name, bytes)?;
+    }
 
     let mut graph = CompositionGraph::new();
     let app_pkg = Package::from_bytes("app", None, app.to_vec(), graph.types_mut())
         .map_err(|e| anyhow!("{app_name} is not a valid component: {e:#}"))?;
-    let client_pkg = Package::from_bytes("lockd:client", None, client.to_vec(), graph.types_mut())
-        .map_err(|e| anyhow!("{client_name} is not a valid component: {e:#}"))?;
     let app_id = graph.register_package(app_pkg)?;
-    let client_id = graph.register_package(client_pkg)?;
+    let mut client_ids = Vec::new();
+    for (i, (name, bytes)) in clients.iter().enumerate() {
+        let package_name = format!("lockd:client{i}");
+        let pkg = Package::from_bytes(&package_name, None, bytes.clone(), graph.types_mut())
+            .map_err(|e| anyhow!("{name} is not a valid component: {e:#}"))?;
+        client_ids.push(graph.register_package(pkg)?);
+    }
+    let client_name = clients
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect::<Vec<_>>()
+        .join(" and ");
 
     let wanted = lock_names(&graph, app_id, true);
     if wanted.is_empty() {
         bail!("{app_name} imports no lockd:lock interface; nothing to plug");
     }
-    let offered = lock_names(&graph, client_id, false);
-    if offered.is_empty() {
-        bail!(
-            "{client_name} exports no lockd:lock interface; is it the lockd-client component \
-             (`{BUILD_CLIENT}`)?"
-        );
+    // Every client's lockd:lock exports, with the client's index.
+    let mut offered: Vec<(usize, String)> = Vec::new();
+    for (i, id) in client_ids.iter().enumerate() {
+        let names = lock_names(&graph, *id, false);
+        if names.is_empty() {
+            let builds: Vec<&str> = CLIENTS.iter().map(|c| c.build).collect();
+            bail!(
+                "{} exports no lockd:lock interface; is it a lockd client component (`{}`)?",
+                clients[i].0,
+                builds.join("`, `")
+            );
+        }
+        offered.extend(names.into_iter().map(|name| (i, name)));
     }
 
     // Every lockd:lock import must have a compatible export, except a
@@ -168,19 +316,31 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
     // `locks` rather than `types`.
     let types = graph.types();
     let app_world = &types[graph[app_id].ty()];
-    let client_world = &types[graph[client_id].ty()];
+    // A composition cannot export an instance whose types come from a
+    // component inside it (wasmparser: "instance not valid to be used as
+    // export"), so when APP exports an interface of its own (which may name
+    // lockd:lock types, as `use lockd:lock/types@0.2.0.{error}` does), its
+    // types-only lockd:lock imports stay imports of the result.
+    let keep_types_imported = app_world
+        .exports
+        .keys()
+        .any(|name| !name.starts_with("wasi:"));
     let mut wanted = wanted;
     wanted.sort_by_key(|name| is_types_only(types, app_world.imports[name.as_str()]));
     let mut plugged = Vec::new();
+    // (client, its export, APP's import) for every import plugged.
+    let mut wiring: Vec<(usize, String, String)> = Vec::new();
     let mut cache = HashSet::new();
     let mut checker = SubtypeChecker::new(&mut cache);
     for import in &wanted {
         let interface = interface_of(import);
         let export = offered
             .iter()
-            .find(|e| are_semver_compatible(e, import) && interface_of(e) == interface);
+            .find(|(_, e)| are_semver_compatible(e, import) && interface_of(e) == interface);
         match export {
-            Some(export) => {
+            Some((i, export)) => {
+                let client_world = &types[graph[client_ids[*i]].ty()];
+                let client_name = &clients[*i].0;
                 checker
                     .is_subtype(
                         client_world.exports[export.as_str()],
@@ -194,13 +354,17 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
                              {app_name} imports as {import}: {e:#}"
                         )
                     })?;
-                plugged.push(import.clone());
+                let types_only = is_types_only(types, app_world.imports[import.as_str()]);
+                if !(types_only && keep_types_imported) {
+                    plugged.push(import.clone());
+                    wiring.push((*i, export.clone(), import.clone()));
+                }
             }
             None => {
                 let same: Vec<&str> = offered
                     .iter()
-                    .filter(|e| interface_of(e) == interface)
-                    .map(String::as_str)
+                    .filter(|(_, e)| interface_of(e) == interface)
+                    .map(|(_, e)| e.as_str())
                     .collect();
                 if !same.is_empty() {
                     bail!(
@@ -214,7 +378,11 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
                     bail!(
                         "{app_name} imports {import}, which the client {client_name} does not \
                          export (it exports {})",
-                        offered.join(", ")
+                        offered
+                            .iter()
+                            .map(|(_, e)| e.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     );
                 }
             }
@@ -227,8 +395,8 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
         );
     }
 
-    wac_graph::plug(&mut graph, vec![client_id], app_id)
-        .map_err(|e| anyhow!("composing {app_name} with {client_name}: {:#}", anyhow!(e)))?;
+    wire_up(&mut graph, app_id, &client_ids, &wiring)
+        .map_err(|e| anyhow!("composing {app_name} with {client_name}: {e:#}"))?;
     let bytes = encode_checked(&graph, "lockd plug")
         .map_err(|e| anyhow!("composing {app_name} with {client_name}: {e:#}"))?;
 
@@ -251,19 +419,50 @@ pub fn plug(app_name: &str, app: &[u8], client_name: &str, client: &[u8]) -> Res
     }
     Ok(Plugged {
         bytes,
+        clients: clients.iter().map(|(name, _)| name.clone()).collect(),
         plugged,
         imports,
         types_only_left,
     })
 }
 
+/// What `wac plug` does, for the pairs in `wiring` only: instantiates APP
+/// with each (client, export, import) pair's client export as its import,
+/// and exports what APP exports. APP's other imports become the result's.
+fn wire_up(
+    graph: &mut CompositionGraph,
+    app: PackageId,
+    clients: &[PackageId],
+    wiring: &[(usize, String, String)],
+) -> Result<()> {
+    let app_instance = graph.instantiate(app);
+    let mut instances = vec![None; clients.len()];
+    for (client, export, import) in wiring {
+        let instance =
+            *instances[*client].get_or_insert_with(|| graph.instantiate(clients[*client]));
+        let item = graph.alias_instance_export(instance, export)?;
+        graph.set_instantiation_argument(app_instance, import, item)?;
+    }
+    let exports: Vec<String> = graph.types()[graph[app].ty()]
+        .exports
+        .keys()
+        .cloned()
+        .collect();
+    for name in exports {
+        let item = graph.alias_instance_export(app_instance, &name)?;
+        graph.export(item, &name)?;
+    }
+    Ok(())
+}
+
 /// A one-paragraph account of a successful plug, for stdout.
 pub fn summary(out: &Path, plugged: &Plugged) -> String {
     let mut text = format!(
-        "wrote {} ({} bytes): {} now provided by lockd-client",
+        "wrote {} ({} bytes): {} now provided by {}",
         out.display(),
         plugged.bytes.len(),
-        plugged.plugged.join(", ")
+        plugged.plugged.join(", "),
+        plugged.clients.join(" and ")
     );
     let _ = write!(text, "\nimports: {}", plugged.imports.join(", "));
     if !plugged.types_only_left.is_empty() {

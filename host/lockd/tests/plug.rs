@@ -19,10 +19,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// `lockd ARGS` in `dir` (the package directory if `None`), without the
-/// developer's `$LOCKD_CLIENT_WASM`.
+/// developer's `$LOCKD_CLIENT_WASM` or `$LOCKD_CLIENT_P3_WASM`.
 fn lockd_in(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
-    cmd.args(args).env_remove("LOCKD_CLIENT_WASM");
+    cmd.args(args)
+        .env_remove("LOCKD_CLIENT_WASM")
+        .env_remove("LOCKD_CLIENT_P3_WASM");
     if let Some(dir) = dir {
         cmd.current_dir(dir);
     }
@@ -67,6 +69,8 @@ fn path(p: &Path) -> &str {
 fn engine() -> Engine {
     let mut config = Config::new();
     config.wasm_component_model(true);
+    // WASI 0.3 components (lockd-client-p3, rust-p3) have async lifts.
+    config.wasm_component_model_async(true);
     Engine::new(&config).unwrap()
 }
 
@@ -175,6 +179,100 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
             "bash guest/build-all.sh lockd-client",
         ],
     );
+}
+
+#[test]
+fn each_lock_version_gets_its_client() {
+    // rust-p3 imports lockd:lock@0.2.0 (WASI 0.3) and, for its contrast,
+    // locks@0.1.0: with no --client, both clients are found next to the
+    // binary and plugged.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.wasm");
+    let args = ["plug", lockd_tests::RUST_P3, "-o", path(&out)];
+    let o = lockd_in(Some(dir.path()), &args, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    for needle in [
+        "lockd:lock/locks@0.2.0",
+        "lockd:lock/elections@0.2.0",
+        "lockd:lock/locks@0.1.0",
+        "lockd-client-p3.wasm",
+        "lockd-client.wasm",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} not in {stdout}");
+    }
+    let after = imports(&engine(), &out);
+    for name in &after {
+        assert!(
+            !name.starts_with("lockd:lock/") || name.starts_with("lockd:lock/types@"),
+            "{name} still imported: {after:?}"
+        );
+    }
+    for http in ["wasi:http/client@0.3.0", "wasi:http/outgoing-handler@0.2"] {
+        assert!(
+            after.iter().any(|i| i.starts_with(http)),
+            "{http} not in {after:?}"
+        );
+    }
+
+    // --client replaces the choice: both given, both plugged; the 0.1.0
+    // client alone is refused, naming both versions.
+    let both = [
+        "plug",
+        lockd_tests::RUST_P3,
+        "-o",
+        path(&out),
+        "--client",
+        lockd_tests::LOCKD_CLIENT_P3,
+        "--client",
+        lockd_tests::LOCKD_CLIENT,
+    ];
+    let o = lockd(&both);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let one = [
+        "plug",
+        lockd_tests::RUST_P3,
+        "-o",
+        path(&out),
+        "--client",
+        lockd_tests::LOCKD_CLIENT,
+    ];
+    refused(&lockd(&one), &["lockd:lock/", "@0.2.0", "@0.1.0"]);
+
+    // $LOCKD_CLIENT_P3_WASM names the 0.2.0 client; a wrong one is an error
+    // that says how to build it.
+    let o = lockd_in(
+        Some(dir.path()),
+        &args,
+        &[("LOCKD_CLIENT_P3_WASM", "/nonexistent/p3-client.wasm")],
+    );
+    refused(
+        &o,
+        &[
+            "/nonexistent/p3-client.wasm",
+            "$LOCKD_CLIENT_P3_WASM",
+            "bash guest/build-all.sh lockd-client-p3",
+        ],
+    );
+}
+
+#[test]
+fn unknown_lock_version_is_refused_naming_the_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.wasm");
+    let app = component_from_wit(&lock_wit("0.3.0", ""), "imports");
+    let app = write(dir.path(), "app-0.3.0.wasm", &app);
+    let o = lockd(&["plug", path(&app), "-o", path(&out)]);
+    refused(
+        &o,
+        &[
+            "app-0.3.0.wasm",
+            "@0.3.0",
+            "0.1.0 (lockd-client.wasm)",
+            "0.2.0 (lockd-client-p3.wasm)",
+        ],
+    );
+    assert!(!out.exists());
 }
 
 #[test]

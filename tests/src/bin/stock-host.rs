@@ -33,6 +33,16 @@
 //!   picks a free port. Once listening it prints
 //!   `stock-host listening on http://ADDR` on stdout. A component that fails
 //!   before answering gets a 500 and its error on stderr.
+//! - `stock-host run-p3 COMPONENT [--env K=V]... [--cacert FILE] --invoke
+//!   CALL...` is `wasmtime run -Wcomponent-model-async -Sp3,http --invoke
+//!   CALL` for WASI 0.3 components ([`lockd_tests::stock_host_p3`]): WASI 0.3
+//!   and `wasi:http@0.3` beside WASI 0.2 and its `wasi:http`. Every
+//!   `--invoke` (`INTERFACE#NAME(ARGS)`, e.g.
+//!   `'lockd:p3-probe/probe#ping("jobs")'`) is called at once on one
+//!   instance, each as its own task; each result is printed as it arrives,
+//!   `invoke I: RESULT` (I counts the `--invoke`s from 0; RESULT in the
+//!   WAVE style, e.g. `ok(5)`). The exit status is 0 once all have
+//!   returned, 134 if one trapped (`invoke I trapped: ERROR` on stderr).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +51,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
 use lockd_tests::stock_host::{self, CommandEnd, Proxy, StockState};
+use lockd_tests::stock_host_p3::{self, Invocation};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 /// The exit status of a trapped command (a process killed by SIGABRT).
@@ -48,33 +59,46 @@ const TRAP_EXIT_CODE: u8 = 134;
 
 const USAGE: &str =
     "usage: stock-host run COMPONENT [--env K=V]... [--cacert FILE] [-- ARGS...]\n       \
-                     stock-host serve COMPONENT [--listen ADDR] [--env K=V]...";
+                     stock-host serve COMPONENT [--listen ADDR] [--env K=V]...\n       \
+                     stock-host run-p3 COMPONENT [--env K=V]... [--cacert FILE] --invoke CALL...";
+
+/// The three commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Run,
+    Serve,
+    RunP3,
+}
 
 /// The parsed command line.
 #[derive(Debug)]
 struct Cli {
-    serve: bool,
+    mode: Mode,
     component: PathBuf,
     env: Vec<(String, String)>,
     listen: SocketAddr,
     cacert: Option<PathBuf>,
     args: Vec<String>,
+    invoke: Vec<Invocation>,
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Cli> {
-    let serve = match argv.next().as_deref() {
-        Some("run") => false,
-        Some("serve") => true,
+    let mode = match argv.next().as_deref() {
+        Some("run") => Mode::Run,
+        Some("serve") => Mode::Serve,
+        Some("run-p3") => Mode::RunP3,
         Some(other) => bail!("unknown command {other:?}"),
         None => bail!("no command"),
     };
+    let serve = mode == Mode::Serve;
     let mut cli = Cli {
-        serve,
+        mode,
         component: PathBuf::new(),
         env: Vec::new(),
         listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
         cacert: None,
         args: Vec::new(),
+        invoke: Vec::new(),
     };
     let mut component = None;
     while let Some(arg) = argv.next() {
@@ -95,7 +119,11 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Cli> {
             "--cacert" if !serve => {
                 cli.cacert = Some(PathBuf::from(argv.next().context("--cacert needs FILE")?));
             }
-            "--" if !serve => {
+            "--invoke" if mode == Mode::RunP3 => {
+                let call = argv.next().context("--invoke needs CALL")?;
+                cli.invoke.push(call.parse()?);
+            }
+            "--" if mode == Mode::Run => {
                 cli.args.extend(argv.by_ref());
             }
             _ if arg.starts_with("--") => bail!("unknown option {arg}"),
@@ -104,6 +132,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Cli> {
         }
     }
     cli.component = component.context("no COMPONENT")?;
+    if mode == Mode::RunP3 && cli.invoke.is_empty() {
+        bail!("run-p3 needs at least one --invoke CALL");
+    }
     Ok(cli)
 }
 
@@ -126,10 +157,10 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        if cli.serve {
-            serve(&cli).await.map(|()| ExitCode::SUCCESS)
-        } else {
-            run(&cli).await
+        match cli.mode {
+            Mode::Serve => serve(&cli).await.map(|()| ExitCode::SUCCESS),
+            Mode::Run => run(&cli).await,
+            Mode::RunP3 => run_p3(&cli).await,
         }
     });
     match result {
@@ -162,18 +193,26 @@ fn wasi(args: &[String], env: &[(String, String)]) -> WasiCtx {
     wasi.build()
 }
 
+impl Cli {
+    /// The store's data: WASI with argv and the `--env` pairs, and the
+    /// `--cacert` roots if given.
+    fn state(&self) -> Result<StockState> {
+        let args: Vec<String> = std::iter::once(self.argv0())
+            .chain(self.args.iter().cloned())
+            .collect();
+        let wasi = wasi(&args, &self.env);
+        Ok(match &self.cacert {
+            Some(ca) => StockState::trusting(wasi, stock_host::trusting_only(ca)?),
+            None => StockState::new(wasi),
+        })
+    }
+}
+
 /// `stock-host run`: the command's exit status.
 async fn run(cli: &Cli) -> Result<ExitCode> {
     let engine = stock_host::engine()?;
     let component = stock_host::load(&engine, &cli.component)?;
-    let args: Vec<String> = std::iter::once(cli.argv0())
-        .chain(cli.args.iter().cloned())
-        .collect();
-    let wasi = wasi(&args, &cli.env);
-    let state = match &cli.cacert {
-        Some(ca) => StockState::trusting(wasi, stock_host::trusting_only(ca)?),
-        None => StockState::new(wasi),
-    };
+    let state = cli.state()?;
     let end = stock_host::run_command(&engine, &component, state)
         .await
         .with_context(|| cli.component.display().to_string())?;
@@ -186,6 +225,33 @@ async fn run(cli: &Cli) -> Result<ExitCode> {
             eprintln!("stock-host: the component trapped: {e:?}");
             ExitCode::from(TRAP_EXIT_CODE)
         }
+    })
+}
+
+/// `stock-host run-p3`: every `--invoke` at once; 134 if one trapped.
+async fn run_p3(cli: &Cli) -> Result<ExitCode> {
+    let engine = stock_host_p3::engine()?;
+    let component = stock_host::load(&engine, &cli.component)?;
+    let mut trapped = false;
+    stock_host_p3::invoke_concurrently(
+        &engine,
+        &component,
+        cli.state()?,
+        &cli.invoke,
+        |i, result| match result {
+            Ok(text) => println!("invoke {i}: {text}"),
+            Err(e) => {
+                eprintln!("invoke {i} trapped: {e:#}");
+                trapped = true;
+            }
+        },
+    )
+    .await
+    .with_context(|| cli.component.display().to_string())?;
+    Ok(if trapped {
+        ExitCode::from(TRAP_EXIT_CODE)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 

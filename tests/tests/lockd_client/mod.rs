@@ -38,6 +38,36 @@ fn instance_items(engine: &Engine, item: &ComponentItem) -> BTreeSet<String> {
         .collect()
 }
 
+/// Checks that every function and resource the guest at `path` imports
+/// from a `lockd:lock` interface of `version` (`"@0.1.0"`) is among
+/// `exports` under the same name; answers how many interfaces it checked.
+pub(crate) fn check_guest_imports(
+    engine: &Engine,
+    path: &str,
+    version: &str,
+    exports: &[(String, ComponentItem)],
+) -> usize {
+    let guest = Component::from_file(engine, path).unwrap();
+    let mut checked = 0;
+    for (name, item) in guest.component_type().imports(engine) {
+        if !name.starts_with("lockd:lock/") || !name.ends_with(version) {
+            continue;
+        }
+        let (_, exported) = exports
+            .iter()
+            .find(|(export, _)| export == name)
+            .unwrap_or_else(|| panic!("the client does not export {name}"));
+        let wanted = instance_items(engine, &item.ty);
+        let offered = instance_items(engine, exported);
+        assert!(
+            wanted.is_subset(&offered),
+            "{name}: the guest imports {wanted:?}, the client exports {offered:?}"
+        );
+        checked += 1;
+    }
+    checked
+}
+
 #[test]
 pub(crate) fn lockd_client() {
     let engine = Engine::default();
@@ -83,25 +113,7 @@ pub(crate) fn lockd_client() {
         // types, locks, guards, rwlocks, semaphores, holds, elections.
         (lockd_tests::RUST_CLAIMS, 7),
     ] {
-        let guest = Component::from_file(&engine, path).unwrap();
-        let guest_ty = guest.component_type();
-        let mut checked = 0;
-        for (name, item) in guest_ty.imports(&engine) {
-            if !name.starts_with("lockd:lock/") {
-                continue;
-            }
-            let (_, exported) = exports
-                .iter()
-                .find(|(export, _)| export == name)
-                .unwrap_or_else(|| panic!("the client does not export {name}"));
-            let wanted = instance_items(&engine, &item.ty);
-            let offered = instance_items(&engine, exported);
-            assert!(
-                wanted.is_subset(&offered),
-                "{name}: the guest imports {wanted:?}, the client exports {offered:?}"
-            );
-            checked += 1;
-        }
+        let checked = check_guest_imports(&engine, path, "@0.1.0", &exports);
         assert_eq!(checked, imported, "the lockd:lock imports of {path}");
     }
     let (_, guards) = exports

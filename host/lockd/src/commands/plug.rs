@@ -1,16 +1,19 @@
-//! `lockd plug`: composes an app with the lockd-client component
-//! ([`lockd::plug`]).
+//! `lockd plug`: composes an app with the client component for the
+//! lockd:lock version it imports ([`lockd::plug`]).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-/// Compose a component that imports lockd:lock with the lockd-client
-/// component, so that it runs on any host with wasi:http (Spin,
-/// `wasmtime serve`, jco) and reaches a lockd server over HTTP.
+/// Compose a component that imports lockd:lock with the client component
+/// for the version it imports, so that it runs on any host with wasi:http
+/// (Spin, `wasmtime serve`, jco, `wasmtime run -S http`) and reaches a lockd
+/// server over HTTP: lockd:lock@0.1.0 (WASI 0.2) gets lockd-client.wasm,
+/// lockd:lock@0.2.0 (WASI 0.3) gets lockd-client-p3.wasm, which needs a
+/// WASI 0.3 host (`wasmtime run -Wcomponent-model-async -Sp3,http`).
 ///
 /// Refuses (exit 2) an APP that is not a component, imports no lockd:lock
-/// interface, or imports a lockd:lock version the client does not export.
+/// interface, or imports a lockd:lock version no client exports.
 /// The result is validated and imports no lockd:lock/locks or guards; the
 /// types-only lockd:lock/types may remain an import, which hosts accept
 /// and need provide nothing for.
@@ -21,19 +24,20 @@ pub struct PlugCommand {
     /// Where to write the composed component.
     #[arg(short = 'o', long = "output", value_name = "OUT.wasm")]
     output: PathBuf,
-    /// The lockd-client component [default: $LOCKD_CLIENT_WASM, else
-    /// ./target/guests/lockd-client.wasm, else the target/guests/ next to
-    /// this binary; build it with `bash guest/build-all.sh lockd-client`].
+    /// The client component, instead of the one for each version APP
+    /// imports; repeat it for several [default: for lockd:lock@0.1.0
+    /// $LOCKD_CLIENT_WASM, else ./target/guests/lockd-client.wasm, else the
+    /// target/guests/ next to this binary; for @0.2.0 the same with
+    /// $LOCKD_CLIENT_P3_WASM and lockd-client-p3.wasm; build them with
+    /// `bash guest/build-all.sh lockd-client lockd-client-p3`].
     #[arg(long, value_name = "CLIENT.wasm")]
-    client: Option<PathBuf>,
+    client: Vec<PathBuf>,
 }
 
 impl PlugCommand {
     /// Exits 0 with a summary on stdout, or 2 with one line on stderr.
     pub fn execute(self) -> i32 {
-        let plugged = lockd::plug::find_client(self.client.as_deref())
-            .and_then(|client| lockd::plug::plug_files(&self.app, &client, &self.output));
-        match plugged {
+        match lockd::plug::plug_files(&self.app, &self.client, &self.output) {
             Ok(plugged) => {
                 println!("{}", lockd::plug::summary(&self.output, &plugged));
                 0
