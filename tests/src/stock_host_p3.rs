@@ -14,8 +14,9 @@
 //! result as it arrives. An invocation is written `NAME(ARGS)` or
 //! `INTERFACE#NAME(ARGS)`, for example
 //! `lockd:p3-probe/probe#wait-lock("jobs", "me", 5000)`: arguments are
-//! string literals in double quotes (escapes `\"`, `\\`, `\n`), integers and
-//! `true`/`false`, checked against the function's parameter types.
+//! string literals in double quotes (escapes `\"`, `\\`, `\n`), integers,
+//! `true`/`false` and enum cases (`shared-hold`), checked against the
+//! function's parameter types.
 //! Results are written in the WAVE style (`ok((5, ended-elsewhere))`).
 
 use std::fmt::Write as _;
@@ -61,6 +62,8 @@ pub enum Literal {
     String(String),
     Integer(i128),
     Bool(bool),
+    /// A bare kebab-case word: an enum case.
+    Label(String),
 }
 
 impl std::str::FromStr for Invocation {
@@ -121,8 +124,15 @@ fn parse_args(text: &str) -> Result<Vec<Literal>> {
             args.push(match word.as_str() {
                 "true" => Literal::Bool(true),
                 "false" => Literal::Bool(false),
+                _ if word.starts_with(|c: char| c.is_ascii_lowercase())
+                    && word
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') =>
+                {
+                    Literal::Label(word)
+                }
                 _ => Literal::Integer(word.parse().map_err(|_| {
-                    anyhow!("argument {word:?} is no string, integer or true/false")
+                    anyhow!("argument {word:?} is no string, integer, true/false or enum case")
                 })?),
             });
         }
@@ -155,8 +165,19 @@ fn value(literal: &Literal, ty: &Type) -> Result<Val> {
         (Literal::String(s), Type::String) => Ok(Val::String(s.clone())),
         (Literal::Bool(b), Type::Bool) => Ok(Val::Bool(*b)),
         (Literal::Integer(n), _) => int(*n),
+        (Literal::Label(name), Type::Enum(cases)) => {
+            if cases.names().any(|case| case == name) {
+                Ok(Val::Enum(name.clone()))
+            } else {
+                let cases: Vec<&str> = cases.names().collect();
+                bail!("{name:?} is not a case of the enum due: {cases:?}")
+            }
+        }
         (literal, ty) => {
-            bail!("{literal:?} where {ty:?} is due (--invoke takes strings, integers and booleans)")
+            bail!(
+                "{literal:?} where {ty:?} is due (--invoke takes strings, integers, booleans \
+                 and enum cases)"
+            )
         }
     }
 }
@@ -336,7 +357,9 @@ mod tests {
         assert_eq!(call.args, [Literal::Bool(true), Literal::Integer(-3)]);
         assert!("ping".parse::<Invocation>().is_err());
         assert!(r#"f("open)"#.parse::<Invocation>().is_err());
-        assert!("f(maybe)".parse::<Invocation>().is_err());
+        let call: Invocation = "f(shared-hold)".parse().unwrap();
+        assert_eq!(call.args, [Literal::Label("shared-hold".into())]);
+        assert!("f(Maybe)".parse::<Invocation>().is_err());
         assert!(value(&Literal::Integer(-1), &Type::U32).is_err());
     }
 

@@ -118,7 +118,7 @@ fn rust_p3_plugged_on_stock_p3_host() {
         ])
         .args([
             "--invoke",
-            r#"lockd:p3-probe/probe#give-up("Q", "quitter", false, 30000, 500)"#,
+            r#"lockd:p3-probe/probe#give-up("Q", "quitter", lock, 30000, 500)"#,
         ])
         .args([
             "--invoke",
