@@ -6,8 +6,8 @@
 
 use lockd_api::{Route, DEFAULT_NAMESPACE};
 
-/// Where the server is and how to talk to it, read once per instance.
-#[derive(Debug)]
+/// Where the server is and how to talk to it, read once per instance. Its
+/// `Debug` shows whether a token is set, never the token.
 pub(crate) struct Config {
     /// `LOCKD_URL` as given, for messages.
     pub(crate) url: String,
@@ -20,6 +20,22 @@ pub(crate) struct Config {
     pub(crate) namespace: String,
     /// `LOCKD_AUTH_TOKEN`, unless unset or empty.
     auth_token: Option<String>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("url", &self.url)
+            .field("https", &self.https)
+            .field("authority", &self.authority)
+            .field("base_path", &self.base_path)
+            .field("namespace", &self.namespace)
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl Config {
