@@ -200,8 +200,11 @@ fn transient(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) => true,
         etcd_client::Error::GRpcStatus(status) => {
-            // Cancelled, Unknown (tonic's transport errors), Unavailable.
+            // Cancelled, Unknown (tonic's transport errors), Unavailable; and
+            // a member whose copy of the users and roles lags the leader's
+            // (just after they changed), which etcd's own client retries.
             matches!(i32::from(status.code()), 1 | 2 | 14)
+                || status.message().contains("revision of auth store is old")
         }
         _ => false,
     }

@@ -587,7 +587,8 @@ async fn check_permission(etcd: &Etcd, layout: &Layout) -> Result<(), LockError>
             all,
             Some(DeleteOptions::new().with_prefix()),
         )]);
-    let resp = etcd.txn("permission check", txn).await?;
+    // Never applied (see above), so it is sent again like a read.
+    let resp = etcd.read_txn("permission check", txn).await?;
     if resp.succeeded() {
         // Unreachable by etcd's semantics; say so loudly if it ever is not.
         tracing::error!("etcd permission check: a key's version compared below 0");
