@@ -20,9 +20,10 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::cpu::CpuSplit;
 use crate::drive::{closed_loop, Pair};
 use crate::rest::{Connection, Server};
-use crate::stats::{count, latency, percentiles, Latencies, Measured, Table};
+use crate::stats::{count, cpu_per_op, latency, percentiles, Latencies, Measured, Table};
 use crate::Ctx;
 
 const CONNECTIONS: usize = 64;
@@ -70,7 +71,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         "max",
         "p99 ÷ p50",
     ]);
-    let mut saturated = Table::new(["function", "req/s", "p50", "p99", "p99.9"]);
+    let mut saturated = Table::new([
+        "function",
+        "req/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "server CPU per request",
+        "client CPU per request",
+    ]);
     let mut saturated_rates = Vec::new();
     let mut lowest_rate_p50 = Vec::new();
     let mut tails = Vec::new();
@@ -105,12 +114,15 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             &m,
         )?;
         let [p50, p99, p999] = percentiles(&mut m);
+        let [server_cpu, client_cpu] = cpu_per_op(&m);
         saturated.row(vec![
             format!("edge-bench, {mode}"),
             count(m.rate()),
             p50,
             p99,
             p999,
+            server_cpu,
+            client_cpu,
         ]);
         saturated_rates.push((mode, m.rate()));
 
@@ -425,6 +437,7 @@ pub(crate) fn open_loop_paced(
         errors: 0,
         elapsed: Duration::ZERO,
         latencies: Latencies::default(),
+        cpu: CpuSplit::default(),
     };
     let mut lateness = Latencies::default();
     for thread in threads {

@@ -20,7 +20,7 @@ use lockd_testing::certs::TestPki;
 
 use crate::peers::{Redis, RedisMode, RedisPair, RedisTls};
 use crate::rest::{tls_client, RestPair, Server};
-use crate::stats::{count, latency, ratio, Measured, Table};
+use crate::stats::{count, cpu_per_op, latency, ratio, Measured, Table};
 use crate::{check_errors, Ctx};
 
 /// Rounds of a full run (a smoke run has one).
@@ -131,7 +131,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let durable = Figures::median(&durable_rounds);
     let ephemeral = Figures::median(&ephemeral_rounds);
 
-    let mut table = Table::new(["system", "pairs/s", "p50", "p99"]);
+    let mut table = Table::new([
+        "system",
+        "pairs/s",
+        "p50",
+        "p99",
+        "server CPU per pair",
+        "client CPU per pair",
+    ]);
     for (kind, redis_mode, figures) in [
         ("persistent (redb, fsync)", RedisMode::Always, &durable),
         ("ephemeral", RedisMode::NoPersistence, &ephemeral),
@@ -146,11 +153,14 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             ),
         ] {
             let mut m = m.clone();
+            let [server_cpu, client_cpu] = cpu_per_op(&m);
             table.row(vec![
                 label,
                 count(m.rate()),
                 latency(m.latencies.quantile(0.50)),
                 latency(m.latencies.quantile(0.99)),
+                server_cpu,
+                client_cpu,
             ]);
         }
     }

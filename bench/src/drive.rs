@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cpu::{CpuSplit, Snapshot};
 use crate::stats::{Latencies, Measured};
 
 /// How long a closed-loop run warms up and then measures.
@@ -66,11 +67,19 @@ pub async fn closed_loop<P: Pair>(callers: Vec<P>, window: Window) -> Measured {
             })
         })
         .collect();
+    // Blocking reads of /proc, a few milliseconds at each end of the window.
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let first = Snapshot::take();
+        tokio::time::sleep_until(stop_at.into()).await;
+        Snapshot::take().since(&first)
+    });
     let mut total = Measured {
         ops: 0,
         errors: 0,
         elapsed: Duration::ZERO,
         latencies: Latencies::default(),
+        cpu: CpuSplit::default(),
     };
     for task in tasks {
         let (ops, errors, latencies) = task.await.expect("a caller panicked");
@@ -81,5 +90,6 @@ pub async fn closed_loop<P: Pair>(callers: Vec<P>, window: Window) -> Measured {
     // Callers stop starting pairs at `stop_at`; the last ones end a little
     // after it, and that tail is part of the measured time.
     total.elapsed = Instant::now().saturating_duration_since(measure_from);
+    total.cpu = cpu.await.expect("the CPU sampler panicked");
     total
 }

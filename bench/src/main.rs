@@ -29,6 +29,7 @@ mod b6_growth;
 mod b7_portable;
 mod b8_keepalive;
 mod b9_tls;
+mod cpu;
 mod drive;
 mod fsync;
 mod peers;
@@ -303,6 +304,7 @@ fn main() -> anyhow::Result<()> {
     let regime = fsync::probe(scratch.path(), if plan.smoke { 50 } else { 2_000 })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(cpu::CLIENT_THREAD)
         .enable_all()
         .build()?;
     let ctx = Ctx {

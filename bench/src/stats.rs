@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::cpu::CpuSplit;
+
 /// Latencies of one run, in nanoseconds.
 #[derive(Clone, Debug, Default)]
 pub struct Latencies {
@@ -54,6 +56,9 @@ pub struct Measured {
     pub errors: u64,
     pub elapsed: Duration,
     pub latencies: Latencies,
+    /// CPU spent over the measured window, where the run took it (closed
+    /// loops do; zero otherwise).
+    pub cpu: CpuSplit,
 }
 
 impl Measured {
@@ -109,6 +114,13 @@ pub fn count(n: f64) -> String {
 }
 
 /// A latency with a unit that keeps three significant figures.
+/// The CPU a measured run spent per operation, server side and client
+/// side, as two table cells (see [`crate::cpu`]).
+pub fn cpu_per_op(m: &Measured) -> [String; 2] {
+    let (server, client) = m.cpu.per_op_us(m.ops);
+    [format!("{server:.1} µs"), format!("{client:.1} µs")]
+}
+
 pub fn latency(d: Duration) -> String {
     let ns = d.as_nanos() as f64;
     if ns < 1e3 {

@@ -46,6 +46,8 @@ fn smoke_run_prints_every_table() {
         "| a permit of a semaphore of 8, one name (waiting in turn) | redb |",
         "### Leader failover",
         "| redb | kill -9 → next leader's grant |",
+        // B4's and B9's split of CPU between server and load generator.
+        "| server CPU per pair | client CPU per pair |",
         "| etcd | kill -9 → next leader's grant |",
     ] {
         assert!(report.contains(part), "no {part:?} in:\n{report}");
