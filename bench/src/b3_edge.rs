@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::cpu::CpuSplit;
 use crate::drive::{closed_loop, Pair};
 use crate::rest::{Connection, Server};
-use crate::stats::{count, cpu_per_op, latency, percentiles, Latencies, Measured, Table};
+use crate::stats::{count, latency, percentiles, rate_row, Latencies, Measured, Table};
 use crate::Ctx;
 
 const CONNECTIONS: usize = 64;
@@ -113,17 +113,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             &format!("B3 closed loop, {CONNECTIONS} connections, {mode}"),
             &m,
         )?;
-        let [p50, p99, p999] = percentiles(&mut m);
-        let [server_cpu, client_cpu] = cpu_per_op(&m);
-        saturated.row(vec![
-            format!("edge-bench, {mode}"),
-            count(m.rate()),
-            p50,
-            p99,
-            p999,
-            server_cpu,
-            client_cpu,
-        ]);
+        saturated.row(rate_row(format!("edge-bench, {mode}"), &mut m));
         saturated_rates.push((mode, m.rate()));
 
         let mut best: Option<(u32, Measured)> = None;

@@ -10,7 +10,7 @@ use lockd_api::DurabilityWord;
 
 use crate::peers::RedisMode;
 use crate::rest::{RestPair, Server};
-use crate::stats::{count, cpu_per_op, percentiles, ratio, Table};
+use crate::stats::{count, rate_row, ratio, Table};
 use crate::{check_errors, Ctx, Peer};
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
@@ -59,17 +59,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
         ),
         (Peer::Etcd.label(), etcd.clone()),
     ] {
-        let [p50, p99, p999] = percentiles(&mut m);
-        let [server_cpu, client_cpu] = cpu_per_op(&m);
-        table.row(vec![
-            label.into(),
-            count(m.rate()),
-            p50,
-            p99,
-            p999,
-            server_cpu,
-            client_cpu,
-        ]);
+        table.row(rate_row(label.into(), &mut m));
     }
     let mut out = format!("## B4 REST ({clients} keep-alive connections)\n\n");
     out += &table.render();

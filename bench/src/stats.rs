@@ -114,6 +114,22 @@ pub fn count(n: f64) -> String {
 }
 
 /// A latency with a unit that keeps three significant figures.
+/// A closed-loop run's row: `label`, its rate, p50, p99 and p99.9, and the
+/// CPU per operation of each side.
+pub fn rate_row(label: String, m: &mut Measured) -> Vec<String> {
+    let [p50, p99, p999] = percentiles(m);
+    let [server_cpu, client_cpu] = cpu_per_op(m);
+    vec![
+        label,
+        count(m.rate()),
+        p50,
+        p99,
+        p999,
+        server_cpu,
+        client_cpu,
+    ]
+}
+
 /// The CPU a measured run spent per operation, server side and client
 /// side, as two table cells (see [`crate::cpu`]).
 pub fn cpu_per_op(m: &Measured) -> [String; 2] {
