@@ -113,7 +113,6 @@ pub fn count(n: f64) -> String {
     out
 }
 
-/// A latency with a unit that keeps three significant figures.
 /// A closed-loop run's row: `label`, its rate, p50, p99 and p99.9, and the
 /// CPU per operation of each side.
 pub fn rate_row(label: String, m: &mut Measured) -> Vec<String> {
@@ -137,6 +136,7 @@ pub fn cpu_per_op(m: &Measured) -> [String; 2] {
     [format!("{server:.1} µs"), format!("{client:.1} µs")]
 }
 
+/// A latency with a unit that keeps three significant figures.
 pub fn latency(d: Duration) -> String {
     let ns = d.as_nanos() as f64;
     if ns < 1e3 {
