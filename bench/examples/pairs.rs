@@ -76,7 +76,7 @@ async fn service_pairs(pairs: u32) -> anyhow::Result<()> {
 
 async fn wasm_pairs(pairs: u32) -> anyhow::Result<()> {
     let engine = run::engine()?;
-    let component = run::load(&engine, lockd_tests::BENCH_PAIRS.as_ref())?;
+    let component = run::load(&engine, lockd_guest_tests::BENCH_PAIRS.as_ref())?;
     let service = LockService::new(Engine::memory(), Limits::default());
     let config = RunConfig {
         namespace: "bench".into(),

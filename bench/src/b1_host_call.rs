@@ -70,7 +70,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
 
 async fn guest_pairs(pairs: u32) -> anyhow::Result<Side> {
     let engine = run::engine()?;
-    let component = run::load(&engine, lockd_tests::BENCH_PAIRS.as_ref())?;
+    let component = run::load(&engine, lockd_guest_tests::BENCH_PAIRS.as_ref())?;
     let service = LockService::new(Engine::memory(), Limits::default());
     let mut fields = Vec::new();
     for mode in ["untimed", "timed"] {

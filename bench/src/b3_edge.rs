@@ -39,7 +39,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             "spin_manifest_version = 2\n[application]\nname = \"bench\"\n\
              [[trigger.http]]\nroute = \"/bench/...\"\ncomponent = \"edge-bench\"\n\
              [component.edge-bench]\nsource = \"{}\"\nallowed_outbound_hosts = []\n",
-            lockd_tests::EDGE_BENCH
+            lockd_guest_tests::EDGE_BENCH
         ),
     )?;
     let server = Server::start(dir.join("locks.redb"), Some(manifest))?;

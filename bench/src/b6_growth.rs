@@ -20,7 +20,7 @@ use lockd::config::LockdConfig;
 use lockd::store::StoreSpec;
 use lockd_api::DurabilityWord;
 use lockd_etcd::EtcdOptions;
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 
 use crate::drive::Pair;
 use crate::peers::EtcdRawPair;

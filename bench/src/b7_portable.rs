@@ -37,7 +37,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use lockd_api::{DurabilityWord, GrantReply, Route, StatusReply};
 use lockd_core::{Durability, Limits, LockService};
-use lockd_tests::stock_host::{self, CommandEnd, Proxy, StockState};
+use lockd_guest_tests::stock_host::{self, CommandEnd, Proxy, StockState};
 use wasmtime::component::{Component, Func, InstancePre, Val};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     let dir = ctx.scratch.path().join("b7");
     std::fs::create_dir_all(&dir)?;
     let engine = stock_host::engine()?;
-    let client = lockd_tests::LOCKD_CLIENT;
+    let client = lockd_guest_tests::LOCKD_CLIENT;
 
     // --- pairs ----------------------------------------------------------
     let server = Server::start(dir.join("server.redb"), None)?;
@@ -157,7 +157,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
     // The whole guest, plugged, at 1 caller.
     let guest_pairs: u32 = if ctx.plan.smoke { 200 } else { 5_000 };
     eprintln!("B7: bench-pairs guest, plugged and native, {guest_pairs} pairs");
-    let plugged_pairs = plug(lockd_tests::BENCH_PAIRS, client)?;
+    let plugged_pairs = plug(lockd_guest_tests::BENCH_PAIRS, client)?;
     let plugged = Component::new(&engine, &plugged_pairs).map_err(|e| anyhow!("{e:?}"))?;
     let composed_guest = ctx.rt.block_on(run_plugged_command(
         &engine,
@@ -211,11 +211,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             "spin_manifest_version = 2\n[application]\nname = \"bench\"\n\
              [[trigger.http]]\nroute = \"/bench/...\"\ncomponent = \"edge-bench\"\n\
              [component.edge-bench]\nsource = \"{}\"\nallowed_outbound_hosts = []\n",
-            lockd_tests::EDGE_BENCH
+            lockd_guest_tests::EDGE_BENCH
         ),
     )?;
     let lockd_server = Server::start(dir.join("edge.redb"), Some(manifest))?;
-    let plugged_edge = plug(lockd_tests::EDGE_BENCH, client)?;
+    let plugged_edge = plug(lockd_guest_tests::EDGE_BENCH, client)?;
     let proxy = StockProxy::start(
         &stock_host::serve_engine()?,
         &plugged_edge,
@@ -538,7 +538,7 @@ async fn run_native_command(
 ) -> anyhow::Result<std::collections::HashMap<String, u64>> {
     use lockd::run::{self, Output, RunConfig, RunLimits};
     let engine = run::engine()?;
-    let component = run::load(&engine, lockd_tests::BENCH_PAIRS.as_ref())?;
+    let component = run::load(&engine, lockd_guest_tests::BENCH_PAIRS.as_ref())?;
     let config = RunConfig {
         namespace: NAMESPACE.into(),
         args: args.to_vec(),

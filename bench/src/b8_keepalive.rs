@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
             Limits::default(),
         );
         let engine = run::engine()?;
-        let component = run::load(&engine, lockd_tests::RUST_LEASE.as_ref())?;
+        let component = run::load(&engine, lockd_guest_tests::RUST_LEASE.as_ref())?;
         // The guests sleep long enough for the grants and the window; they
         // are cancelled once the window is measured.
         let hold_s = (window.as_secs() + 300).to_string();

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use lockd::config::{LockdConfig, TlsConfig};
 use lockd_api::DurabilityWord;
-use lockd_testing::certs::TestPki;
+use lockd_test_support::certs::TestPki;
 
 use crate::peers::{Redis, RedisMode, RedisPair, RedisTls};
 use crate::rest::{tls_client, RestPair, Server};

@@ -156,7 +156,7 @@ pub struct Ctx {
     pub scratch: tempfile::TempDir,
     pub regime: fsync::Regime,
     redis: RefCell<HashMap<&'static str, Redis>>,
-    etcd: RefCell<Option<lockd_testing::etcd::EtcdCluster>>,
+    etcd: RefCell<Option<lockd_test_support::etcd::EtcdCluster>>,
     peer_figures: RefCell<HashMap<(String, usize), Measured>>,
 }
 
@@ -174,7 +174,7 @@ impl Ctx {
     pub fn etcd_endpoints(&self) -> anyhow::Result<Vec<String>> {
         let mut etcd = self.etcd.borrow_mut();
         if etcd.is_none() {
-            *etcd = Some(lockd_testing::etcd::EtcdCluster::start().context("starting etcd")?);
+            *etcd = Some(lockd_test_support::etcd::EtcdCluster::start().context("starting etcd")?);
         }
         Ok(etcd.as_ref().unwrap().endpoints())
     }

@@ -45,7 +45,7 @@ pub struct Redis {
 /// CA its clients trust (client certificates are not asked for).
 #[derive(Clone, Debug)]
 pub struct RedisTls {
-    pub server: lockd_testing::certs::CertFiles,
+    pub server: lockd_test_support::certs::CertFiles,
     pub ca: PathBuf,
 }
 

@@ -2,7 +2,7 @@
 //! sequence of up to `MAX_OPS` operations (lock, unlock, extend, get, list,
 //! guard ops, clock moves, invalid input, and crash-and-reopen) runs on the
 //! memory store and on a redb store in a temporary directory, and every
-//! reply must be one `lockd_testing::model::Model` allows. A disagreement
+//! reply must be one `lockd_test_support::model::Model` allows. A disagreement
 //! panics with the step, the call, the expected and actual replies.
 #![no_main]
 
@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use lockd_core::Durability;
-use lockd_testing::model::{self, BadArg, InvalidCall, Op, TokenArg};
-use lockd_testing::{MemoryFactory, RedbFactory};
+use lockd_test_support::model::{self, BadArg, InvalidCall, Op, TokenArg};
+use lockd_test_support::{MemoryFactory, RedbFactory};
 
 /// The fuzzer's view of an [`Op`]: small integers, mapped into the same
 /// ranges the proptest generator uses.

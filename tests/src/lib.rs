@@ -23,7 +23,7 @@
 //! asserts at compile time that such a function exists for every guest:
 //!
 //! ```text
-//! use lockd_tests::foreach_guest;
+//! use lockd_guest_tests::foreach_guest;
 //!
 //! // Fails to compile ("unresolved import") when a guest has no test.
 //! macro_rules! assert_test_exists {
@@ -36,7 +36,7 @@
 //!
 //! #[test]
 //! fn rust_conformance() {
-//!     let component = load(lockd_tests::RUST_CONFORMANCE);
+//!     let component = load(lockd_guest_tests::RUST_CONFORMANCE);
 //!     // ...
 //! }
 //! // ... and one `fn <guest>()` for every other guest.

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{run_guest, text};
 use lockd_core::metrics::Op;
 use lockd_core::{Durability, Journal, JournalOp, Limits, LockOptions, LockService};
-use lockd_tests::foreach_guest;
+use lockd_guest_tests::foreach_guest;
 
 // Fails to compile when a program under guest/ has no test here.
 macro_rules! assert_test_exists {
@@ -207,22 +207,22 @@ async fn conformance(path: &str, language: &str, steps: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_conformance() {
-    conformance(lockd_tests::RUST_CONFORMANCE, "rust", 12).await;
+    conformance(lockd_guest_tests::RUST_CONFORMANCE, "rust", 12).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_conformance() {
-    conformance(lockd_tests::PYTHON_CONFORMANCE, "python", 13).await;
+    conformance(lockd_guest_tests::PYTHON_CONFORMANCE, "python", 13).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_conformance() {
-    conformance(lockd_tests::JS_CONFORMANCE, "js", 13).await;
+    conformance(lockd_guest_tests::JS_CONFORMANCE, "js", 13).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_conformance() {
-    conformance(lockd_tests::C_CONFORMANCE, "c", 13).await;
+    conformance(lockd_guest_tests::C_CONFORMANCE, "c", 13).await;
 }
 
 /// A trap ends the instance, and the guard it held is released.
@@ -230,7 +230,7 @@ async fn c_conformance() {
 async fn rust_guard_trap() {
     let dir = tempfile::tempdir().unwrap();
     let service = open(&dir.path().join("locks.redb"));
-    let out = run_guest(lockd_tests::RUST_GUARD_TRAP, &service, "trap", &["T/g"]).await;
+    let out = run_guest(lockd_guest_tests::RUST_GUARD_TRAP, &service, "trap", &["T/g"]).await;
     assert_eq!(out.exit_code, lockd::run::TRAP_EXIT_CODE);
     assert!(out.trap.is_some());
     let stdout = text(&out.stdout);
@@ -267,7 +267,7 @@ async fn bench_pairs() {
         .unwrap()
         .fencing_token;
     let outcome = run_guest(
-        lockd_tests::BENCH_PAIRS,
+        lockd_guest_tests::BENCH_PAIRS,
         &service,
         "bench",
         &["500", "timed"],
@@ -305,7 +305,7 @@ async fn rust_hold() {
     let running = {
         let service = service.clone();
         tokio::spawn(async move {
-            run_guest(lockd_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await
+            run_guest(lockd_guest_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await
         })
     };
     // The guest sleeps forever once it holds both locks. Wait for both
@@ -335,7 +335,7 @@ async fn rust_hold() {
 async fn embed_plugin() {
     let service = LockService::new(lockd_core::Engine::memory(), Limits::default());
     let runner = lockd_example_embed::JobRunner::new(
-        lockd_tests::EMBED_PLUGIN.as_ref(),
+        lockd_guest_tests::EMBED_PLUGIN.as_ref(),
         service.clone(),
         "plugins",
     )

@@ -104,7 +104,7 @@ fn stock_host_has_no_lock_capability() {
 
     let server = Server::start();
     let out = stock_run(
-        Path::new(lockd_tests::RUST_CONFORMANCE),
+        Path::new(lockd_guest_tests::RUST_CONFORMANCE),
         &server,
         "unplugged",
         &["P"],
@@ -118,7 +118,7 @@ fn stock_host_has_no_lock_capability() {
 
 #[test]
 fn rust_conformance_plugged_on_stock_host() {
-    conformance_on_stock_host(lockd_tests::RUST_CONFORMANCE, "rust");
+    conformance_on_stock_host(lockd_guest_tests::RUST_CONFORMANCE, "rust");
 }
 
 /// The composed client speaks TLS where the host's outgoing HTTP does:
@@ -126,7 +126,7 @@ fn rust_conformance_plugged_on_stock_host() {
 #[test]
 fn rust_conformance_plugged_on_stock_host_over_https() {
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_tests::RUST_CONFORMANCE, "rust-plugged");
+    let component = plug(dir.path(), lockd_guest_tests::RUST_CONFORMANCE, "rust-plugged");
     let server = Server::start_tls();
     assert!(server.url.starts_with("https://"), "{}", server.url);
     let namespace = "portable-https";
@@ -150,17 +150,17 @@ fn rust_conformance_plugged_on_stock_host_over_https() {
 
 #[test]
 fn python_conformance_plugged_on_stock_host() {
-    conformance_on_stock_host(lockd_tests::PYTHON_CONFORMANCE, "python");
+    conformance_on_stock_host(lockd_guest_tests::PYTHON_CONFORMANCE, "python");
 }
 
 #[test]
 fn js_conformance_plugged_on_stock_host() {
-    conformance_on_stock_host(lockd_tests::JS_CONFORMANCE, "js");
+    conformance_on_stock_host(lockd_guest_tests::JS_CONFORMANCE, "js");
 }
 
 #[test]
 fn c_conformance_plugged_on_stock_host() {
-    conformance_on_stock_host(lockd_tests::C_CONFORMANCE, "c");
+    conformance_on_stock_host(lockd_guest_tests::C_CONFORMANCE, "c");
 }
 
 /// `rust-claims`, plugged, on the stock host: its five steps (shared locks,
@@ -171,7 +171,7 @@ fn c_conformance_plugged_on_stock_host() {
 #[test]
 fn rust_claims_plugged_on_stock_host() {
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_tests::RUST_CLAIMS, "claims-plugged");
+    let component = plug(dir.path(), lockd_guest_tests::RUST_CLAIMS, "claims-plugged");
     let server = Server::start();
     let namespace = "portable-claims";
     let out = stock_run(&component, &server, namespace, &["steps", "C", "composed"]);
@@ -260,7 +260,7 @@ fn lockd_ls(server: &Server, namespace: &str) -> Vec<(String, String, u64)> {
 #[test]
 fn edge_jobs_plugged_under_stock_host_serve() {
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_tests::EDGE_JOBS, "edge-jobs-plugged");
+    let component = plug(dir.path(), lockd_guest_tests::EDGE_JOBS, "edge-jobs-plugged");
     let server = Server::start();
     let namespace = "portable-edge";
     let mut child = command(STOCK_HOST)
@@ -414,7 +414,7 @@ fn jco() -> PathBuf {
 fn rust_conformance_plugged_under_jco_run() {
     let jco = jco();
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_tests::RUST_CONFORMANCE, "rust-plugged");
+    let component = plug(dir.path(), lockd_guest_tests::RUST_CONFORMANCE, "rust-plugged");
     let server = Server::start();
     let namespace = "portable-jco";
     let mut cmd = command(&jco);

@@ -76,7 +76,7 @@ fn rust_p3_plugged_on_stock_p3_host() {
     // No --client: the version of each import picks its client.
     let o = lockd(&[
         "plug",
-        lockd_tests::RUST_P3,
+        lockd_guest_tests::RUST_P3,
         "-o",
         plugged.to_str().unwrap(),
     ]);

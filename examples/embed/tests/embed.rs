@@ -6,7 +6,7 @@ use std::process::Command;
 #[test]
 fn example_binary_runs_a_job_through_the_plugin() {
     let out = Command::new(env!("CARGO_BIN_EXE_lockd-example-embed"))
-        .args([lockd_tests::EMBED_PLUGIN, "42", "w1"])
+        .args([lockd_guest_tests::EMBED_PLUGIN, "42", "w1"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

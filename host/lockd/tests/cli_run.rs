@@ -19,7 +19,7 @@ fn success_exits_zero() {
         "run",
         "--store",
         "memory",
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "--",
         "cli",
     ]);
@@ -31,7 +31,7 @@ fn success_exits_zero() {
 fn guest_failure_is_propagated() {
     // Without its prefix argument the conformance guest calls exit(2); Rust's
     // std on wasip2 reports any non-zero exit as `exit(err)`, which is 1.
-    let out = lockd(&["run", "--store", "memory", lockd_tests::RUST_CONFORMANCE]);
+    let out = lockd(&["run", "--store", "memory", lockd_guest_tests::RUST_CONFORMANCE]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("usage"), "{}", text(&out.stderr));
 }
@@ -42,7 +42,7 @@ fn trap_is_reported_with_nonzero_exit() {
         "run",
         "--store",
         "memory",
-        lockd_tests::RUST_GUARD_TRAP,
+        lockd_guest_tests::RUST_GUARD_TRAP,
         "--",
         "g",
     ]);
@@ -64,7 +64,7 @@ fn missing_component_is_a_clear_error() {
 
 #[test]
 fn bad_store_spec_is_a_usage_error() {
-    let out = lockd(&["run", "--store", "nosuch:x", lockd_tests::RUST_CONFORMANCE]);
+    let out = lockd(&["run", "--store", "nosuch:x", lockd_guest_tests::RUST_CONFORMANCE]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("redb:PATH"),
@@ -84,7 +84,7 @@ fn store_in_use_is_a_clear_error() {
         "run",
         "--store",
         &spec,
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "--",
         "x",
     ]);
@@ -115,7 +115,7 @@ fn run_honours_lockd_toml() {
         "run",
         "--config",
         config.to_str().unwrap(),
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "--",
         "cli",
     ]);
@@ -141,7 +141,7 @@ fn logs_are_json_lines_on_request() {
             "memory",
             "--namespace",
             "trapping",
-            lockd_tests::RUST_GUARD_TRAP,
+            lockd_guest_tests::RUST_GUARD_TRAP,
             "--",
             "g",
         ])
@@ -172,7 +172,7 @@ fn a_wasi_0_3_command_runs() {
         "run",
         "--store",
         "memory",
-        lockd_tests::RUST_P3_CLI,
+        lockd_guest_tests::RUST_P3_CLI,
         "--",
         "p3-name",
         "async",

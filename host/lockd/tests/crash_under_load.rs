@@ -9,7 +9,7 @@
 //! with and without wait, keep-alive by extend, a campaign again, get,
 //! resignation or expiry), is SIGKILLed at random moments and restarted on the
 //! same store. Every call is recorded with a common clock, and the history
-//! checker (`lockd_testing::history`, whose module docs state the rules) must
+//! checker (`lockd_test_support::history`, whose module docs state the rules) must
 //! find no lost grant, no token going backwards, no overlap and no
 //! out-of-order wake, no lease lock lost before its expiry and none held
 //! after its lease's acknowledged revoke, never more permits of a
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod recorded_client;
 
-use lockd_testing::history::{check_report, Outcome, Recorder, Report, Rule};
+use lockd_test_support::history::{check_report, Outcome, Recorder, Report, Rule};
 use recorded_client::{Call, Client, LeaseCall, Rng, Take, Target};
 
 /// The shape of one run.
@@ -311,7 +311,7 @@ fn print_report(plan: &Plan, run: &Outcomes) {
         run.elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_testing::report(&format!(
+    lockd_test_support::report(&format!(
         "kill -9 under load (store {}): {figures}",
         plan.store
     ));

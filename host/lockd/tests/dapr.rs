@@ -651,7 +651,7 @@ fn serve_tls_with_scoped_tokens(store: &str) -> TlsServer {
     use lockd::auth::{digest, to_hex};
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+    let pki = lockd_test_support::certs::TestPki::new(&dir.path().join("pki"));
     let cert = pki.server("lockd");
     let entry = |name: &str, token: &str, namespace: &str| {
         format!(

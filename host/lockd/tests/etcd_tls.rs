@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lockd_server::{lockd, lockd_in_dir, Server};
-use lockd_testing::etcd::SecureEtcd;
+use lockd_test_support::etcd::SecureEtcd;
 
 /// `[etcd]` of lockd.toml for `etcd`, its password from `password_file`
 /// if given (else from the environment).
@@ -120,7 +120,7 @@ fn serve_refuses_to_start_when_etcd_refuses_it() {
 
     // An untrusted server certificate.
     let other = tempfile::tempdir().unwrap();
-    let other_ca = lockd_testing::certs::TestPki::new(other.path());
+    let other_ca = lockd_test_support::certs::TestPki::new(other.path());
     let toml = lockd_toml(&etcd, None).replace(
         &format!("{:?}", etcd.pki.ca().display().to_string()),
         &format!("{:?}", other_ca.ca().display().to_string()),

@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockd_server::{closed_port, lockd, Server, LOCKD_ENV};
-use lockd_testing::redis::RedisServer;
+use lockd_test_support::redis::RedisServer;
 
 /// Where Debian's postgresql-15 puts its server binaries.
 const POSTGRES_BIN: &str = "/usr/lib/postgresql/15/bin";

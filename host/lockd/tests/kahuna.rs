@@ -211,7 +211,7 @@ fn documented_commands_over_https_with_a_token() {
     use lockd::auth::{digest, to_hex};
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+    let pki = lockd_test_support::certs::TestPki::new(&dir.path().join("pki"));
     let cert = pki.server("lockd");
     let entry = |name: &str, token: &str, namespace: &str| {
         format!(

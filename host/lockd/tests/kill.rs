@@ -89,7 +89,7 @@ fn hold_then_kill(spec: &str, names: &[&str]) -> Vec<(String, u64)> {
             spec,
             "--namespace",
             "hold",
-            lockd_tests::RUST_HOLD,
+            lockd_guest_tests::RUST_HOLD,
             "--",
         ])
         .args(names)

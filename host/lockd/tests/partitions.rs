@@ -2,7 +2,7 @@
 //! etcd members and two `lockd serve --store etcd:…` hosts, each in its own
 //! network namespace on a private bridge (`netns`), driven by recorded
 //! clients (`recorded_client`) and judged by the history checker
-//! (`lockd_testing::history`). A link is cut by setting the hub's end of a
+//! (`lockd_test_support::history`). A link is cut by setting the hub's end of a
 //! node's veth down, so its packets are dropped silently.
 //!
 //! - `a_host_cut_off_from_etcd_…`: host A loses etcd while its clients (in
@@ -39,7 +39,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockd_server::{request, Reply};
-use lockd_testing::history::{check_report, History, Op, Outcome, Recorder, Report};
+use lockd_test_support::history::{check_report, History, Op, Outcome, Recorder, Report};
 use netns::{Forwarder, Net, Node, NsProcess};
 use recorded_client::{Call, Client, LeaseCall, Rng, Target};
 use serde_json::Value;
@@ -118,7 +118,7 @@ impl Cluster {
             .prefix("lockd-partitions-")
             .tempdir()
             .unwrap();
-        let binary = lockd_testing::etcd::etcd_binary().expect("etcd");
+        let binary = lockd_test_support::etcd::etcd_binary().expect("etcd");
         let nodes: Vec<Node> = (0..3).map(|i| net.add(&format!("e{i}"), 11 + i)).collect();
         let initial: Vec<String> = nodes
             .iter()
@@ -784,7 +784,7 @@ fn a_host_cut_off_from_etcd_answers_unavailable_and_serves_again_after_healing()
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_testing::report(&format!("partition, host cut off from etcd: {figures}"));
+    lockd_test_support::report(&format!("partition, host cut off from etcd: {figures}"));
 }
 
 /// Which etcd member is cut off.
@@ -940,7 +940,7 @@ fn minority_cut(victim: Victim) {
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_testing::report(&format!("partition, {what}: {figures}"));
+    lockd_test_support::report(&format!("partition, {what}: {figures}"));
     // Reported first, so a failing run's figures are on record too.
     for (h, granted) in granted_per_host.iter().enumerate() {
         assert!(
@@ -1240,7 +1240,7 @@ fn a_client_cut_off_from_its_host_loses_its_kept_alive_locks_at_their_ttl() {
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_testing::report(&format!(
+    lockd_test_support::report(&format!(
         "partition, client cut off from its host: {figures}"
     ));
 }
@@ -1261,7 +1261,7 @@ fn a_get_answered_late_never_reports_a_held_lock_free() {
     let pause = pause_dir.path().join("hold-etcd-answers");
     let cluster = Cluster::start_with(net, Some(&pause));
     let (a, b) = (&cluster.hosts[0], &cluster.hosts[1]);
-    let clock = lockd_testing::history::Clock::new();
+    let clock = lockd_test_support::history::Clock::new();
     // A works through the relay.
     let r = a.post("/v1/locks/get", &serde_json::json!({"name": "late"}));
     assert_eq!((r.code, r.status()), (404, "not_found"), "{}", r.body);

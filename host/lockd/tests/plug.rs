@@ -95,11 +95,11 @@ fn plugging_rust_conformance_leaves_no_lock_imports() {
     let dir = tempfile::tempdir().unwrap();
     let out = plug_ok(
         dir.path(),
-        lockd_tests::RUST_CONFORMANCE,
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::LOCKD_CLIENT,
     );
     let engine = engine();
-    let before = imports(&engine, Path::new(lockd_tests::RUST_CONFORMANCE));
+    let before = imports(&engine, Path::new(lockd_guest_tests::RUST_CONFORMANCE));
     assert!(before.iter().any(|i| i.starts_with("lockd:lock/locks@")));
 
     let after = imports(&engine, &out);
@@ -138,11 +138,11 @@ fn summary_names_what_was_plugged() {
     let out = dir.path().join("out.wasm");
     let o = lockd(&[
         "plug",
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "-o",
         path(&out),
         "--client",
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::LOCKD_CLIENT,
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
@@ -159,7 +159,7 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
     let out = dir.path().join("out.wasm");
     let o = lockd_in(
         Some(dir.path()),
-        &["plug", lockd_tests::RUST_CONFORMANCE, "-o", path(&out)],
+        &["plug", lockd_guest_tests::RUST_CONFORMANCE, "-o", path(&out)],
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -168,7 +168,7 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
     // $LOCKD_CLIENT_WASM wins over the defaults, and a wrong one is an error.
     let o = lockd_in(
         Some(dir.path()),
-        &["plug", lockd_tests::RUST_CONFORMANCE, "-o", path(&out)],
+        &["plug", lockd_guest_tests::RUST_CONFORMANCE, "-o", path(&out)],
         &[("LOCKD_CLIENT_WASM", "/nonexistent/client.wasm")],
     );
     refused(
@@ -188,7 +188,7 @@ fn each_lock_version_gets_its_client() {
     // binary and plugged.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.wasm");
-    let args = ["plug", lockd_tests::RUST_P3, "-o", path(&out)];
+    let args = ["plug", lockd_guest_tests::RUST_P3, "-o", path(&out)];
     let o = lockd_in(Some(dir.path()), &args, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
@@ -219,23 +219,23 @@ fn each_lock_version_gets_its_client() {
     // client alone is refused, naming both versions.
     let both = [
         "plug",
-        lockd_tests::RUST_P3,
+        lockd_guest_tests::RUST_P3,
         "-o",
         path(&out),
         "--client",
-        lockd_tests::LOCKD_CLIENT_P3,
+        lockd_guest_tests::LOCKD_CLIENT_P3,
         "--client",
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::LOCKD_CLIENT,
     ];
     let o = lockd(&both);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let one = [
         "plug",
-        lockd_tests::RUST_P3,
+        lockd_guest_tests::RUST_P3,
         "-o",
         path(&out),
         "--client",
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::LOCKD_CLIENT,
     ];
     refused(&lockd(&one), &["lockd:lock/", "@0.2.0", "@0.1.0"]);
 
@@ -281,7 +281,7 @@ fn missing_client_is_a_clear_error() {
     let out = dir.path().join("out.wasm");
     let o = lockd(&[
         "plug",
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "-o",
         path(&out),
         "--client",
@@ -302,14 +302,14 @@ fn missing_client_is_a_clear_error() {
 fn app_without_lock_imports_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.wasm");
-    for app in [lockd_tests::HTTP_HOSTILE, lockd_tests::LOCKD_CLIENT] {
+    for app in [lockd_guest_tests::HTTP_HOSTILE, lockd_guest_tests::LOCKD_CLIENT] {
         let o = lockd(&[
             "plug",
             app,
             "-o",
             path(&out),
             "--client",
-            lockd_tests::LOCKD_CLIENT,
+            lockd_guest_tests::LOCKD_CLIENT,
         ]);
         refused(
             &o,
@@ -343,7 +343,7 @@ fn app_that_is_not_a_component_is_refused() {
             "-o",
             path(&out),
             "--client",
-            lockd_tests::LOCKD_CLIENT,
+            lockd_guest_tests::LOCKD_CLIENT,
         ]);
         refused(&o, needles);
     }
@@ -363,7 +363,7 @@ fn other_lock_version_is_refused_naming_both() {
         "-o",
         path(&out),
         "--client",
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::LOCKD_CLIENT,
     ]);
     refused(&o, &["lockd:lock/", "@0.2.0", "@0.1.0", "app-0.2.0.wasm"]);
     assert!(!out.exists());
@@ -371,7 +371,7 @@ fn other_lock_version_is_refused_naming_both() {
     // A compatible patch version (0.1.1) is plugged, as wac does.
     let app = component_from_wit(&lock_wit("0.1.1", ""), "imports");
     let app = write(dir.path(), "app-0.1.1.wasm", &app);
-    plug_ok(dir.path(), path(&app), lockd_tests::LOCKD_CLIENT);
+    plug_ok(dir.path(), path(&app), lockd_guest_tests::LOCKD_CLIENT);
 }
 
 #[test]
@@ -390,7 +390,7 @@ fn client_without_types_export_leaves_only_the_types_only_import() {
     let out = dir.path().join("out.wasm");
     let o = lockd(&[
         "plug",
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "-o",
         path(&out),
         "--client",
@@ -416,11 +416,11 @@ fn client_that_exports_no_lock_interface_is_refused() {
     let out = dir.path().join("out.wasm");
     let o = lockd(&[
         "plug",
-        lockd_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::RUST_CONFORMANCE,
         "-o",
         path(&out),
         "--client",
-        lockd_tests::HTTP_HOSTILE,
+        lockd_guest_tests::HTTP_HOSTILE,
     ]);
     refused(&o, &["exports no lockd:lock interface"]);
 }
@@ -488,8 +488,8 @@ fn plugged_conformance_runs_on_a_plain_host_against_lockd_serve() {
     let dir = tempfile::tempdir().unwrap();
     let out = plug_ok(
         dir.path(),
-        lockd_tests::RUST_CONFORMANCE,
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::RUST_CONFORMANCE,
+        lockd_guest_tests::LOCKD_CLIENT,
     );
     let server = Server::start(&[]);
     let (ok, stdout) = run_on_plain_host(

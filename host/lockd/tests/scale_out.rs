@@ -10,7 +10,7 @@
 //!   expiry (not before, and not at the end of its etcd lease);
 //! - the etcd leader SIGKILLed under load from both hosts: calls go on, some
 //!   answer `unavailable` during the election, and the history checker
-//!   (`lockd_testing::history`) finds no violation.
+//!   (`lockd_test_support::history`) finds no violation.
 //!
 //! The figures printed by `leader_loss_under_load_keeps_the_contract` go into
 //! docs/scale-out.md. The etcd members and lockd processes are SIGKILLed on
@@ -27,8 +27,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockd_server::{request, Reply, Server};
-use lockd_testing::etcd::EtcdCluster;
-use lockd_testing::history::{check_report, History, Outcome, Recorder};
+use lockd_test_support::etcd::EtcdCluster;
+use lockd_test_support::history::{check_report, History, Outcome, Recorder};
 use recorded_client::{Client, Rng, Target};
 use serde_json::json;
 
@@ -450,7 +450,7 @@ fn member_loss_under_load(victim: Victim) {
         elapsed.as_secs_f64()
     );
     println!("{figures}");
-    lockd_testing::report(&format!("etcd {what} kill under load: {figures}"));
+    lockd_test_support::report(&format!("etcd {what} kill under load: {figures}"));
 
     if !report.violations.is_empty() {
         let mut sorted = ops.clone();

@@ -53,9 +53,9 @@ fn app_dir(manifest: &str) -> tempfile::TempDir {
     let guests = dir.path().join("target/guests");
     std::fs::create_dir_all(&guests).unwrap();
     for (from, name) in [
-        (lockd_tests::EDGE_JOBS, "edge-jobs.wasm"),
-        (lockd_tests::LOCKD_CLIENT, "lockd-client.wasm"),
-        (lockd_tests::RUST_CONFORMANCE, "rust-conformance.wasm"),
+        (lockd_guest_tests::EDGE_JOBS, "edge-jobs.wasm"),
+        (lockd_guest_tests::LOCKD_CLIENT, "lockd-client.wasm"),
+        (lockd_guest_tests::RUST_CONFORMANCE, "rust-conformance.wasm"),
     ] {
         std::fs::copy(from, guests.join(name)).unwrap();
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt as _;
 use lockd_server::{lockd, Run, LOCKD_ENV};
-use lockd_testing::certs::CertFiles;
+use lockd_test_support::certs::CertFiles;
 use serde_json::Value;
 use tls_harness::*;
 
@@ -517,8 +517,8 @@ fn up_serves_a_spin_component_and_the_web_page_over_https() {
              [[trigger.http]]\nroute = \"/guarded/...\"\ncomponent = \"edge-guard-p3\"\n\
              [component.edge-jobs]\nsource = '{}'\n\
              [component.edge-guard-p3]\nsource = '{}'\n",
-            lockd_tests::EDGE_JOBS,
-            lockd_tests::EDGE_GUARD_P3,
+            lockd_guest_tests::EDGE_JOBS,
+            lockd_guest_tests::EDGE_GUARD_P3,
         ),
     )
     .unwrap();

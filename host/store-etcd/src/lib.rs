@@ -3,7 +3,7 @@
 //!
 //! [`EtcdBackend`] implements [`LockBackend`] and passes the same conformance
 //! suite as the memory and redb stores (`tests/conformance.rs`, against a real
-//! etcd started by `lockd_testing::etcd::EtcdCluster`).
+//! etcd started by `lockd_test_support::etcd::EtcdCluster`).
 //!
 //! # Layout
 //!

@@ -15,7 +15,7 @@ use lockd_core::{
     LockService, ManualClock, SystemClock,
 };
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 use tokio::task::JoinHandle;
 
 const NS: &str = "test";

@@ -1,4 +1,4 @@
-//! The etcd store against the lock contract (lockd_testing::conformance), on a
+//! The etcd store against the lock contract (lockd_test_support::conformance), on a
 //! real etcd started for each case.
 //!
 //! The suite drives a `ManualClock`, which the backend uses for every expiry
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use lockd_core::{BoxFuture, LockBackend, ManualClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
-use lockd_testing::StoreFactory;
+use lockd_test_support::etcd::EtcdCluster;
+use lockd_test_support::StoreFactory;
 
 struct Etcd {
     cluster: EtcdCluster,
@@ -44,10 +44,10 @@ impl StoreFactory for Etcd {
     }
 }
 
-lockd_testing::conformance_tests!(Etcd::new());
+lockd_test_support::conformance_tests!(Etcd::new());
 
 mod claims {
     use super::Etcd;
 
-    lockd_testing::claims_conformance_tests!(Etcd::new());
+    lockd_test_support::claims_conformance_tests!(Etcd::new());
 }

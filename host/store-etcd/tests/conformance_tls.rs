@@ -1,4 +1,4 @@
-//! The etcd store against the lock contract (lockd_testing::conformance)
+//! The etcd store against the lock contract (lockd_test_support::conformance)
 //! over TLS with a client certificate, as etcd user `lockd` that may read
 //! and write one prefix and nothing else.
 //!
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use lockd_core::{BoxFuture, LockBackend, ManualClock};
 use lockd_etcd::{ClientCert, EtcdBackend, EtcdOptions, EtcdUser};
-use lockd_testing::etcd::SecureEtcd;
-use lockd_testing::StoreFactory;
+use lockd_test_support::etcd::SecureEtcd;
+use lockd_test_support::StoreFactory;
 
 /// The prefix user `lockd` may use; each case takes one below it.
 const USER_PREFIX: &str = "/lockd-tls/";
@@ -74,4 +74,4 @@ impl StoreFactory for SecureFactory {
     }
 }
 
-lockd_testing::conformance_tests!(SecureFactory::new());
+lockd_test_support::conformance_tests!(SecureFactory::new());

@@ -13,7 +13,7 @@ use lockd_core::{
     Clock, Durability, Limits, LockError, LockOptions, LockService, ManualClock, SystemClock,
 };
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 
 const NS: &str = "test";
 

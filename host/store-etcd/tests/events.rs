@@ -13,7 +13,7 @@ use lockd_core::{
     Durability, EventKind, Limits, LockError, LockEvent, LockOptions, LockService, ManualClock,
 };
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 use tokio::sync::broadcast::Receiver;
 
 const NS: &str = "test";

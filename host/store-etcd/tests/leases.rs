@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions};
 use lockd_core::{Durability, Grant, Key, LockBackend, LockError, LockOptions, ManualClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 
 const NS: &str = "test";
 const START_MS: u64 = 1_700_000_000_000;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lockd_core::{Clock, Key, LockBackend, LockOptions, SystemClock};
 use lockd_etcd::{EtcdBackend, EtcdOptions};
-use lockd_testing::etcd::EtcdCluster;
+use lockd_test_support::etcd::EtcdCluster;
 
 /// The system clock, `ahead_ms` fast: a host whose NTP is off.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lockd_core::{Durability, Limits, LockOptions, LockService, SystemClock};
 use lockd_etcd::{ClientCert, EtcdBackend, EtcdOptions, EtcdUser};
-use lockd_testing::certs::TestPki;
-use lockd_testing::etcd::SecureEtcd;
+use lockd_test_support::certs::TestPki;
+use lockd_test_support::etcd::SecureEtcd;
 
 const PREFIX: &str = "/lockd";
 const DIAL: Duration = Duration::from_secs(2);
@@ -427,7 +427,7 @@ async fn the_rotation_probes_members_over_tls() {
 /// off, each refused saying which setting to change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_missing_or_unexpected_is_named() {
-    use lockd_testing::etcd::EtcdCluster;
+    use lockd_test_support::etcd::EtcdCluster;
     let plain = |cluster: &EtcdCluster| {
         let mut o = EtcdOptions::new(cluster.endpoints());
         o.dial_timeout = DIAL;

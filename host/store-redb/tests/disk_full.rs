@@ -182,7 +182,7 @@ async fn full_disk_is_unavailable_then_recovers_with_nothing_lost() {
         stats.reopens.load(Ordering::Relaxed)
     );
     eprintln!("{line}");
-    lockd_testing::report(&line);
+    lockd_test_support::report(&line);
 
     // Restart: every acknowledged lock is back, intact (`before` too, unless
     // its unlock was acknowledged); refused grants are not.

@@ -1,6 +1,6 @@
 //! Model-based test of the redb store: random sequences of lock, unlock,
 //! extend, get, list, guard and clock operations *and crash-and-reopen*, each
-//! reply compared with `lockd_testing::model` (see its module docs for the
+//! reply compared with `lockd_test_support::model` (see its module docs for the
 //! rules). A reopen drops every handle (the engine and its journal, whose
 //! drop joins the writer thread) and opens the same file with the same
 //! `ManualClock`: persistent locks must come back with owner, token and
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use lockd_core::{BoxFuture, LockBackend, ManualClock};
-use lockd_testing::model::{self, Op};
-use lockd_testing::{RedbFactory, StoreFactory};
+use lockd_test_support::model::{self, Op};
+use lockd_test_support::{RedbFactory, StoreFactory};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
@@ -40,7 +40,7 @@ fn redb_store_matches_the_model_across_restarts() {
 fn a_fixed_election_sequence_matches_the_model() {
     use lockd_core::Claim::Permit;
     use lockd_core::Durability::{Ephemeral, Persistent};
-    use lockd_testing::model::TokenArg;
+    use lockd_test_support::model::TokenArg;
     let campaign = |name, owner, value, durability| Op::Campaign {
         name,
         owner,
@@ -169,7 +169,7 @@ fn a_fixed_lease_restart_sequence_matches_the_model() {
 #[test]
 fn a_fixed_restart_sequence_matches_the_model() {
     use lockd_core::Durability::{Ephemeral, Persistent};
-    use lockd_testing::model::TokenArg;
+    use lockd_test_support::model::TokenArg;
     let ops = vec![
         Op::Lock {
             name: 0,

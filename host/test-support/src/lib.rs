@@ -20,7 +20,7 @@
 //!
 //! ```text
 //! // tests/conformance.rs of a backend crate
-//! lockd_testing::conformance_tests!(MyFactory::new());
+//! lockd_test_support::conformance_tests!(MyFactory::new());
 //! ```
 #![deny(missing_docs)]
 

@@ -1,13 +1,13 @@
 //! The memory store against the conformance suite.
 
-lockd_testing::conformance_tests!(lockd_testing::MemoryFactory);
+lockd_test_support::conformance_tests!(lockd_test_support::MemoryFactory);
 
 mod claims {
-    lockd_testing::claims_conformance_tests!(lockd_testing::MemoryFactory);
+    lockd_test_support::claims_conformance_tests!(lockd_test_support::MemoryFactory);
 }
 
 #[tokio::test]
 async fn wall_clock_steps_move_no_deadline() {
-    lockd_testing::conformance::wall_clock_steps_move_no_deadline(&lockd_testing::MemoryFactory)
+    lockd_test_support::conformance::wall_clock_steps_move_no_deadline(&lockd_test_support::MemoryFactory)
         .await;
 }

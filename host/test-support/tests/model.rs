@@ -1,6 +1,6 @@
 //! Model-based test of the `memory` store: random sequences of lock, unlock,
 //! extend, get, list, guard and clock operations, each reply compared with
-//! `lockd_testing::model` (see its module docs for the rules).
+//! `lockd_test_support::model` (see its module docs for the rules).
 //!
 //! `PROPTEST_CASES` overrides the number of sequences (default 8,000).
 
@@ -12,8 +12,8 @@ use lockd_core::{
     LeaseInfo, ListedLock, LockBackend, LockError, LockInfo, LockOptions, ManualClock, NameState,
     NullJournal, Recovered,
 };
-use lockd_testing::model::{self, Op};
-use lockd_testing::{MemoryFactory, StoreFactory};
+use lockd_test_support::model::{self, Op};
+use lockd_test_support::{MemoryFactory, StoreFactory};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
@@ -30,7 +30,7 @@ fn memory_store_matches_the_model() {
 #[test]
 fn a_fixed_sequence_matches_the_model() {
     use lockd_core::Durability::{Ephemeral, Persistent};
-    use lockd_testing::model::{BadArg, InvalidCall, TokenArg};
+    use lockd_test_support::model::{BadArg, InvalidCall, TokenArg};
     let ops = vec![
         Op::Lock {
             name: 0,
@@ -119,7 +119,7 @@ fn a_fixed_sequence_matches_the_model() {
 #[test]
 fn a_fixed_lease_sequence_matches_the_model() {
     use lockd_core::Durability::{Ephemeral, Persistent};
-    use lockd_testing::model::{BadArg, InvalidCall, TokenArg, HOLDER, UNKNOWN_LEASE};
+    use lockd_test_support::model::{BadArg, InvalidCall, TokenArg, HOLDER, UNKNOWN_LEASE};
     let ops = vec![
         Op::LeaseGrant {
             ttl_ms: 1_000,
@@ -206,7 +206,7 @@ fn a_fixed_lease_sequence_matches_the_model() {
 fn a_fixed_claims_sequence_matches_the_model() {
     use lockd_core::Claim::{Permit, Shared};
     use lockd_core::Durability::Persistent;
-    use lockd_testing::model::TokenArg;
+    use lockd_test_support::model::TokenArg;
     let take = |name, owner, claim| Op::LockAs {
         name,
         owner,

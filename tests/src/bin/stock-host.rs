@@ -1,10 +1,10 @@
 //! `stock-host`: a plain wasmtime host that knows nothing of lockd, for the
 //! portable tests (`tests/tests/portable.rs`).
 //!
-//! It links no lockd crate. `lockd`, `lockd-core`, `lockd-testing` and the
-//! stores are dev-dependencies of `lockd-tests`, linked into its test
+//! It links no lockd crate. `lockd`, `lockd-core`, `lockd-test-support` and the
+//! stores are dev-dependencies of `lockd-guest-tests`, linked into its test
 //! binaries and never into a bin; the host itself is the crate's
-//! [`lockd_tests::stock_host`], built from wasmtime, wasmtime-wasi,
+//! [`lockd_guest_tests::stock_host`], built from wasmtime, wasmtime-wasi,
 //! wasmtime-wasi-http, tokio, hyper, hyper-util, http-body-util, anyhow and
 //! bytes alone (the benchmark of plugged guests runs the same). A component
 //! that imports `lockd:lock/locks` or `guards` fails to instantiate here; one
@@ -35,7 +35,7 @@
 //!   before answering gets a 500 and its error on stderr.
 //! - `stock-host run-p3 COMPONENT [--env K=V]... [--cacert FILE] --invoke
 //!   CALL...` is `wasmtime run -Wcomponent-model-async -Sp3,http --invoke
-//!   CALL` for WASI 0.3 components ([`lockd_tests::stock_host_p3`]): WASI 0.3
+//!   CALL` for WASI 0.3 components ([`lockd_guest_tests::stock_host_p3`]): WASI 0.3
 //!   and `wasi:http@0.3` beside WASI 0.2 and its `wasi:http`. Every
 //!   `--invoke` (`INTERFACE#NAME(ARGS)`, e.g.
 //!   `'lockd:p3-probe/probe#ping("jobs")'`) is called at once on one
@@ -50,8 +50,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
-use lockd_tests::stock_host::{self, CommandEnd, Proxy, StockState};
-use lockd_tests::stock_host_p3::{self, Invocation};
+use lockd_guest_tests::stock_host::{self, CommandEnd, Proxy, StockState};
+use lockd_guest_tests::stock_host_p3::{self, Invocation};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 /// The exit status of a trapped command (a process killed by SIGABRT).

@@ -52,7 +52,7 @@ pub(crate) async fn c_claims() {
     let dir = tempfile::tempdir().unwrap();
     let store = super::store_above_doubles(&dir).await;
     let service = super::open(&store);
-    let out = run_guest(lockd_tests::C_CLAIMS, &service, "c", &["P"]).await;
+    let out = run_guest(lockd_guest_tests::C_CLAIMS, &service, "c", &["P"]).await;
     let stdout = verdict(&out).unwrap_or_else(|why| panic!("c-claims failed: {why}"));
     let shared = tokens(&stdout, "shared");
     let permit = tokens(&stdout, "permit");
@@ -130,7 +130,7 @@ async fn c_claims_reports_a_failing_step() {
             .lock("c", name, "host", 60_000, options)
             .await
             .unwrap();
-        let out = run_guest(lockd_tests::C_CLAIMS, &service, "c", &["P"]).await;
+        let out = run_guest(lockd_guest_tests::C_CLAIMS, &service, "c", &["P"]).await;
         let why = verdict(&out).expect_err("the verdict passed a failing run");
         assert_eq!(out.exit_code, 1, "{why}");
         assert!(why.contains(failing), "{name}: {why}");

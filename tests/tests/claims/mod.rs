@@ -38,7 +38,7 @@ fn spawn_guest(
     let service = service.clone();
     tokio::spawn(async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_guest(lockd_tests::RUST_CLAIMS, &service, "claims", &args).await
+        run_guest(lockd_guest_tests::RUST_CLAIMS, &service, "claims", &args).await
     })
 }
 
@@ -59,7 +59,7 @@ pub(crate) async fn rust_claims() {
     let dir = tempfile::tempdir().unwrap();
     let service = redb_service(&dir);
     let out = run_guest(
-        lockd_tests::RUST_CLAIMS,
+        lockd_guest_tests::RUST_CLAIMS,
         &service,
         "claims",
         &["steps", "C"],

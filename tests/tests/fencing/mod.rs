@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lockd_core::{Engine, Limits, LockOptions, LockService};
-use lockd_testing::redis::RedisServer;
+use lockd_test_support::redis::RedisServer;
 
 use crate::common::{run_guest, text};
 
@@ -53,7 +53,7 @@ pub(crate) async fn rust_fenced() {
             let service = service.clone();
             tokio::spawn(async move {
                 run_guest(
-                    lockd_tests::RUST_FENCED,
+                    lockd_guest_tests::RUST_FENCED,
                     &service,
                     NS,
                     &["acct", "300", "800", "70"],

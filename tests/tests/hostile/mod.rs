@@ -118,7 +118,7 @@ async fn bystander(service: &LockService) {
     let out = tokio::time::timeout(
         DEADLINE,
         run_guest(
-            lockd_tests::RUST_CONFORMANCE,
+            lockd_guest_tests::RUST_CONFORMANCE,
             service,
             BYSTANDER,
             &[&prefix],
@@ -158,7 +158,7 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
             let args: Vec<&str> = argv.iter().map(String::as_str).collect();
             let started = Instant::now();
             let out =
-                run_guest_limited(lockd_tests::RUST_HOSTILE, &service, HOSTILE, &args, limits)
+                run_guest_limited(lockd_guest_tests::RUST_HOSTILE, &service, HOSTILE, &args, limits)
                     .await;
             (out, started, Instant::now())
         })
@@ -237,7 +237,7 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
         attacked.worst_probe
     );
     eprintln!("{line}");
-    lockd_testing::report(&line);
+    lockd_test_support::report(&line);
     attacked
 }
 

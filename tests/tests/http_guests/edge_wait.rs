@@ -137,7 +137,7 @@ async fn done(waiter: JoinHandle<(u16, String)>) -> Value {
 /// held), and the checker must fail it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_wait_p3() {
-    let app = serve(&[("/wait/...", ID, wasm(lockd_tests::EDGE_WAIT_P3))], REUSE).await;
+    let app = serve(&[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))], REUSE).await;
     let service = app.service.clone();
     for name in ["wait/a", "wait/sync"] {
         service
@@ -176,7 +176,7 @@ pub(crate) async fn edge_wait_p3() {
         sync["longest_tick_gap_ms"]
     );
     eprintln!("{line}");
-    lockd_testing::report(&line);
+    lockd_test_support::report(&line);
     verdict.unwrap();
     assert!(control_verdict.is_err(), "the checker missed a stall");
     assert!(
@@ -196,7 +196,7 @@ pub(crate) async fn edge_wait_p3() {
 async fn edge_wait_p3_given_up_wait_leaves_the_queue() {
     use tokio::io::AsyncWriteExt as _;
 
-    let app = serve(&[("/wait/...", ID, wasm(lockd_tests::EDGE_WAIT_P3))], REUSE).await;
+    let app = serve(&[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))], REUSE).await;
     let service = app.service.clone();
     let name = "wait/gone";
     service
@@ -235,7 +235,7 @@ async fn edge_wait_p3_given_up_wait_leaves_the_queue() {
     assert_eq!(service.describe(ID, name).await.unwrap().waiters, 0);
     let line = format!("edge-wait-p3 given up: the waiter left the queue {left_after:?} after its client went away");
     eprintln!("{line}");
-    lockd_testing::report(&line);
+    lockd_test_support::report(&line);
 }
 
 /// Failures in a reused instance: a trap answers 500; past
@@ -265,7 +265,7 @@ async fn failures_end_in_500_and_bounded_instances() {
     const TIMEOUT: Duration = Duration::from_millis(1_000);
     let limits = format!("{REUSE}request_timeout_ms = {}\n", TIMEOUT.as_millis());
     let app = serve(
-        &[("/wait/...", ID, wasm(lockd_tests::EDGE_WAIT_P3))],
+        &[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))],
         &limits,
     )
     .await;

@@ -189,7 +189,7 @@ pub fn wasm(path: &str) -> &str {
 /// namespace and is free afterwards; the next run gets a higher token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_jobs() {
-    let wasm = wasm(lockd_tests::EDGE_JOBS);
+    let wasm = wasm(lockd_guest_tests::EDGE_JOBS);
     let app = serve(&[("/jobs/...", "edge-jobs", wasm)], "").await;
     let (path, t1) = exactly_one_runs(app.addr, "/jobs/1", 20).await;
     let (status, body) = request(app.addr, "GET", &path).await;
@@ -237,7 +237,7 @@ pub(crate) async fn edge_jobs() {
 /// someone else makes them answer 409 while `nolock` does not care.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_bench() {
-    let wasm = wasm(lockd_tests::EDGE_BENCH);
+    let wasm = wasm(lockd_guest_tests::EDGE_BENCH);
     let app = serve(&[("/bench/...", "edge-bench", wasm)], "").await;
     let mut last = 0;
     for mode in ["ephemeral", "persistent"] {
@@ -286,7 +286,7 @@ async fn component_bodies_follow_their_heads_without_a_stall() {
     use std::time::Duration;
     const REQUESTS: usize = 40;
     const STALL: Duration = Duration::from_millis(30);
-    let wasm = wasm(lockd_tests::HTTP_HOSTILE);
+    let wasm = wasm(lockd_guest_tests::HTTP_HOSTILE);
     let app = serve(&[("/hostile/...", "http-hostile", wasm)], "").await;
     let addr = app.addr;
     let gaps = tokio::task::spawn_blocking(move || {
@@ -314,7 +314,7 @@ async fn component_bodies_follow_their_heads_without_a_stall() {
     let mut sorted = gaps.clone();
     sorted.sort();
     let median = sorted[sorted.len() / 2];
-    lockd_testing::report(&format!(
+    lockd_test_support::report(&format!(
         "no-stall: {} keep-alive requests to a component that writes its body 5 ms after its head: \
          head to body median {median:?}, max {:?}, {} bodies 30 ms or more after their heads",
         gaps.len(),
@@ -375,9 +375,9 @@ pub(crate) async fn edge_guard_p3() {
             (
                 "/guarded/...",
                 "edge-guard-p3",
-                wasm(lockd_tests::EDGE_GUARD_P3),
+                wasm(lockd_guest_tests::EDGE_GUARD_P3),
             ),
-            ("/jobs/...", "edge-jobs", wasm(lockd_tests::EDGE_JOBS)),
+            ("/jobs/...", "edge-jobs", wasm(lockd_guest_tests::EDGE_JOBS)),
         ],
         "",
     )
@@ -411,7 +411,7 @@ async fn p3_response_body_is_bounded() {
         &[(
             "/guarded/...",
             "edge-guard-p3",
-            wasm(lockd_tests::EDGE_GUARD_P3),
+            wasm(lockd_guest_tests::EDGE_GUARD_P3),
         )],
         "[limits]\nresponse_body_bytes = 8\n",
     )
@@ -433,7 +433,7 @@ async fn p3_response_body_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn js_edge() {
     let app = serve(
-        &[("/js/jobs/...", "js-edge", wasm(lockd_tests::JS_EDGE))],
+        &[("/js/jobs/...", "js-edge", wasm(lockd_guest_tests::JS_EDGE))],
         "",
     )
     .await;
@@ -502,9 +502,9 @@ pub(crate) async fn http_hostile() {
             (
                 "/hostile/...",
                 "http-hostile",
-                wasm(lockd_tests::HTTP_HOSTILE),
+                wasm(lockd_guest_tests::HTTP_HOSTILE),
             ),
-            ("/jobs/...", "edge-jobs", wasm(lockd_tests::EDGE_JOBS)),
+            ("/jobs/...", "edge-jobs", wasm(lockd_guest_tests::EDGE_JOBS)),
         ],
         limits,
     )
@@ -536,7 +536,7 @@ pub(crate) async fn http_hostile() {
 /// quota refuses a guest's lock past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_isolate_components() {
-    let jobs = wasm(lockd_tests::EDGE_JOBS);
+    let jobs = wasm(lockd_guest_tests::EDGE_JOBS);
     let routes = [
         ("/a/jobs/...", "team-a", jobs),
         ("/b/jobs/...", "team-b", jobs),

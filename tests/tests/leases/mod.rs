@@ -30,7 +30,7 @@ fn spawn_guest(
     let service = service.clone();
     tokio::spawn(async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_guest(lockd_tests::RUST_LEASE, &service, namespace, &args).await
+        run_guest(lockd_guest_tests::RUST_LEASE, &service, namespace, &args).await
     })
 }
 
@@ -67,7 +67,7 @@ pub(crate) async fn rust_lease() {
     let dir = tempfile::tempdir().unwrap();
     let service = redb_service(&dir);
     let out = run_guest(
-        lockd_tests::RUST_LEASE,
+        lockd_guest_tests::RUST_LEASE,
         &service,
         "lease",
         &["lease-steps", "L/a", "L/b", "L/c"],

@@ -71,7 +71,7 @@ pub(crate) fn check_guest_imports(
 #[test]
 pub(crate) fn lockd_client() {
     let engine = Engine::default();
-    let client = Component::from_file(&engine, lockd_tests::LOCKD_CLIENT).unwrap();
+    let client = Component::from_file(&engine, lockd_guest_tests::LOCKD_CLIENT).unwrap();
     let ty = client.component_type();
 
     let exports: Vec<(String, ComponentItem)> = ty
@@ -109,9 +109,9 @@ pub(crate) fn lockd_client() {
     // Every function and resource a guest imports from `lockd:lock` is
     // exported, under the same name.
     for (path, imported) in [
-        (lockd_tests::RUST_CONFORMANCE, 3),
+        (lockd_guest_tests::RUST_CONFORMANCE, 3),
         // types, locks, guards, rwlocks, semaphores, holds, elections.
-        (lockd_tests::RUST_CLAIMS, 7),
+        (lockd_guest_tests::RUST_CLAIMS, 7),
     ] {
         let checked = check_guest_imports(&engine, path, "@0.1.0", &exports);
         assert_eq!(checked, imported, "the lockd:lock imports of {path}");

@@ -30,7 +30,7 @@ pub(crate) fn lockd_client_p3() {
     let mut config = Config::new();
     config.wasm_component_model_async(true);
     let engine = Engine::new(&config).unwrap();
-    let client = Component::from_file(&engine, lockd_tests::LOCKD_CLIENT_P3).unwrap();
+    let client = Component::from_file(&engine, lockd_guest_tests::LOCKD_CLIENT_P3).unwrap();
     let ty = client.component_type();
 
     let exports: Vec<(String, ComponentItem)> = ty
@@ -72,7 +72,7 @@ pub(crate) fn lockd_client_p3() {
 
     // Every function and resource rust-p3 imports from lockd:lock@0.2.0 is
     // exported under the same name.
-    let checked = check_guest_imports(&engine, lockd_tests::RUST_P3, "@0.2.0", &exports);
+    let checked = check_guest_imports(&engine, lockd_guest_tests::RUST_P3, "@0.2.0", &exports);
     // types, locks, guards, leases, rwlocks, semaphores, holds, elections.
     assert_eq!(checked, 8, "rust-p3's lockd:lock@0.2.0 imports");
 }

@@ -99,7 +99,7 @@ async fn wait_while_held(guest: &str, args: &[&str]) -> Waited {
 /// no gap near the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn rust_p3_cli() {
-    let waited = wait_while_held(lockd_tests::RUST_P3_CLI, &["cli-async", "async"]).await;
+    let waited = wait_while_held(lockd_guest_tests::RUST_P3_CLI, &["cli-async", "async"]).await;
     assert!(
         waited.longest_gap < WAIT / 3,
         "the ticker stalled: {waited:?}"
@@ -111,7 +111,7 @@ pub(crate) async fn rust_p3_cli() {
 /// wait stop the instance (the ticker's gap spans the wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synchronous_wait_stops_the_commands_other_task() {
-    let waited = wait_while_held(lockd_tests::RUST_P3_CLI, &["cli-sync", "sync"]).await;
+    let waited = wait_while_held(lockd_guest_tests::RUST_P3_CLI, &["cli-sync", "sync"]).await;
     assert!(
         waited.longest_gap >= WAIT - Duration::from_millis(300),
         "the ticker ran while the synchronous lock waited: {waited:?}"
@@ -122,7 +122,7 @@ async fn a_synchronous_wait_stops_the_commands_other_task() {
 /// model's): the same wait, the same ticker, no stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn python_p3() {
-    let waited = wait_while_held(lockd_tests::PYTHON_P3, &["py-async"]).await;
+    let waited = wait_while_held(lockd_guest_tests::PYTHON_P3, &["py-async"]).await;
     assert!(
         waited.longest_gap < WAIT / 3,
         "the ticker stalled: {waited:?}"

@@ -80,7 +80,7 @@ fn engine() -> &'static Engine {
 /// Compiled once per test binary.
 fn component() -> &'static Component {
     static COMPONENT: OnceLock<Component> = OnceLock::new();
-    COMPONENT.get_or_init(|| Component::from_file(engine(), lockd_tests::RUST_P3).unwrap())
+    COMPONENT.get_or_init(|| Component::from_file(engine(), lockd_guest_tests::RUST_P3).unwrap())
 }
 
 fn service() -> LockService {

@@ -94,7 +94,7 @@ pub(crate) fn plug(dir: &Path, app: &str, name: &str) -> PathBuf {
         "-o",
         out.to_str().unwrap(),
         "--client",
-        lockd_tests::LOCKD_CLIENT,
+        lockd_guest_tests::LOCKD_CLIENT,
     ]);
     assert!(o.status.success(), "lockd plug {app}: {}", text(&o.stderr));
     out
@@ -161,7 +161,7 @@ impl Server {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--store", &store]);
         let mut cacert = None;
         if tls {
-            let pki = lockd_testing::certs::TestPki::new(&dir.path().join("pki"));
+            let pki = lockd_test_support::certs::TestPki::new(&dir.path().join("pki"));
             let server = pki.server("server");
             cmd.arg("--tls-cert").arg(&server.cert);
             cmd.arg("--tls-key").arg(&server.key);

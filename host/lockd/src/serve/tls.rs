@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn a_refused_reload_keeps_the_config_in_use() {
         let dir = tempfile::tempdir().unwrap();
-        let pki = lockd_testing::certs::TestPki::new(dir.path());
+        let pki = lockd_test_support::certs::TestPki::new(dir.path());
         let server = pki.server("server");
         let config = TlsConfig {
             cert: Some(server.cert.clone()),

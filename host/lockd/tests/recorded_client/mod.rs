@@ -1,5 +1,5 @@
 //! A load client whose every call is recorded for the history checker
-//! (`lockd_testing::history`): random lock / lock-with-wait / relock /
+//! (`lockd_test_support::history`): random lock / lock-with-wait / relock /
 //! extend / unlock-with-token / get calls over REST, on hot and cold names,
 //! all persistent; and leases holding several locks ([`Client::run_leases`]:
 //! grant, lock under the lease, refresh, lease get, unlock by the lease id,
@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use lockd_core::Claim;
-use lockd_testing::history::{OpKind, Outcome, Recorder};
+use lockd_test_support::history::{OpKind, Outcome, Recorder};
 use serde_json::{json, Value};
 
 /// SplitMix64: small, seedable, good enough to pick operations.

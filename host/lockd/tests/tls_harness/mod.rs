@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt as _;
-use lockd_testing::certs::{CertFiles, TestPki};
+use lockd_test_support::certs::{CertFiles, TestPki};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! A backend crate runs it with one macro call in a test file:
 //!
 //! ```text
-//! lockd_testing::conformance_tests!(MyFactory::new());
+//! lockd_test_support::conformance_tests!(MyFactory::new());
 //! ```
 //!
 //! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
