@@ -34,7 +34,7 @@ fn fixture(name: &str) -> String {
 
 /// The ```toml blocks of docs/portable.md.
 fn documented_toml_blocks() -> Vec<String> {
-    let doc = std::fs::read_to_string(repo().join("docs/portable.md")).unwrap();
+    let doc = std::fs::read_to_string(repo().join("docs/guests.md")).unwrap();
     let mut blocks = Vec::new();
     let mut rest = doc.as_str();
     while let Some(start) = rest.find("```toml\n") {
