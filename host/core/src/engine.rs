@@ -28,8 +28,8 @@
 //! This file holds the engine and its lock operations. Beside it: `table`
 //! (a shard's locks, index and deadlines), `namespaces` (what the engine
 //! keeps per namespace), `waiter` (a call waiting in a queue), `queue`
-//! (waiting in a lock's FIFO queue, hand-off and time-out), `group` and
-//! `groups` (names held shared, semaphores, elections and lock-delays),
+//! (waiting in a lock's FIFO queue, hand-off and time-out), `group_state` and
+//! `group_ops` (names held shared, semaphores, elections and lock-delays),
 //! `reads` (a name's holders, listings, and the barrier a read waits
 //! behind), `leases`, `tokens` (fencing tokens and their durable
 //! reservations), `recovery` (the constructors, resuming from what the
@@ -46,8 +46,8 @@ use crate::error::LockError;
 use crate::journal::{Journal, JournalOp, Record, Ticket};
 use crate::types::{Claim, Durability, EventKind, Grant, Key, LockEvent, LockInfo, LockOptions};
 
-mod group;
-mod groups;
+mod group_ops;
+mod group_state;
 mod leases;
 mod lock_backend;
 mod namespaces;
@@ -559,9 +559,9 @@ impl Engine {
         let lock = shard.at(at);
         if options.claim != Claim::Exclusive {
             // Held exclusive, in the table: a lock.
-            group::check_kind(key, group::Kind::Lock, options.claim)?;
+            group_state::check_kind(key, group_state::Kind::Lock, options.claim)?;
             if lock.held_by(owner).is_some() {
-                return Err(group::no_change_of_mode(
+                return Err(group_state::no_change_of_mode(
                     key,
                     owner,
                     Claim::Exclusive,
@@ -688,7 +688,7 @@ impl Engine {
             let shard = &mut *guard;
             let now = self.clock.now_ms();
             if self.settle_all(shard, key, hash, now).is_some() {
-                return Err(group::not_an_election(key, group::Kind::Lock));
+                return Err(group_state::not_an_election(key, group_state::Kind::Lock));
             }
             self.proclaim_in_group(shard, key, candidate, token, value, now)?
         };

@@ -56,8 +56,8 @@
 #![deny(missing_docs)]
 
 mod abandon;
-mod conversions;
 mod convert;
+mod convert_macro;
 mod ctx;
 mod elections;
 mod grants;

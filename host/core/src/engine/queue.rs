@@ -88,7 +88,7 @@ impl Engine {
                 continue;
             }
             if waiter.claim == Claim::Shared {
-                // Shared holders live in a group (the `groups` module).
+                // Shared holders live in a group (the `group_ops` module).
                 self.table_to_group(shard, at, key, waiter, now);
                 return;
             }

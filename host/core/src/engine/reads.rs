@@ -5,7 +5,7 @@
 
 use std::sync::PoisonError;
 
-use super::{group, Engine};
+use super::{group_state, Engine};
 use crate::error::LockError;
 use crate::journal::Ticket;
 use crate::types::{Claim, Holding, Key, Leader, ListedLock, LockInfo, NameState};
@@ -49,7 +49,7 @@ impl Engine {
         let (mut guard, hash) = self.shard(key);
         let now = self.clock.now_ms();
         if self.settle_all(&mut guard, key, hash, now).is_some() {
-            return Err(group::not_an_election(key, group::Kind::Lock));
+            return Err(group_state::not_an_election(key, group_state::Kind::Lock));
         }
         self.leader_in_group(&guard, key)
     }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::group::Groups;
+use super::group_state::Groups;
 use super::leases::LeaseCell;
 use super::waiter::Queue;
 use crate::types::{Durability, Grant, Key, LockInfo};

@@ -1,5 +1,5 @@
 //! A call waiting in a queue, and the queue itself (see the `queue`
-//! module for how calls wait, and `groups` for shared names'
+//! module for how calls wait, and `group_ops` for shared names'
 //! queues).
 
 use std::collections::VecDeque;

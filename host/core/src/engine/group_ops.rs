@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use super::group::{no_change_of_mode, not_an_election, Group, Kind, Member};
+use super::group_state::{no_change_of_mode, not_an_election, Group, Kind, Member};
 use super::leases::LeaseCell;
 use super::namespaces::Namespace;
 use super::table::{key_hash, Shard};

@@ -1,6 +1,6 @@
 //! A name held shared, a semaphore, an election, or a name under a
 //! lock-delay: what the engine keeps of it (docs/contract.md C21 to C24).
-//! How the engine uses it: the `groups` module.
+//! How the engine uses it: the `group_ops` module.
 //!
 //! Members are kept in token order (tokens rise, and a member is appended
 //! when granted), so the last live one is the name's most recent grant.
