@@ -215,7 +215,7 @@ pub struct ExtendRequest {
     pub name: String,
     /// The owner that holds it.
     pub owner: String,
-    /// New lease length from now, in milliseconds.
+    /// New TTL from now, in milliseconds.
     pub ttl_ms: u64,
 }
 

@@ -192,7 +192,7 @@ pub enum Op {
         name: usize,
         /// Index into [`owners`].
         owner: usize,
-        /// New lease length from now.
+        /// New TTL from now.
         ttl_ms: u64,
     },
     /// `get`.
@@ -288,7 +288,7 @@ pub enum Op {
         name: usize,
         /// Which lease.
         lease: usize,
-        /// New lease length from now.
+        /// New TTL from now.
         ttl_ms: u64,
     },
     /// A call with one argument out of limits.
@@ -374,7 +374,7 @@ pub enum Call {
         name: String,
         /// Owner.
         owner: String,
-        /// New lease length from now.
+        /// New TTL from now.
         ttl_ms: u64,
     },
     /// [`LockService::get`].
