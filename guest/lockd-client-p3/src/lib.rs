@@ -19,9 +19,13 @@
 //! `target/guests/lockd-client-p3.wasm`.
 //!
 //! Configuration (`LOCKD_URL`, `LOCKD_NAMESPACE`, `LOCKD_AUTH_TOKEN`), the
-//! REST calls, the mapping of replies to WIT errors, owners and candidates
-//! are `guest/lockd-client`'s: its modules `config`, `reply` and `wire` are
-//! this crate's too (`#[path]`), compiled against this crate's bindings.
+//! REST calls, the mapping of replies to errors, owners and candidates, the
+//! state of each resource and its watcher are `guest/lockd-client-core`'s,
+//! shared with `guest/lockd-client`. Here are only the bindings and the
+//! exports (this file and `resources.rs`), the conversions between the
+//! core's types and this package's WIT types (`convert.rs`), and the I/O
+//! over WASI 0.3 (`io.rs`): the environment, one awaited `POST` through
+//! `wasi:http/client`, random bytes, the clocks, and the tasks.
 //!
 //! # Waiting without blocking
 //!
@@ -34,11 +38,11 @@
 //!
 //! # Lost futures and drops
 //!
-//! `lost` futures resolve by polling (see `lost.rs`): every 250 ms while a
-//! future is awaited, one `get` (a lease's `get`) asks whether the grant
-//! still holds, so a force-release, revoke, take-over or expiry is seen
-//! within about 250 ms plus a request; `release` here resolves them at
-//! once. The watcher runs on the task of the call that made the resource
+//! `lost` futures resolve by polling (see `lockd_client_core::Watch`):
+//! every 250 ms while a future is awaited, one `get` (a lease's `get`) asks
+//! whether the grant still holds, so a force-release, revoke, take-over or
+//! expiry is seen within about 250 ms plus a request; `release` here
+//! resolves them at once. The watcher runs on the task of the call that made the resource
 //! (a component runs only inside a task, and `lost` and destructors may not
 //! wait), so dropping a guard, hold, leadership or lease gives it back
 //! within 250 ms, if the instance still runs then. `leader-watch.changed`
@@ -53,25 +57,18 @@
 //! a third of the TTL) for as long as the instance runs the task of the
 //! call that made the resource.
 
-mod call;
-#[path = "../../lockd-client/src/config.rs"]
-mod config;
-mod elections;
-mod grants;
-mod http;
-mod leases;
-mod lost;
-#[path = "../../lockd-client/src/reply.rs"]
-mod reply;
-#[path = "../../lockd-client/src/wire.rs"]
-mod wire;
+mod convert;
+mod io;
+mod resources;
 
-use lockd_api::{FoundReply, FreeReply, GrantReply, LockClaim, Route, Status, StatusReply};
+use lockd_client_core::LockClaim;
 
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
 use bindings::exports::lockd::lock::rwlocks::{self, NameState};
 use bindings::exports::lockd::lock::semaphores;
 use bindings::exports::lockd::lock::types::{Error, Grant, LockInfo};
+use convert::wit;
+use io::Http;
 
 /// The `wit-bindgen` bindings of `lockd:client-p3/client`
 /// (`wit/client.wit`): every interface of `wit/p3/lock.wit` as an export.
@@ -100,15 +97,16 @@ impl locks::Guest for Client {
     }
 
     async fn unlock(name: String, owner: String, fencing_token: Option<u64>) -> Result<(), Error> {
-        unlock(&name, &owner, fencing_token).await
+        wit(lockd_client_core::unlock(&Http, &name, &owner, fencing_token).await)
     }
 
     async fn extend(name: String, owner: String, ttl_ms: u32) -> Result<Grant, Error> {
-        extend(&name, &owner, ttl_ms).await
+        wit(lockd_client_core::extend(&Http, &name, &owner, ttl_ms).await)
     }
 
     async fn get(name: String) -> Result<Option<LockInfo>, Error> {
-        Ok(get(&name).await?.ok().map(wire::found_info))
+        let info = lockd_client_core::get(&Http, &name).await?;
+        Ok(info.map(LockInfo::from))
     }
 }
 
@@ -123,7 +121,7 @@ impl rwlocks::Guest for Client {
     }
 
     async fn describe(name: String) -> Result<NameState, Error> {
-        Ok(wire::name_state(get(&name).await?))
+        wit(lockd_client_core::describe(&Http, &name).await)
     }
 }
 
@@ -148,52 +146,6 @@ async fn lock(
     options: LockOptions,
     claim: LockClaim,
 ) -> Result<Grant, Error> {
-    let config = http::config()?;
-    let request = wire::lock_request(config, name, owner, ttl_ms, &options, claim);
-    let reply: GrantReply = call::post(
-        config,
-        Route::Lock,
-        &request,
-        Status::Acquired,
-        options.wait_ms,
-    )
-    .await?;
-    Ok(wire::grant(&reply))
-}
-
-async fn unlock(name: &str, owner: &str, fencing_token: Option<u64>) -> Result<(), Error> {
-    let config = http::config()?;
-    let request = wire::unlock_request(config, name, owner, fencing_token);
-    let _: StatusReply = call::post(config, Route::Unlock, &request, Status::Unlocked, 0).await?;
-    Ok(())
-}
-
-async fn extend(name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
-    let config = http::config()?;
-    let request = wire::extend_request(config, name, owner, ttl_ms);
-    let reply: GrantReply =
-        call::post(config, Route::Extend, &request, Status::Extended, 0).await?;
-    Ok(wire::grant(&reply))
-}
-
-/// `POST /v1/locks/get`: the holders of `name`, or what the server says of
-/// a free one.
-async fn get(name: &str) -> Result<Result<FoundReply, FreeReply>, Error> {
-    let config = http::config()?;
-    call::find(config, Route::Get, &wire::get_request(config, name)).await
-}
-
-/// Whether the server shows `owner` holding `name` under `token`, in any
-/// mode. Unknown is not "held": a caller acting on `true` must be right.
-async fn holds(name: &str, owner: &str, token: u64) -> bool {
-    matches!(get(name).await, Ok(Ok(found)) if wire::holds(&found, owner, token))
-}
-
-/// A fresh owner `PREFIX-<32 hex digits>`: 128 random bits, as the native
-/// host makes guard owners and candidates.
-fn fresh_id(prefix: &str) -> String {
-    wire::fresh_id(
-        prefix,
-        &bindings::wasi::random::random::get_random_bytes(16),
-    )
+    let options = options.into();
+    wit(lockd_client_core::lock(&Http, name, owner, ttl_ms, &options, claim).await)
 }

@@ -20,6 +20,18 @@
 //! Build: `bash guest/build-all.sh lockd-client` writes
 //! `target/guests/lockd-client.wasm`.
 //!
+//! # Structure
+//!
+//! What this client does is `guest/lockd-client-core`'s (shared with
+//! `guest/lockd-client-p3`): the configuration, the REST calls, the mapping
+//! of replies to errors, owners and candidates, and the state of each
+//! resource. Here are only the bindings and the exports (this file and
+//! `resources.rs`), the conversions between the core's types and this
+//! package's WIT types (`convert.rs`), and the I/O over WASI 0.2 (`io.rs`):
+//! the environment, one blocking `POST` through `wasi:http`, random bytes
+//! and the clocks. The core's calls are `async`; over this blocking I/O
+//! each completes in one poll (`io::run`).
+//!
 //! # Configuration
 //!
 //! Read once per instance from `wasi:cli/environment` (an empty value counts
@@ -50,7 +62,7 @@
 //! same name, with the message's detail (`lockd_api::ErrorReply::detail`:
 //! less its `"invalid argument: "`, `"denied: "` or `"unavailable: "`
 //! label), as the native host gives it. Requests and replies are
-//! `lockd-api`'s types (see `call.rs`).
+//! `lockd-api`'s types.
 //! HTTP 401 `unauthorized` (a missing or wrong `LOCKD_AUTH_TOKEN`) is
 //! `denied`. A server that cannot be reached, a timeout, a reply over 1 MiB,
 //! and any reply that is not the documented JSON (wrong types, unknown
@@ -69,7 +81,7 @@
 //! leadership is extended with `/v1/locks/extend` (its candidate is the
 //! owner).
 //!
-//! Guards, holds and leaderships (`grants.rs`): `acquire`, `acquire-permit`
+//! Guards, holds and leaderships: `acquire`, `acquire-permit`
 //! and `campaign` take the name for a fresh owner `guard-<32 hex digits>`
 //! (a leadership: `candidate-<32 hex digits>`; 128 bits from
 //! `wasi:random/random`, as the native host makes them); `is-held` and
@@ -126,22 +138,18 @@
 //! conformance guest then passes its 12 steps against the server, and
 //! `rust-claims steps P composed` its five (`tests/tests/portable.rs`).
 
-mod call;
-mod config;
-mod elections;
-mod grants;
-mod http;
-mod leases;
-mod reply;
-mod wire;
+mod convert;
+mod io;
+mod resources;
 
-use lockd_api::{FoundReply, FreeReply, GrantReply, LockClaim, Route, Status, StatusReply};
+use lockd_client_core::LockClaim;
 
 use bindings::exports::lockd::lock::locks::{self, LockOptions};
 use bindings::exports::lockd::lock::rwlocks::{self, NameState};
 use bindings::exports::lockd::lock::semaphores;
 use bindings::exports::lockd::lock::types::{Error, Grant, LockInfo};
-use wasip2::io::poll::Pollable;
+use convert::wit;
+use io::{run, Http};
 
 /// The `wit-bindgen` bindings of the `lockd:client/client` world: every
 /// interface of `wit/lock.wit`'s `imports` world as an export.
@@ -187,15 +195,21 @@ impl locks::Guest for Client {
     }
 
     fn unlock(name: String, owner: String, fencing_token: Option<u64>) -> Result<(), Error> {
-        unlock(&name, &owner, fencing_token)
+        wit(run(lockd_client_core::unlock(
+            &Http,
+            &name,
+            &owner,
+            fencing_token,
+        )))
     }
 
     fn extend(name: String, owner: String, ttl_ms: u32) -> Result<Grant, Error> {
-        extend(&name, &owner, ttl_ms)
+        wit(run(lockd_client_core::extend(&Http, &name, &owner, ttl_ms)))
     }
 
     fn get(name: String) -> Result<Option<LockInfo>, Error> {
-        Ok(get(&name)?.ok().map(wire::found_info))
+        let info = run(lockd_client_core::get(&Http, &name))?;
+        Ok(info.map(LockInfo::from))
     }
 }
 
@@ -210,7 +224,7 @@ impl rwlocks::Guest for Client {
     }
 
     fn describe(name: String) -> Result<NameState, Error> {
-        Ok(wire::name_state(get(&name)?))
+        wit(run(lockd_client_core::describe(&Http, &name)))
     }
 }
 
@@ -232,29 +246,6 @@ impl semaphores::Guest for Client {
     }
 }
 
-/// What `keep-alive` answers here: a component on a WASI 0.2 host has no
-/// task that could renew in the background (docs/portable.md).
-fn no_keep_alive() -> Error {
-    Error::Denied(
-        "keep-alive needs lockd's own host; composed with lockd-client, refresh or extend \
-         yourself before the TTL runs out"
-            .to_owned(),
-    )
-}
-
-/// A pollable ready at `expires_at_ms` (Unix ms) by this host's clocks:
-/// the loss a composed client can know of without asking the server.
-fn ready_at(expires_at_ms: u64) -> Pollable {
-    let now = wasip2::clocks::wall_clock::now();
-    let now_ms = now.seconds * 1_000 + u64::from(now.nanoseconds / 1_000_000);
-    ready_in(expires_at_ms.saturating_sub(now_ms))
-}
-
-/// A pollable ready `ms` milliseconds from now (at once for 0).
-fn ready_in(ms: u64) -> Pollable {
-    wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000))
-}
-
 /// `POST /v1/locks/lock` for `owner`: `claim` says what it takes of `name`.
 fn lock(
     name: &str,
@@ -263,47 +254,8 @@ fn lock(
     options: LockOptions,
     claim: LockClaim,
 ) -> Result<Grant, Error> {
-    let config = http::config()?;
-    let request = wire::lock_request(config, name, owner, ttl_ms, &options, claim);
-    let reply: GrantReply = call::post(
-        config,
-        Route::Lock,
-        &request,
-        Status::Acquired,
-        options.wait_ms,
-    )?;
-    Ok(wire::grant(&reply))
-}
-
-fn unlock(name: &str, owner: &str, fencing_token: Option<u64>) -> Result<(), Error> {
-    let config = http::config()?;
-    let request = wire::unlock_request(config, name, owner, fencing_token);
-    let _: StatusReply = call::post(config, Route::Unlock, &request, Status::Unlocked, 0)?;
-    Ok(())
-}
-
-fn extend(name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
-    let config = http::config()?;
-    let request = wire::extend_request(config, name, owner, ttl_ms);
-    let reply: GrantReply = call::post(config, Route::Extend, &request, Status::Extended, 0)?;
-    Ok(wire::grant(&reply))
-}
-
-/// `POST /v1/locks/get`: the holders of `name`, or what the server says of
-/// a free one.
-fn get(name: &str) -> Result<Result<FoundReply, FreeReply>, Error> {
-    let config = http::config()?;
-    call::find(config, Route::Get, &wire::get_request(config, name))
-}
-
-/// Whether the server shows `owner` holding `name` under `token`, in any
-/// mode. Unknown is not "held": a caller acting on `true` must be right.
-fn holds(name: &str, owner: &str, token: u64) -> bool {
-    matches!(get(name), Ok(Ok(found)) if wire::holds(&found, owner, token))
-}
-
-/// A fresh owner `PREFIX-<32 hex digits>`: 128 random bits, as the native
-/// host makes guard owners and candidates.
-fn fresh_id(prefix: &str) -> String {
-    wire::fresh_id(prefix, &wasip2::random::random::get_random_bytes(16))
+    let options = options.into();
+    wit(run(lockd_client_core::lock(
+        &Http, name, owner, ttl_ms, &options, claim,
+    )))
 }

@@ -1,8 +1,7 @@
 //! The two ends of one call to the lockd server, whatever carries it: a
 //! `lockd-api` request encoded, and the reply read by `lockd-api` into the
-//! type its status word promises or turned into the WIT error of the same
-//! name. Shared with `guest/lockd-client-p3` (included there by `#[path]`,
-//! against its own bindings of the same names).
+//! type its status word promises or turned into the [`Error`] of the same
+//! name (the WIT error each client converts it to).
 //!
 //! Replies are treated as hostile: anything that is not what the API
 //! documents (a missing field, a wrong type, a token that is not an
@@ -10,14 +9,12 @@
 //! not the route's, an HTTP code that is not the word's) is `unavailable`
 //! with a message saying what was wrong. Nothing here panics.
 
-use lockd_api::{
-    DecodeError, DurabilityWord, FreeReply, Refusal, Reply, Route, Status, MAX_BODY_BYTES,
-};
+use lockd_api::{DecodeError, FreeReply, Refusal, Reply, Route, Status, MAX_BODY_BYTES};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::bindings::exports::lockd::lock::types::{Durability, Error, LockInfo};
 use crate::config::Config;
+use crate::types::{Error, LockInfo};
 
 /// Longest piece of an unexpected reply quoted in an error message.
 const QUOTE_BYTES: usize = 200;
@@ -110,7 +107,7 @@ impl Answer<'_> {
         ))
     }
 
-    /// The WIT error of a refusal: the variant of the same name, with the
+    /// The error of a refusal: the variant of the same name, with the
     /// message's detail as lockd's own host gives it.
     fn refused(&self, refusal: Refusal) -> Error {
         let error = match refusal {
@@ -119,7 +116,7 @@ impl Answer<'_> {
                     owner: holder.owner,
                     fencing_token: holder.fencing_token,
                     expires_at_ms: holder.expires_at_ms,
-                    durability: wit_durability(holder.durability),
+                    durability: holder.durability,
                 })
             }
             Refusal::Error(error) => error,
@@ -145,22 +142,6 @@ impl Answer<'_> {
             // with a wrong path), which must not read as "free".
             other => self.unexpected(&format!("the status word {:?}", other.as_str())),
         }
-    }
-}
-
-/// The WIT durability of a wire word.
-pub(crate) fn wit_durability(word: DurabilityWord) -> Durability {
-    match word {
-        DurabilityWord::Persistent => Durability::Persistent,
-        DurabilityWord::Ephemeral => Durability::Ephemeral,
-    }
-}
-
-/// The wire word of a WIT durability.
-pub(crate) fn wire_durability(durability: Durability) -> DurabilityWord {
-    match durability {
-        Durability::Persistent => DurabilityWord::Persistent,
-        Durability::Ephemeral => DurabilityWord::Ephemeral,
     }
 }
 

@@ -1,19 +1,18 @@
 //! Where the server is and how to talk to it: `LOCKD_URL`,
-//! `LOCKD_NAMESPACE` and `LOCKD_AUTH_TOKEN` from the component's environment.
-//!
-//! Shared with `guest/lockd-client-p3` (included there by `#[path]`): it
-//! needs nothing of either WASI release.
+//! `LOCKD_NAMESPACE` and `LOCKD_AUTH_TOKEN` from the component's environment
+//! (which each client reads through its own WASI release).
 
 use lockd_api::{Route, DEFAULT_NAMESPACE};
 
 /// Where the server is and how to talk to it, read once per instance. Its
 /// `Debug` shows whether a token is set, never the token.
-pub(crate) struct Config {
+pub struct Config {
     /// `LOCKD_URL` as given, for messages.
-    pub(crate) url: String,
+    pub url: String,
     /// `https://` rather than `http://`.
-    pub(crate) https: bool,
-    pub(crate) authority: String,
+    pub https: bool,
+    /// The URL's authority, `HOST[:PORT]`.
+    pub authority: String,
     /// The URL's path without its trailing slash ("" for none): routes are
     /// appended to it, so a server behind a path prefix works.
     base_path: String,
@@ -42,7 +41,7 @@ impl Config {
     /// The configuration in `env` (the component's environment; an empty
     /// value counts as unset), or the `unavailable` message every call
     /// answers.
-    pub(crate) fn from_env(env: &[(String, String)]) -> Result<Config, String> {
+    pub fn from_env(env: &[(String, String)]) -> Result<Config, String> {
         let var = |name: &str| {
             env.iter()
                 .find(|(key, _)| key == name)
@@ -71,12 +70,12 @@ impl Config {
     }
 
     /// The path and query of `route` on this server.
-    pub(crate) fn path(&self, route: Route) -> String {
+    pub fn path(&self, route: Route) -> String {
         format!("{}{}", self.base_path, route.path())
     }
 
     /// The headers of every request: JSON, and the bearer token if set.
-    pub(crate) fn headers(&self) -> Vec<(String, Vec<u8>)> {
+    pub fn headers(&self) -> Vec<(String, Vec<u8>)> {
         let mut headers = vec![("content-type".to_owned(), b"application/json".to_vec())];
         if let Some(token) = &self.auth_token {
             headers.push((

@@ -1,20 +1,14 @@
-//! The requests this client sends and the WIT values it makes of the
-//! replies, whatever carries them. Shared with `guest/lockd-client-p3`
-//! (included there by `#[path]`, against its own bindings of the same
-//! names: `lockd:lock@0.2.0`'s records are those of `0.1.0`).
+//! The requests the clients send and the values they make of the replies,
+//! whatever carries them.
 
 use lockd_api::{
     CampaignRequest, DurabilityWord, ExtendRequest, FoundReply, FreeReply, GetRequest, GrantReply,
-    HeldMode, LeaderReply, LeaderRequest, LeaseGrantRequest, LeaseRequest, LockClaim, LockMode,
-    LockRequest, ProclaimRequest, ResignRequest, UnlockRequest,
+    LeaderReply, LeaderRequest, LeaseGrantRequest, LeaseRequest, LockClaim, LockMode, LockRequest,
+    ProclaimRequest, ResignRequest, UnlockRequest,
 };
 
-use crate::bindings::exports::lockd::lock::elections::LeaderInfo;
-use crate::bindings::exports::lockd::lock::locks::LockOptions;
-use crate::bindings::exports::lockd::lock::rwlocks::{Holder, Mode, NameState};
-use crate::bindings::exports::lockd::lock::types::{Durability, Grant, LockInfo};
 use crate::config::Config;
-use crate::reply::{wire_durability, wit_durability};
+use crate::types::{Grant, Holder, LeaderInfo, LockInfo, LockOptions, NameState};
 
 /// `POST /v1/locks/lock` for `owner`: `claim` says what it takes of `name`.
 pub(crate) fn lock_request(
@@ -37,7 +31,7 @@ pub(crate) fn lock_request(
         owner: Some(owner.to_owned()),
         ttl_ms: Some(ttl_ms.into()),
         wait_ms: Some(options.wait_ms.into()),
-        durability: Some(wire_durability(options.durability)),
+        durability: Some(options.durability),
         lease_id: None,
         mode,
         permits,
@@ -110,12 +104,12 @@ pub(crate) fn lease_request(config: &Config, lease_id: &str) -> LeaseRequest {
 pub(crate) fn lease_grant_request(
     config: &Config,
     ttl_ms: u32,
-    durability: Durability,
+    durability: DurabilityWord,
 ) -> LeaseGrantRequest {
     LeaseGrantRequest {
         namespace: Some(config.namespace.clone()),
         ttl_ms: ttl_ms.into(),
-        durability: Some(wire_durability(durability)),
+        durability: Some(durability),
     }
 }
 
@@ -142,7 +136,7 @@ pub(crate) fn campaign_request(
         value,
         ttl_ms: ttl_ms.into(),
         wait_ms: Some(options.wait_ms.into()),
-        durability: Some(wire_durability(options.durability)),
+        durability: Some(options.durability),
     }
 }
 
@@ -208,7 +202,7 @@ pub(crate) fn name_state(found: Result<FoundReply, FreeReply>) -> NameState {
         .into_iter()
         .map(|h| Holder {
             info: lock_info(h.owner, h.fencing_token, h.expires_at_ms, h.durability),
-            mode: wit_mode(h.mode),
+            mode: h.mode,
             acquired_at_ms: h.acquired_at_ms,
         })
         .collect();
@@ -221,7 +215,7 @@ pub(crate) fn name_state(found: Result<FoundReply, FreeReply>) -> NameState {
                 found.expires_at_ms,
                 found.durability,
             ),
-            mode: wit_mode(found.mode),
+            mode: found.mode,
             acquired_at_ms: None,
         });
     }
@@ -253,16 +247,7 @@ pub(crate) fn lock_info(
         owner,
         fencing_token,
         expires_at_ms,
-        durability: wit_durability(durability),
-    }
-}
-
-fn wit_mode(mode: HeldMode) -> Mode {
-    match mode {
-        HeldMode::Exclusive => Mode::Exclusive,
-        HeldMode::Shared => Mode::Shared,
-        HeldMode::Permit => Mode::Permit,
-        HeldMode::Leader => Mode::Leader,
+        durability,
     }
 }
 
@@ -280,7 +265,7 @@ pub(crate) fn leader_info(leader: LeaderReply) -> LeaderInfo {
         fencing_token: leader.fencing_token,
         since_ms: leader.since_ms,
         expires_at_ms: leader.expires_at_ms,
-        durability: wit_durability(leader.durability),
+        durability: leader.durability,
     }
 }
 
