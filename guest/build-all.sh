@@ -30,7 +30,7 @@ export CARGO_TARGET_DIR="$repo/target/guest-build"
 
 # --- What to build -----------------------------------------------------------
 # Rust guests: workspace members that produce a component (a bin or a cdylib).
-# The plain libraries (the SDK guest/rust, guest/lockd-client-core)
+# The plain libraries (the SDK guest/lockd-guest, guest/lockd-client-core)
 # are skipped.
 rust_guests=()
 for manifest in "$guest_dir"/*/Cargo.toml; do
