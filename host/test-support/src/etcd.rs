@@ -109,6 +109,9 @@ pub struct EtcdCluster {
     auth_token_ttl: Option<u32>,
     /// The root password, once [`EtcdCluster::enable_auth`] ran.
     root_password: Option<String>,
+    /// More flags for every member, as [`EtcdCluster::start_with_flags`]
+    /// was given them.
+    extra_flags: Vec<String>,
 }
 
 /// Ports that were free a moment ago (all bound at once, so distinct).
@@ -233,6 +236,19 @@ impl EtcdCluster {
         Self::start_with(n, None, None)
     }
 
+    /// Starts `n` members as [`EtcdCluster::start_members`] does, each also
+    /// given `flags` (such as `--quota-backend-bytes=16777216`).
+    pub fn start_with_flags(n: usize, flags: &[&str]) -> io::Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start_flagged(n, None, None, flags) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("etcd did not start")))
+    }
+
     /// Starts `n` members that serve clients over TLS only, with `tls`'s
     /// certificate, and require a client certificate signed by its CA;
     /// `auth_token_ttl` sets `--auth-token-ttl` (seconds). Waits until every
@@ -253,6 +269,15 @@ impl EtcdCluster {
     }
 
     fn try_start(n: usize, tls: Option<EtcdTls>, auth_token_ttl: Option<u32>) -> io::Result<Self> {
+        Self::try_start_flagged(n, tls, auth_token_ttl, &[])
+    }
+
+    fn try_start_flagged(
+        n: usize,
+        tls: Option<EtcdTls>,
+        auth_token_ttl: Option<u32>,
+        flags: &[&str],
+    ) -> io::Result<Self> {
         let binary = etcd_binary()?;
         let dir = tempfile::Builder::new().prefix("lockd-etcd-").tempdir()?;
         let ports = free_ports(3 * n)?;
@@ -276,6 +301,7 @@ impl EtcdCluster {
             tls,
             auth_token_ttl,
             root_password: None,
+            extra_flags: flags.iter().map(|f| f.to_string()).collect(),
         };
         for i in 0..n {
             cluster.spawn_member(i, "new")?;
@@ -339,6 +365,7 @@ impl EtcdCluster {
             .args(["--initial-cluster-token", "lockd-test"])
             .args(["--log-level", "warn", "--logger", "zap"])
             .args(&security)
+            .args(&self.extra_flags)
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)
