@@ -479,6 +479,89 @@ impl BackendStats {
     }
 }
 
+/// How full a store's database is, for a store whose database has a size
+/// limit and a history to compact (etcd: its `--quota-backend-bytes` and
+/// its revisions). Stores without one report nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreSpace {
+    /// Bytes the database takes, as the limit counts them (etcd: the
+    /// `db_size` of the member asked, its file's high-water mark).
+    pub db_size_bytes: u64,
+    /// Bytes of it in use; the rest is free pages that later writes reuse
+    /// (only defragmenting hands them back to the file system). 0 if the
+    /// store does not tell (etcd before 3.4).
+    pub db_size_in_use_bytes: u64,
+    /// The size at which the store refuses writes (etcd: its quota).
+    pub quota_bytes: u64,
+    /// Whether the store refuses writes for lack of space now (etcd: a
+    /// NOSPACE alarm is raised), until an operator acts.
+    pub out_of_space: bool,
+    /// Compactions of the store's history this host made.
+    pub compactions: u64,
+    /// Compactions this host tried that failed (refusals that another
+    /// compaction already covered are not failures).
+    pub failed_compactions: u64,
+    /// The revision this host last compacted the history to, or found it
+    /// already compacted to by another (0: none yet).
+    pub compacted_revision: u64,
+}
+
+impl StoreSpace {
+    /// Appends the gauges and counters in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        let rows = [
+            (
+                "lockd_store_db_size_bytes",
+                "gauge",
+                "Bytes the store's database takes, as its quota counts them.",
+                self.db_size_bytes,
+            ),
+            (
+                "lockd_store_db_size_in_use_bytes",
+                "gauge",
+                "Bytes of the store's database in use; the rest is free pages writes reuse.",
+                self.db_size_in_use_bytes,
+            ),
+            (
+                "lockd_store_quota_bytes",
+                "gauge",
+                "The database size at which the store refuses writes.",
+                self.quota_bytes,
+            ),
+            (
+                "lockd_store_out_of_space",
+                "gauge",
+                "1 while the store refuses writes for lack of space (etcd's NOSPACE alarm).",
+                u64::from(self.out_of_space),
+            ),
+            (
+                "lockd_store_compactions_total",
+                "counter",
+                "Compactions of the store's history this host made.",
+                self.compactions,
+            ),
+            (
+                "lockd_store_failed_compactions_total",
+                "counter",
+                "Compactions of the store's history this host tried that failed.",
+                self.failed_compactions,
+            ),
+            (
+                "lockd_store_compacted_revision",
+                "gauge",
+                "The revision this host last compacted (or found compacted) the store's history to.",
+                self.compacted_revision,
+            ),
+        ];
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +593,33 @@ mod tests {
         metrics.record::<()>(Op::Get, Duration::ZERO, &Err(LockError::NotHeld));
         assert_eq!(metrics.count(Op::Get, "not_held"), 1);
         assert_eq!(metrics.count(Op::Get, "ok"), 0);
+    }
+
+    #[test]
+    fn store_space_renders_every_figure() {
+        let space = StoreSpace {
+            db_size_bytes: 7_000_000,
+            db_size_in_use_bytes: 5_500_000,
+            quota_bytes: 2 << 30,
+            out_of_space: true,
+            compactions: 3,
+            failed_compactions: 1,
+            compacted_revision: 42,
+        };
+        let mut out = String::new();
+        space.render(&mut out);
+        for line in [
+            "lockd_store_db_size_bytes 7000000",
+            "lockd_store_db_size_in_use_bytes 5500000",
+            "lockd_store_quota_bytes 2147483648",
+            "lockd_store_out_of_space 1",
+            "lockd_store_compactions_total 3",
+            "lockd_store_failed_compactions_total 1",
+            "lockd_store_compacted_revision 42",
+            "# TYPE lockd_store_compactions_total counter",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} missing from {out}");
+        }
     }
 
     #[test]
