@@ -17,7 +17,7 @@ use lockd_core::{
 };
 
 use super::keyspace::Keyspace;
-use super::queue::{admits, leaving_leases, Queue};
+use super::queue::{admits, leaving_leases, Queue, Snap};
 use super::txn::{nobody_queued, read_lease, unchanged, LeaseEdits};
 use crate::events::Why;
 use crate::name::{check_same_kind, check_same_mode, Name};
@@ -55,6 +55,18 @@ fn admits_after(keep: &[LockRecord], name: &Name, now: u64) -> impl Fn(&Queued) 
             .collect(),
     };
     move |head: &Queued| admits(Some(&after), head.rec.claim(), now)
+}
+
+/// What one `lock` call asks for, as [`Grants::try_acquire`]'s steps
+/// share it.
+struct Ask<'a> {
+    key: &'a Key,
+    lock_key: &'a [u8],
+    queue: &'a [u8],
+    owner: &'a str,
+    ttl_ms: u64,
+    options: LockOptions,
+    value: Option<&'a str>,
 }
 
 /// Whose lock a release may release.
@@ -140,94 +152,124 @@ impl Grants {
         if options.claim != Claim::Exclusive {
             self.refuse_lease_owner(key, owner).await?;
         }
+        let ask = Ask {
+            key,
+            lock_key,
+            queue,
+            owner,
+            ttl_ms,
+            options,
+            value,
+        };
         // The common case first: nobody holds the lock and nobody waits.
         // One transaction that writes the grant only if so; otherwise read
         // and decide below. (A quota needs a count first.)
         if options.quota.is_none() {
             let absent = unchanged(lock_key, None);
-            if let Some(g) = self
-                .grant_fresh(
-                    lock_key,
-                    queue,
-                    absent,
-                    None,
-                    Vec::new(),
-                    owner,
-                    ttl_ms,
-                    options,
-                    value,
-                )
-                .await?
-            {
+            if let Some(g) = self.grant_to(&ask, absent, None, Vec::new()).await? {
                 return Ok(Attempt::Granted(g, true));
             }
         }
         loop {
             let snap = self.queue.settled(lock_key, queue, None).await?;
-            let now = self.ks.clock.now_ms();
-            deadline(now, ttl_ms)?;
-            let name = snap.lock.as_ref();
-            if let Some(n) = name {
-                let queued = snap.head.as_ref().map(|h| h.rec.claim());
-                n.check_claim(&key.name, options.claim, queued, now)?;
-            } else if let Some(head) = &snap.head {
-                check_same_kind(&key.name, options.claim, head.rec.claim())?;
-            }
-            if let Some(h) = name.and_then(|n| n.of_owner(owner, now)) {
-                check_same_mode(&key.name, h, options.claim)?;
-                // Held under the lease whose id `owner` is: its grant as it
-                // is (only the lease moves its expiry).
-                if options.refuse_relock && !h.rec.lease {
-                    return Ok(Attempt::Busy(h.info()));
-                }
-                if h.rec.lease {
-                    return Ok(Attempt::Granted(h.grant(), false));
-                }
-                // Lapsed: read again, and grant afresh (a new token) if
-                // nobody queued.
-                let expires_at_ms = deadline(now, ttl_ms)?;
-                if let Refresh::Done(g) = self
-                    .refresh(
-                        lock_key,
-                        queue,
-                        name.expect("a grant was found"),
-                        h,
-                        expires_at_ms,
-                        value,
-                    )
-                    .await?
-                {
-                    return Ok(Attempt::Granted(g, false));
-                }
-                continue;
-            }
-            if let Some(info) = name.and_then(|n| n.in_the_way(options.claim, now)) {
-                return Ok(Attempt::Busy(info));
-            }
-            if let Some(quota) = options.quota {
-                check_quota(&self.ks, &key.namespace, quota, now).await?;
-            }
-            // Nobody queued, or a waiter ahead that cannot join yet (the
-            // compare on the queue then fails, and the next read says who
-            // is in the way).
-            if let Some(head) = &snap.head {
-                let in_way = name.and_then(|n| n.in_the_way(head.rec.claim(), now));
-                if let Some(info) = in_way.or_else(|| name?.latest(now).map(Held::info)) {
-                    return Ok(Attempt::Busy(info));
-                }
-            }
-            let as_read = unchanged(lock_key, name);
-            // Over an expired holder: its end is marked expired.
-            let marker = self.ks.marked(Why::Expired, name);
-            if let Some(g) = self
-                .grant_fresh(
-                    lock_key, queue, as_read, name, marker, owner, ttl_ms, options, value,
-                )
-                .await?
-            {
-                return Ok(Attempt::Granted(g, true));
+            if let Some(attempt) = self.decide(&ask, &snap).await? {
+                return Ok(attempt);
             }
         }
+    }
+
+    /// Decides `ask` on `snap`, a read in which the queue's head cannot
+    /// take the lock: a refresh of the owner's own grant, the grant in the
+    /// way, or a fresh grant. `None` if the lock changed since the read (a
+    /// transaction's compare failed): read again.
+    async fn decide(&self, ask: &Ask<'_>, snap: &Snap) -> Result<Option<Attempt>, LockError> {
+        let now = self.ks.clock.now_ms();
+        deadline(now, ask.ttl_ms)?;
+        let claim = ask.options.claim;
+        let name = snap.lock.as_ref();
+        if let Some(n) = name {
+            let queued = snap.head.as_ref().map(|h| h.rec.claim());
+            n.check_claim(&ask.key.name, claim, queued, now)?;
+        } else if let Some(head) = &snap.head {
+            check_same_kind(&ask.key.name, claim, head.rec.claim())?;
+        }
+        if let Some(n) = name {
+            if let Some(h) = n.of_owner(ask.owner, now) {
+                return self.renew_own(ask, n, h, now).await;
+            }
+            if let Some(info) = n.in_the_way(claim, now) {
+                return Ok(Some(Attempt::Busy(info)));
+            }
+        }
+        if let Some(quota) = ask.options.quota {
+            check_quota(&self.ks, &ask.key.namespace, quota, now).await?;
+        }
+        // Nobody queued, or a waiter ahead that cannot join yet (the
+        // compare on the queue then fails, and the next read says who is
+        // in the way).
+        if let Some(head) = &snap.head {
+            let in_way = name.and_then(|n| n.in_the_way(head.rec.claim(), now));
+            if let Some(info) = in_way.or_else(|| name?.latest(now).map(Held::info)) {
+                return Ok(Some(Attempt::Busy(info)));
+            }
+        }
+        let as_read = unchanged(ask.lock_key, name);
+        // Over an expired holder: its end is marked expired.
+        let marker = self.ks.marked(Why::Expired, name);
+        let granted = self.grant_to(ask, as_read, name, marker).await?;
+        Ok(granted.map(|g| Attempt::Granted(g, true)))
+    }
+
+    /// `ask`'s owner already holds `h`, a live grant of `name`: its grant
+    /// as it is if the lease whose id the owner is holds it (only the lease
+    /// moves its expiry), `busy` if the call refuses a re-lock, else the
+    /// grant refreshed to the call's TTL. `None` if the refresh found the
+    /// lock changed (or lapsed): read again, and grant afresh (a new token)
+    /// if nobody queued.
+    async fn renew_own(
+        &self,
+        ask: &Ask<'_>,
+        name: &Name,
+        h: &Held,
+        now: u64,
+    ) -> Result<Option<Attempt>, LockError> {
+        check_same_mode(&ask.key.name, h, ask.options.claim)?;
+        if ask.options.refuse_relock && !h.rec.lease {
+            return Ok(Some(Attempt::Busy(h.info())));
+        }
+        if h.rec.lease {
+            return Ok(Some(Attempt::Granted(h.grant(), false)));
+        }
+        let expires_at_ms = deadline(now, ask.ttl_ms)?;
+        let refreshed = self
+            .refresh(ask.lock_key, ask.queue, name, h, expires_at_ms, ask.value)
+            .await?;
+        Ok(match refreshed {
+            Refresh::Done(g) => Some(Attempt::Granted(g, false)),
+            Refresh::Changed | Refresh::Lapsed => None,
+        })
+    }
+
+    /// A fresh grant for `ask` (see [`Grants::grant_fresh`]).
+    async fn grant_to(
+        &self,
+        ask: &Ask<'_>,
+        key_as_seen: Compare,
+        current: Option<&Name>,
+        extra: Vec<TxnOp>,
+    ) -> Result<Option<Grant>, LockError> {
+        self.grant_fresh(
+            ask.lock_key,
+            ask.queue,
+            key_as_seen,
+            current,
+            extra,
+            ask.owner,
+            ask.ttl_ms,
+            ask.options,
+            ask.value,
+        )
+        .await
     }
 
     /// `invalid_argument` if `owner` is the id of a live lease of the
