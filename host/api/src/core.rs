@@ -322,8 +322,28 @@ mod tests {
         }
     }
 
+    fn sample_info() -> LockInfo {
+        LockInfo {
+            owner: "w1".to_string(),
+            fencing_token: 7,
+            expires_at_ms: 42,
+            durability: Durability::Ephemeral,
+        }
+    }
+
+    fn holding(info: &LockInfo, claim: Claim, acquired_at_ms: Option<u64>) -> lockd_core::Holding {
+        lockd_core::Holding {
+            info: info.clone(),
+            claim,
+            acquired_at_ms,
+        }
+    }
+
+    // The replies below are written byte for byte as clients have always
+    // read them.
+
     #[test]
-    fn replies_are_written_as_they_always_were() {
+    fn grant_busy_and_released_replies_keep_their_bytes() {
         let grant = Grant {
             fencing_token: u64::MAX,
             expires_at_ms: 42,
@@ -335,17 +355,20 @@ mod tests {
                 u64::MAX
             )
         );
-        let info = LockInfo {
-            owner: "w1".to_string(),
-            fencing_token: 7,
-            expires_at_ms: 42,
-            durability: Durability::Ephemeral,
-        };
-        let holding = |info: &LockInfo, claim, acquired_at_ms| lockd_core::Holding {
-            info: info.clone(),
-            claim,
-            acquired_at_ms,
-        };
+        let info = sample_info();
+        assert_eq!(
+            serde_json::to_string(&BusyReply::new(&info, "m".to_string())).unwrap(),
+            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"message":"m","owner":"w1","status":"busy"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&ReleasedReply::from(info.clone())).unwrap(),
+            r#"{"fencing_token":7,"owner":"w1","status":"released"}"#
+        );
+    }
+
+    #[test]
+    fn get_replies_keep_their_bytes() {
+        let info = sample_info();
         let found = GetReply::from(NameState {
             holders: vec![holding(&info, Claim::Exclusive, Some(40))],
             waiters: 2,
@@ -358,7 +381,31 @@ mod tests {
             serde_json::to_string(&found).unwrap(),
             r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"holders":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"exclusive","owner":"w1"}],"mode":"exclusive","owner":"w1","status":"found","waiters":2}"#
         );
-        // A semaphore: the most recent permit on top, every one listed.
+        // Nobody holds it: 404, with a delay in force when there is one.
+        assert_eq!(
+            GetReply::from(NameState::default()),
+            GetReply::Free(FreeReply {
+                lock_delay_until_ms: None,
+                status: Status::NotFound,
+                waiters: None,
+            })
+        );
+        let GetReply::Free(free) = GetReply::from(NameState {
+            holders: vec![],
+            waiters: 1,
+            delay_until_ms: Some(60),
+        }) else {
+            panic!("found")
+        };
+        assert_eq!(
+            serde_json::to_string(&free).unwrap(),
+            r#"{"lock_delay_until_ms":60,"status":"not_found","waiters":1}"#
+        );
+    }
+
+    #[test]
+    fn a_semaphore_shows_its_most_recent_permit_and_every_holder() {
+        let info = sample_info();
         let newer = LockInfo {
             owner: "w2".to_string(),
             fencing_token: 9,
@@ -389,34 +436,11 @@ mod tests {
             decode::<FoundReply>(Route::Get, text.as_bytes()).unwrap(),
             found
         );
-        // Nobody holds it: 404, with a delay in force when there is one.
-        assert_eq!(
-            GetReply::from(NameState::default()),
-            GetReply::Free(FreeReply {
-                lock_delay_until_ms: None,
-                status: Status::NotFound,
-                waiters: None,
-            })
-        );
-        let GetReply::Free(free) = GetReply::from(NameState {
-            holders: vec![],
-            waiters: 1,
-            delay_until_ms: Some(60),
-        }) else {
-            panic!("found")
-        };
-        assert_eq!(
-            serde_json::to_string(&free).unwrap(),
-            r#"{"lock_delay_until_ms":60,"status":"not_found","waiters":1}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&BusyReply::new(&info, "m".to_string())).unwrap(),
-            r#"{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"message":"m","owner":"w1","status":"busy"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&ReleasedReply::from(info.clone())).unwrap(),
-            r#"{"fencing_token":7,"owner":"w1","status":"released"}"#
-        );
+    }
+
+    #[test]
+    fn list_replies_keep_their_bytes_and_parse_back() {
+        let info = sample_info();
         let shared = LockInfo {
             owner: "r2".to_string(),
             fencing_token: 8,
@@ -448,11 +472,14 @@ mod tests {
             text,
             r#"{"locks":[{"acquired_at_ms":40,"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"exclusive","name":"a","owner":"w1","waiters":2},{"durability":"ephemeral","expires_at_ms":42,"fencing_token":8,"holders":[{"durability":"ephemeral","expires_at_ms":42,"fencing_token":7,"mode":"shared","owner":"w1"},{"durability":"ephemeral","expires_at_ms":42,"fencing_token":8,"mode":"shared","owner":"r2"}],"mode":"shared","name":"b","owner":"r2","waiters":0}],"status":"found"}"#
         );
-        // And each parses back into itself.
         assert_eq!(
             decode::<ListReply>(Route::List, text.as_bytes()).unwrap(),
             list
         );
+    }
+
+    #[test]
+    fn lease_replies_keep_their_bytes_and_parse_back() {
         assert_eq!(
             serde_json::to_string(&LeaseGrantedReply::from(LeaseGrant {
                 id: "lease-1".to_string(),

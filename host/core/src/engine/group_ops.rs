@@ -328,36 +328,9 @@ impl Engine {
         group.check_claim(key, claim)?;
         group.namespace.note_lock_delay(options.lock_delay_ms);
         if let Some(i) = group.held_by(owner) {
-            let member = &mut group.members[i];
-            if member.claim != claim {
-                return Err(no_change_of_mode(key, owner, member.claim, claim));
-            }
-            if options.refuse_relock {
-                return Err(LockError::Busy(member.info()));
-            }
-            // C2: the same token, a new expiry, the durability it has (and
-            // for a leader, the value of this campaign).
-            member.expires_at_ms = deadline(now, ttl_ms)?;
-            let proclaimed = value.is_some() && value != member.value;
-            if proclaimed {
-                member.value = value;
-            }
-            let grant = member.grant();
-            let member = &group.members[i];
-            let ticket = self.journal_if_persistent(member.durability, || {
-                JournalOp::PutShare(key.clone(), self.share_record(member))
-            });
-            self.emit_member(EventKind::Extended, key, member, now);
-            if proclaimed {
-                // A leader campaigning again with another value proclaims it.
-                self.emit_member(EventKind::Proclaimed, key, member, now);
-            }
-            group.journal_pos = self.journal.submitted();
-            if let Some(due) = shard.groups.refile(key) {
-                self.purge.note_deadline(due);
-            }
-            return Ok(Attempt::Refreshed(grant, ticket));
+            return self.relock_member(shard, key, i, (owner, claim, value), ttl_ms, options, now);
         }
+        let group = shard.groups.map.get_mut(key).expect("present");
         if group.waiters.is_empty() && claim != Claim::Exclusive && group.admits(claim) {
             let expires_at_ms = deadline(now, ttl_ms)?;
             group.namespace.try_add(options.quota)?;
@@ -389,6 +362,50 @@ impl Engine {
         waiter.value = value;
         group.waiters.push_back(waiter);
         Ok(Attempt::Queued(queued))
+    }
+
+    /// `lock` by a member that already holds the group's name (C2): the
+    /// same token, a new expiry, the durability it has, and for a leader
+    /// the value of this campaign.
+    #[allow(clippy::too_many_arguments)]
+    fn relock_member(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        i: usize,
+        (owner, claim, value): (&str, Claim, Option<Arc<str>>),
+        ttl_ms: u64,
+        options: LockOptions,
+        now: u64,
+    ) -> Result<Attempt, LockError> {
+        let group = shard.groups.map.get_mut(key).expect("present");
+        let member = &mut group.members[i];
+        if member.claim != claim {
+            return Err(no_change_of_mode(key, owner, member.claim, claim));
+        }
+        if options.refuse_relock {
+            return Err(LockError::Busy(member.info()));
+        }
+        member.expires_at_ms = deadline(now, ttl_ms)?;
+        let proclaimed = value.is_some() && value != member.value;
+        if proclaimed {
+            member.value = value;
+        }
+        let grant = member.grant();
+        let member = &group.members[i];
+        let ticket = self.journal_if_persistent(member.durability, || {
+            JournalOp::PutShare(key.clone(), self.share_record(member))
+        });
+        self.emit_member(EventKind::Extended, key, member, now);
+        if proclaimed {
+            // A leader campaigning again with another value proclaims it.
+            self.emit_member(EventKind::Proclaimed, key, member, now);
+        }
+        group.journal_pos = self.journal.submitted();
+        if let Some(due) = shard.groups.refile(key) {
+            self.purge.note_deadline(due);
+        }
+        Ok(Attempt::Refreshed(grant, ticket))
     }
 
     /// `unlock` of a group's member (C4, C5 for one grant of many).
