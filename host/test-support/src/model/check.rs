@@ -1,8 +1,6 @@
 //! Checking a reply against the model, and moving the model on.
 
-use std::fmt;
-
-use lockd_core::{Claim, LockError};
+use lockd_core::{Claim, Durability, LeaseGrant, LockError};
 
 use super::ops::*;
 use super::reference::*;
@@ -14,22 +12,30 @@ impl Model {
         // Kept to explain a mismatch; formatted only then.
         let before = (self.holders.clone(), self.leases.clone());
         let expect = self.transition(call);
-        let mismatch = |why: &str, expect: &dyn fmt::Debug| {
-            Err(format!(
+        if let Err(why) = self.accept(&expect, outcome) {
+            return Err(format!(
                 "{why}\n  expected: {expect:?}\n  actual:   {outcome:?}\n  model at t={} before the call: {before:?}",
                 self.now_ms
-            ))
-        };
-        match &expect {
+            ));
+        }
+        let fresh = matches!(expect, Expect::Fresh { .. });
+        self.tally_refusals_and_lease_locks(&expect, call, outcome);
+        self.after(op, call, outcome, fresh)
+    }
+
+    /// Whether `outcome` is what `expect` allows; if so, a fresh grant or
+    /// lease is installed with what only the reply can tell (its token or
+    /// id). The error says which rule the reply broke.
+    fn accept(&mut self, expect: &Expect, outcome: &Outcome) -> Result<(), String> {
+        match expect {
             Expect::Invalid => match outcome {
-                Err(LockError::InvalidArgument(message)) if !message.is_empty() => {}
-                _ => return mismatch("invalid input was not refused (rule 2)", &expect),
+                Err(LockError::InvalidArgument(message)) if !message.is_empty() => Ok(()),
+                _ => Err("invalid input was not refused (rule 2)".to_string()),
             },
-            Expect::Exactly(expected) => {
-                if outcome != expected {
-                    return mismatch("reply differs from the model", &expect);
-                }
+            Expect::Exactly(expected) if outcome != expected => {
+                Err("reply differs from the model".to_string())
             }
+            Expect::Exactly(_) => Ok(()),
             Expect::Fresh {
                 name,
                 owner,
@@ -40,58 +46,25 @@ impl Model {
                 value,
             } => {
                 let Ok(Reply::Granted(grant)) = outcome else {
-                    return mismatch("a free lock was not granted (rule 3)", &expect);
+                    return Err("a free lock was not granted (rule 3)".to_string());
                 };
                 if grant.expires_at_ms != *expires_at_ms {
-                    return mismatch("fresh grant with the wrong expiry (rule 3)", &expect);
+                    return Err("fresh grant with the wrong expiry (rule 3)".to_string());
                 }
-                let per_name = self.tokens.get(name).and_then(|t| t.last()).copied();
-                if per_name.is_some_and(|t| grant.fencing_token <= t) {
-                    return mismatch(
-                        &format!(
-                            "token did not rise for this name: {} after {per_name:?} (rule 3)",
-                            grant.fencing_token
-                        ),
-                        &expect,
-                    );
-                }
-                if grant.fencing_token <= self.highest_token {
-                    return mismatch(
-                        &format!(
-                            "token {} is not above every token seen ({}) (rule 3)",
-                            grant.fencing_token, self.highest_token
-                        ),
-                        &expect,
-                    );
-                }
-                self.highest_token = grant.fencing_token;
-                self.tokens
-                    .entry(name.clone())
-                    .or_default()
-                    .push(grant.fencing_token);
-                let (now, delay) = (self.now_ms, self.lock_delay_ms);
-                let holders = self.holders.entry(name.clone()).or_default();
-                // Grants that ended and hold no place back are gone.
-                holders.retain(|h| h.is_live(now) || h.delayed_until(now, delay).is_some());
-                let t = &mut self.tally;
-                t.beside += u64::from(!holders.is_empty());
-                match claim {
-                    Claim::Shared => t.shared += 1,
-                    Claim::Permit { .. } => t.permits += 1,
-                    Claim::Leader => t.leaders += 1,
-                    Claim::Exclusive => {}
-                }
-                holders.push(Holder {
+                self.check_token_rises(name, grant.fencing_token)?;
+                let holder = Holder {
                     owner: owner.clone(),
                     token: grant.fencing_token,
                     expires_at_ms: *expires_at_ms,
                     durability: *durability,
                     lease: *lease,
-                    acquired_at_ms: now,
+                    acquired_at_ms: self.now_ms,
                     claim: *claim,
                     forced_at_ms: None,
                     value: value.clone(),
-                });
+                };
+                self.install_grant(name, holder);
+                Ok(())
             }
             Expect::FreshLease {
                 ttl_ms,
@@ -99,38 +72,95 @@ impl Model {
                 durability,
             } => {
                 let Ok(Reply::LeaseGranted(grant)) = outcome else {
-                    return mismatch("a lease was not granted (rule 11)", &expect);
+                    return Err("a lease was not granted (rule 11)".to_string());
                 };
-                if grant.expires_at_ms != *expires_at_ms {
-                    return mismatch("lease granted with the wrong expiry (rule 11)", &expect);
-                }
-                let hex = grant.id.strip_prefix("lease-").unwrap_or("");
-                let well_formed = hex.len() == 32
-                    && hex
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-                if !well_formed {
-                    return mismatch(
-                        "a lease id not of the form lease-<32 hex> (rule 11)",
-                        &expect,
-                    );
-                }
-                if grant.id == UNKNOWN_LEASE_ID || self.leases.iter().any(|l| l.id == grant.id) {
-                    return mismatch("a lease id granted twice (rule 11)", &expect);
-                }
-                self.leases.push(Lease {
-                    id: grant.id.clone(),
-                    ttl_ms: *ttl_ms,
-                    expires_at_ms: *expires_at_ms,
-                    durability: *durability,
-                    ended: false,
-                });
+                self.accept_fresh_lease(grant, *ttl_ms, *expires_at_ms, *durability)
             }
         }
-        let fresh = matches!(expect, Expect::Fresh { .. });
+    }
+
+    /// Rule 3: a fresh grant's `token` is above every token seen for
+    /// `name`, and above every token seen at all.
+    fn check_token_rises(&self, name: &str, token: u64) -> Result<(), String> {
+        let per_name = self.tokens.get(name).and_then(|t| t.last()).copied();
+        if per_name.is_some_and(|t| token <= t) {
+            return Err(format!(
+                "token did not rise for this name: {token} after {per_name:?} (rule 3)"
+            ));
+        }
+        if token <= self.highest_token {
+            return Err(format!(
+                "token {token} is not above every token seen ({}) (rule 3)",
+                self.highest_token
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records an accepted fresh grant of `name` to `holder`, and counts
+    /// what it took and whether it was made beside other members.
+    fn install_grant(&mut self, name: &str, holder: Holder) {
+        self.highest_token = holder.token;
+        self.tokens
+            .entry(name.to_string())
+            .or_default()
+            .push(holder.token);
+        let (now, delay) = (self.now_ms, self.lock_delay_ms);
+        let holders = self.holders.entry(name.to_string()).or_default();
+        // Grants that ended and hold no place back are gone.
+        holders.retain(|h| h.is_live(now) || h.delayed_until(now, delay).is_some());
+        let t = &mut self.tally;
+        t.beside += u64::from(!holders.is_empty());
+        match holder.claim {
+            Claim::Shared => t.shared += 1,
+            Claim::Permit { .. } => t.permits += 1,
+            Claim::Leader => t.leaders += 1,
+            Claim::Exclusive => {}
+        }
+        holders.push(holder);
+    }
+
+    /// Rule 11: a new lease has the expected expiry and an id of the form
+    /// `lease-<32 hex>` never granted before; it is recorded.
+    fn accept_fresh_lease(
+        &mut self,
+        grant: &LeaseGrant,
+        ttl_ms: u64,
+        expires_at_ms: u64,
+        durability: Durability,
+    ) -> Result<(), String> {
+        if grant.expires_at_ms != expires_at_ms {
+            return Err("lease granted with the wrong expiry (rule 11)".to_string());
+        }
+        let hex = grant.id.strip_prefix("lease-").unwrap_or("");
+        let well_formed = hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !well_formed {
+            return Err("a lease id not of the form lease-<32 hex> (rule 11)".to_string());
+        }
+        if grant.id == UNKNOWN_LEASE_ID || self.leases.iter().any(|l| l.id == grant.id) {
+            return Err("a lease id granted twice (rule 11)".to_string());
+        }
+        self.leases.push(Lease {
+            id: grant.id.clone(),
+            ttl_ms,
+            expires_at_ms,
+            durability,
+            ended: false,
+        });
+        Ok(())
+    }
+
+    /// Counts the accepted replies that show rules 11–13 and 15 at work: a
+    /// well-formed `lock` refused for its mode or kind, a `busy` naming a
+    /// place held back by a lock-delay, a fresh grant under a lease, and an
+    /// `extend` of a lease's lock refused.
+    fn tally_refusals_and_lease_locks(&mut self, expect: &Expect, call: &Call, outcome: &Outcome) {
         // Rules 12 and 13: a well-formed lock refused for its mode or kind.
         let refused_claim = matches!(
-            (&expect, call),
+            (expect, call),
             (Expect::Invalid, Call::Lock { name, owner, ttl_ms, claim, .. })
                 if self.valid(name, Some(owner), Some(*ttl_ms))
                     && claim.permits().is_none_or(|n| (1..=lockd_core::MAX_PERMITS).contains(&n))
@@ -146,13 +176,12 @@ impl Model {
         }
         let fresh_in_lease = matches!(expect, Expect::Fresh { lease: Some(_), .. });
         let extend_of_leased = matches!(
-            (&expect, call),
+            (expect, call),
             (Expect::Invalid, Call::Extend { owner, .. }) if self.live_lease_by_id(owner).is_some()
         );
         let t = &mut self.tally;
         t.lease_locks += u64::from(fresh_in_lease);
         t.lease_extend_refused += u64::from(extend_of_leased);
-        self.after(op, call, outcome, fresh)
     }
 
     /// Guard bookkeeping and the tally, once a reply has been accepted.

@@ -334,28 +334,61 @@ impl Model {
     /// The concrete call `op` makes in the current state, or `None` for an
     /// op that makes no call (clock, restart, a guard op with no guard).
     pub fn resolve(&self, op: &Op) -> Option<Call> {
-        let names = names();
-        let owners = owners();
-        let name = |i: usize| names[i % names.len()].clone();
-        let owner = |i: usize| owners[i % owners.len()].clone();
-        // For the calls a holder makes: HOLDER picks the latest holder.
-        let caller = |n: usize, o: usize| match o % (owners.len() + 1) {
+        match op {
+            Op::Lock { .. } | Op::LockAs { .. } | Op::Unlock { .. } | Op::Extend { .. } => {
+                Some(self.resolve_holder_call(op))
+            }
+            Op::Campaign { .. } | Op::Proclaim { .. } | Op::Leader { .. } => {
+                Some(self.resolve_election_call(op))
+            }
+            Op::Get { .. } | Op::Describe { .. } | Op::ForceUnlock { .. } | Op::List => {
+                Some(resolve_ownerless_call(op))
+            }
+            Op::GuardAcquire { .. }
+            | Op::GuardRelease { .. }
+            | Op::GuardIsHeld { .. }
+            | Op::GuardDrop { .. } => self.resolve_guard_call(op),
+            Op::LeaseGrant { .. }
+            | Op::LeaseLock { .. }
+            | Op::LeaseRefresh { .. }
+            | Op::LeaseRevoke { .. }
+            | Op::LeaseGet { .. }
+            | Op::LeaseUnlock { .. }
+            | Op::LeaseExtend { .. } => Some(self.resolve_lease_call(op)),
+            Op::Advance { .. } | Op::Restart => None,
+            Op::Invalid {
+                call,
+                bad,
+                name,
+                owner,
+            } => Some(self.invalid_call(*call, *bad, name_at(*name), owner_at(*owner))),
+        }
+    }
+
+    /// The owner a call by a holder passes: [`HOLDER`] picks the latest
+    /// holder of the name at index `name`, any other index an owner.
+    fn caller(&self, name: usize, owner: usize) -> String {
+        match owner % (owners().len() + 1) {
             HOLDER => self
                 .holders
-                .get(&name(n))
+                .get(&name_at(name))
                 .and_then(|hs| hs.last())
-                .map_or_else(|| owner(0), |h| h.owner.clone()),
-            o => owner(o),
-        };
-        Some(match *op {
+                .map_or_else(|| owner_at(0), |h| h.owner.clone()),
+            o => owner_at(o),
+        }
+    }
+
+    /// `lock`, `unlock` and `extend` by an owner or the name's holder.
+    fn resolve_holder_call(&self, op: &Op) -> Call {
+        match *op {
             Op::Lock {
                 name: n,
                 owner: o,
                 ttl_ms,
                 durability,
             } => Call::Lock {
-                name: name(n),
-                owner: caller(n, o),
+                name: name_at(n),
+                owner: self.caller(n, o),
                 ttl_ms,
                 durability,
                 claim: Claim::Exclusive,
@@ -367,12 +400,37 @@ impl Model {
                 ttl_ms,
                 durability,
             } => Call::Lock {
-                name: name(n),
-                owner: caller(n, o),
+                name: name_at(n),
+                owner: self.caller(n, o),
                 ttl_ms,
                 durability,
                 claim,
             },
+            Op::Unlock {
+                name: n,
+                owner: o,
+                token,
+            } => Call::Unlock {
+                name: name_at(n),
+                owner: self.caller(n, o),
+                token: self.token_arg(&name_at(n), token),
+            },
+            Op::Extend {
+                name: n,
+                owner: o,
+                ttl_ms,
+            } => Call::Extend {
+                name: name_at(n),
+                owner: self.caller(n, o),
+                ttl_ms,
+            },
+            _ => unreachable!("resolve passes only lock, unlock and extend here"),
+        }
+    }
+
+    /// `campaign`, `proclaim` and `leader` (rule 16).
+    fn resolve_election_call(&self, op: &Op) -> Call {
+        match *op {
             Op::Campaign {
                 name: n,
                 owner: o,
@@ -380,8 +438,8 @@ impl Model {
                 ttl_ms,
                 durability,
             } => Call::Campaign {
-                name: name(n),
-                candidate: owner(o),
+                name: name_at(n),
+                candidate: owner_at(o),
                 value: campaign_value(value),
                 ttl_ms,
                 durability,
@@ -392,43 +450,26 @@ impl Model {
                 token,
                 value,
             } => Call::Proclaim {
-                name: name(n),
-                candidate: caller(n, o),
-                token: self.token_arg(&name(n), token).unwrap_or(0),
+                name: name_at(n),
+                candidate: self.caller(n, o),
+                token: self.token_arg(&name_at(n), token).unwrap_or(0),
                 value: campaign_value(value),
             },
-            Op::Leader { name: n } => Call::Leader { name: name(n) },
-            Op::Unlock {
-                name: n,
-                owner: o,
-                token,
-            } => {
-                let token = self.token_arg(&name(n), token);
-                Call::Unlock {
-                    name: name(n),
-                    owner: caller(n, o),
-                    token,
-                }
-            }
-            Op::Extend {
-                name: n,
-                owner: o,
-                ttl_ms,
-            } => Call::Extend {
-                name: name(n),
-                owner: caller(n, o),
-                ttl_ms,
-            },
-            Op::Get { name: n } => Call::Get { name: name(n) },
-            Op::Describe { name: n } => Call::Describe { name: name(n) },
-            Op::ForceUnlock { name: n } => Call::ForceUnlock { name: name(n) },
-            Op::List => Call::List,
+            Op::Leader { name: n } => Call::Leader { name: name_at(n) },
+            _ => unreachable!("resolve passes only election calls here"),
+        }
+    }
+
+    /// A guard's call with its own owner and token (rule 9); `None` when
+    /// there is no live guard to make it.
+    fn resolve_guard_call(&self, op: &Op) -> Option<Call> {
+        Some(match *op {
             Op::GuardAcquire {
                 name: n,
                 ttl_ms,
                 durability,
             } => Call::Lock {
-                name: name(n),
+                name: name_at(n),
                 owner: format!("guard-{}", self.guards_made),
                 ttl_ms,
                 durability,
@@ -453,9 +494,16 @@ impl Model {
                     token: g.token,
                 }
             }
+            _ => unreachable!("resolve passes only guard ops here"),
+        })
+    }
+
+    /// The lease calls, and `unlock` and `extend` by a lease's id (rule 11).
+    fn resolve_lease_call(&self, op: &Op) -> Call {
+        match *op {
             Op::LeaseGrant { ttl_ms, durability } => Call::GrantLease { ttl_ms, durability },
             Op::LeaseLock { name: n, lease } => Call::LockInLease {
-                name: name(n),
+                name: name_at(n),
                 lease_id: self.lease_id(lease),
             },
             Op::LeaseRefresh { lease } => Call::RefreshLease {
@@ -472,27 +520,21 @@ impl Model {
                 lease,
                 token,
             } => Call::Unlock {
-                name: name(n),
+                name: name_at(n),
                 owner: self.lease_id(lease),
-                token: self.token_arg(&name(n), token),
+                token: self.token_arg(&name_at(n), token),
             },
             Op::LeaseExtend {
                 name: n,
                 lease,
                 ttl_ms,
             } => Call::Extend {
-                name: name(n),
+                name: name_at(n),
                 owner: self.lease_id(lease),
                 ttl_ms,
             },
-            Op::Advance { .. } | Op::Restart => return None,
-            Op::Invalid {
-                call,
-                bad,
-                name: n,
-                owner: o,
-            } => self.invalid_call(call, bad, name(n), owner(o)),
-        })
+            _ => unreachable!("resolve passes only lease ops here"),
+        }
     }
 
     pub(super) fn token_arg(&self, name: &str, arg: TokenArg) -> Option<u64> {
@@ -509,6 +551,9 @@ impl Model {
         }
     }
 
+    /// The call an [`Op::Invalid`] makes: `call` with the argument `bad`
+    /// out of limits or, for a call without that argument, the one that
+    /// [`BadArg`] and [`InvalidCall`] say stands in for it.
     pub(super) fn invalid_call(
         &self,
         call: InvalidCall,
@@ -516,87 +561,70 @@ impl Model {
         name: String,
         owner: String,
     ) -> Call {
-        let long_name = "ä".repeat(256) + "x";
-        let long_owner = "ö".repeat(128) + "x";
         match call {
-            InvalidCall::GrantLease => {
-                return Call::GrantLease {
-                    ttl_ms: match bad {
-                        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
-                        BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => {
-                            self.limits.max_ttl_ms + 1
-                        }
-                        BadArg::HugeTtl => u64::MAX,
-                    },
-                    durability: Durability::Persistent,
-                }
+            InvalidCall::GrantLease => Call::GrantLease {
+                ttl_ms: self.bad_lease_ttl(bad),
+                durability: Durability::Persistent,
+            },
+            InvalidCall::LockInLease => self.lock_in_lease_with_bad(bad, name),
+            InvalidCall::Permits => Call::Lock {
+                name,
+                owner,
+                ttl_ms: 1_000,
+                durability: Durability::Persistent,
+                claim: Claim::Permit {
+                    permits: bad_permits(bad),
+                },
+            },
+            InvalidCall::RefreshLease => Call::RefreshLease {
+                lease_id: bad_lease_id(bad),
+            },
+            InvalidCall::Lock | InvalidCall::Unlock | InvalidCall::Extend | InvalidCall::Get => {
+                self.plain_call_with_bad(call, bad, name, owner)
             }
-            InvalidCall::LockInLease => {
-                return match bad {
-                    BadArg::EmptyOwner => Call::LockInLease {
-                        name: name.clone(),
-                        lease_id: String::new(),
-                    },
-                    BadArg::LongOwner => Call::LockInLease {
-                        name: name.clone(),
-                        lease_id: long_owner.clone(),
-                    },
-                    BadArg::EmptyName | BadArg::ZeroTtl => Call::LockInLease {
-                        name: String::new(),
-                        lease_id: self.lease_id(0),
-                    },
-                    BadArg::LongName | BadArg::LongTtl | BadArg::HugeTtl => Call::LockInLease {
-                        name: long_name.clone(),
-                        lease_id: self.lease_id(0),
-                    },
-                }
-            }
-            InvalidCall::Permits => {
-                return Call::Lock {
-                    name,
-                    owner,
-                    ttl_ms: 1_000,
-                    durability: Durability::Persistent,
-                    claim: Claim::Permit {
-                        permits: match bad {
-                            BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
-                            BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => {
-                                lockd_core::MAX_PERMITS + 1
-                            }
-                            BadArg::HugeTtl => u32::MAX,
-                        },
-                    },
-                }
-            }
-            InvalidCall::RefreshLease => {
-                return Call::RefreshLease {
-                    lease_id: match bad {
-                        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => String::new(),
-                        _ => long_owner.clone(),
-                    },
-                }
-            }
-            _ => {}
         }
-        let ttl_ms = 1_000;
-        // Arguments the call does not take become a bad name (see BadArg).
-        let (name, owner, ttl_ms) = match (call, bad) {
-            (_, BadArg::EmptyName) => (String::new(), owner, ttl_ms),
-            (_, BadArg::LongName) => (long_name, owner, ttl_ms),
-            (InvalidCall::Get, BadArg::EmptyOwner) => (String::new(), owner, ttl_ms),
-            (_, BadArg::EmptyOwner) => (name, String::new(), ttl_ms),
-            (InvalidCall::Get, BadArg::LongOwner) => (long_name, owner, ttl_ms),
-            (_, BadArg::LongOwner) => (name, long_owner, ttl_ms),
-            (InvalidCall::Get | InvalidCall::Unlock, BadArg::ZeroTtl) => {
-                (String::new(), owner, ttl_ms)
-            }
-            (InvalidCall::Get | InvalidCall::Unlock, BadArg::LongTtl | BadArg::HugeTtl) => {
-                (long_name, owner, ttl_ms)
-            }
-            (_, BadArg::ZeroTtl) => (name, owner, 0),
-            (_, BadArg::LongTtl) => (name, owner, self.limits.max_ttl_ms + 1),
-            (_, BadArg::HugeTtl) => (name, owner, u64::MAX),
-        };
+    }
+
+    /// `grant_lease`'s bad argument is always its ttl.
+    fn bad_lease_ttl(&self, bad: BadArg) -> u64 {
+        match bad {
+            BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
+            BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => self.limits.max_ttl_ms + 1,
+            BadArg::HugeTtl => u64::MAX,
+        }
+    }
+
+    /// `lock_in_lease` with a bad lease id, or a bad name for a bad ttl.
+    fn lock_in_lease_with_bad(&self, bad: BadArg, name: String) -> Call {
+        match bad {
+            BadArg::EmptyOwner => Call::LockInLease {
+                name,
+                lease_id: String::new(),
+            },
+            BadArg::LongOwner => Call::LockInLease {
+                name,
+                lease_id: over_long_owner(),
+            },
+            BadArg::EmptyName | BadArg::ZeroTtl => Call::LockInLease {
+                name: String::new(),
+                lease_id: self.lease_id(0),
+            },
+            BadArg::LongName | BadArg::LongTtl | BadArg::HugeTtl => Call::LockInLease {
+                name: over_long_name(),
+                lease_id: self.lease_id(0),
+            },
+        }
+    }
+
+    /// `lock`, `unlock`, `extend` or `get` with one argument broken.
+    fn plain_call_with_bad(
+        &self,
+        call: InvalidCall,
+        bad: BadArg,
+        name: String,
+        owner: String,
+    ) -> Call {
+        let (name, owner, ttl_ms) = self.plain_args_with_bad(call, bad, name, owner);
         match call {
             InvalidCall::Lock => Call::Lock {
                 name,
@@ -620,8 +648,37 @@ impl Model {
             | InvalidCall::LockInLease
             | InvalidCall::RefreshLease
             | InvalidCall::Permits => {
-                unreachable!("made above")
+                unreachable!("made by invalid_call")
             }
+        }
+    }
+
+    /// The name, owner and ttl of a plain call with `bad` broken.
+    fn plain_args_with_bad(
+        &self,
+        call: InvalidCall,
+        bad: BadArg,
+        name: String,
+        owner: String,
+    ) -> (String, String, u64) {
+        let ttl_ms = 1_000;
+        // Arguments the call does not take become a bad name (see BadArg).
+        match (call, bad) {
+            (_, BadArg::EmptyName) => (String::new(), owner, ttl_ms),
+            (_, BadArg::LongName) => (over_long_name(), owner, ttl_ms),
+            (InvalidCall::Get, BadArg::EmptyOwner) => (String::new(), owner, ttl_ms),
+            (_, BadArg::EmptyOwner) => (name, String::new(), ttl_ms),
+            (InvalidCall::Get, BadArg::LongOwner) => (over_long_name(), owner, ttl_ms),
+            (_, BadArg::LongOwner) => (name, over_long_owner(), ttl_ms),
+            (InvalidCall::Get | InvalidCall::Unlock, BadArg::ZeroTtl) => {
+                (String::new(), owner, ttl_ms)
+            }
+            (InvalidCall::Get | InvalidCall::Unlock, BadArg::LongTtl | BadArg::HugeTtl) => {
+                (over_long_name(), owner, ttl_ms)
+            }
+            (_, BadArg::ZeroTtl) => (name, owner, 0),
+            (_, BadArg::LongTtl) => (name, owner, self.limits.max_ttl_ms + 1),
+            (_, BadArg::HugeTtl) => (name, owner, u64::MAX),
         }
     }
 
@@ -632,5 +689,59 @@ impl Model {
             owner.is_none_or(|o| !o.is_empty() && o.len() <= self.limits.max_owner_bytes);
         let ttl_ok = ttl_ms.is_none_or(|t| t >= 1 && t <= self.limits.max_ttl_ms);
         name_ok && owner_ok && ttl_ok
+    }
+}
+
+/// The name a [`names`] index picks (modulo their number).
+fn name_at(index: usize) -> String {
+    let names = names();
+    names[index % names.len()].clone()
+}
+
+/// The owner an [`owners`] index picks (modulo their number).
+fn owner_at(index: usize) -> String {
+    let owners = owners();
+    owners[index % owners.len()].clone()
+}
+
+/// `get`, `describe`, `list` and an operator's `force_unlock`: calls that
+/// pass no owner.
+fn resolve_ownerless_call(op: &Op) -> Call {
+    match *op {
+        Op::Get { name: n } => Call::Get { name: name_at(n) },
+        Op::Describe { name: n } => Call::Describe { name: name_at(n) },
+        Op::ForceUnlock { name: n } => Call::ForceUnlock { name: name_at(n) },
+        Op::List => Call::List,
+        _ => unreachable!("resolve passes only get, describe, force_unlock and list here"),
+    }
+}
+
+/// A name one byte over the 512-byte limit, in two-byte characters: a
+/// limit counted in characters would let it through.
+fn over_long_name() -> String {
+    "ä".repeat(256) + "x"
+}
+
+/// An owner (or lease id) one byte over the 256-byte limit, in two-byte
+/// characters.
+fn over_long_owner() -> String {
+    "ö".repeat(128) + "x"
+}
+
+/// `lock` of a permit: every bad argument becomes a permit count out of
+/// range (see [`InvalidCall::Permits`]).
+fn bad_permits(bad: BadArg) -> u32 {
+    match bad {
+        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => 0,
+        BadArg::LongName | BadArg::LongOwner | BadArg::LongTtl => lockd_core::MAX_PERMITS + 1,
+        BadArg::HugeTtl => u32::MAX,
+    }
+}
+
+/// `refresh_lease`: every bad argument becomes a bad lease id.
+fn bad_lease_id(bad: BadArg) -> String {
+    match bad {
+        BadArg::EmptyName | BadArg::EmptyOwner | BadArg::ZeroTtl => String::new(),
+        _ => over_long_owner(),
     }
 }
