@@ -217,17 +217,29 @@ impl<'h> Checker<'h> {
 
     /// The interval where `lease` was certainly held (module docs).
     pub(super) fn certain_window(&self, ids: &[usize], lease: &Lease<'_>) -> Option<(u64, u64)> {
+        let start = self.ops[lease.settings[0]].complete_ms;
+        let release = self.first_possible_release(ids, lease);
+        // Under a lease: held until the lease's certain end (module docs).
+        if let Some(granted) = self.granted.get(lease.owner) {
+            let end = release.min(granted.end_ms);
+            return (end > start).then_some((start, end));
+        }
+        let candidates = self.expiry_candidates(ids, lease);
+        let end = certainly_held_until(start, release, &candidates);
+        (end > start).then_some((start, end))
+    }
+
+    /// The first possible release of `lease`: the earliest invocation of
+    /// an unlock by its owner, with its token or none, that may have
+    /// succeeded after its last setting was invoked; `u64::MAX` if none.
+    fn first_possible_release(&self, ids: &[usize], lease: &Lease<'_>) -> u64 {
         let ops = self.ops;
-        let first = &ops[lease.settings[0]];
-        let start = first.complete_ms;
         let last_setting_invoke = lease
             .settings
             .iter()
             .map(|&i| ops[i].invoke_ms)
             .max()
             .unwrap_or(0);
-
-        // The first possible release.
         let mut release = u64::MAX;
         for &i in ids {
             let op = &ops[i];
@@ -245,14 +257,16 @@ impl<'h> Checker<'h> {
             }
             release = release.min(op.invoke_ms);
         }
+        release
+    }
 
-        // Under a lease: held until the lease's certain end (module docs).
-        if let Some(granted) = self.granted.get(lease.owner) {
-            let end = release.min(granted.end_ms);
-            return (end > start).then_some((start, end));
-        }
-
-        // Everything that may have set the expiry.
+    /// Everything that may have set the expiry of `lease`: its acknowledged
+    /// settings, and its owner's `lock`s and `extend`s of unknown outcome
+    /// that may have taken effect after its first setting was invoked, each
+    /// with the time from which a later setting overrides it.
+    fn expiry_candidates(&self, ids: &[usize], lease: &Lease<'_>) -> Vec<Candidate> {
+        let ops = self.ops;
+        let first = &ops[lease.settings[0]];
         let mut candidates: Vec<Candidate> = Vec::new();
         for &i in &lease.settings {
             let Outcome::Ok { expires_at_ms, .. } = ops[i].outcome else {
@@ -298,37 +312,7 @@ impl<'h> Checker<'h> {
                 .min()
                 .unwrap_or(u64::MAX);
         }
-        let mut events: Vec<u64> = vec![start];
-        for c in &candidates {
-            for t in [c.invoke, c.overridden_at] {
-                if t > start && t != u64::MAX {
-                    events.push(t);
-                }
-            }
-        }
-        events.sort_unstable();
-        events.dedup();
-        // `lower` is constant between events; on `[a, b)` the lease is
-        // provably held where `τ < lower - MARGIN_MS`. Held at τ means held on
-        // all of `[start, τ]`, so the window reaches the last such τ.
-        let mut end = start;
-        for (n, &a) in events.iter().enumerate() {
-            if a >= release {
-                break;
-            }
-            let b = events.get(n + 1).copied().unwrap_or(u64::MAX).min(release);
-            let lower = candidates
-                .iter()
-                .filter(|c| c.invoke <= a && a < c.overridden_at)
-                .map(|c| c.value)
-                .min()
-                .unwrap_or(0);
-            let reach = b.min(lower.saturating_sub(MARGIN_MS));
-            if reach > a {
-                end = end.max(reach);
-            }
-        }
-        (end > start).then_some((start, end))
+        candidates
     }
 
     /// Rules 1 and 2 for single calls: every call whose window lies inside
@@ -452,4 +436,40 @@ fn judge(op: &Op, lease: &Lease<'_>) -> Option<(Rule, &'static str)> {
         }
         _ => None,
     }
+}
+
+/// How far from `start`, and before `release`, a lease whose expiry was
+/// set by one of `candidates` was certainly held.
+fn certainly_held_until(start: u64, release: u64, candidates: &[Candidate]) -> u64 {
+    let mut events: Vec<u64> = vec![start];
+    for c in candidates {
+        for t in [c.invoke, c.overridden_at] {
+            if t > start && t != u64::MAX {
+                events.push(t);
+            }
+        }
+    }
+    events.sort_unstable();
+    events.dedup();
+    // `lower` is constant between events; on `[a, b)` the lease is
+    // provably held where `τ < lower - MARGIN_MS`. Held at τ means held on
+    // all of `[start, τ]`, so the window reaches the last such τ.
+    let mut end = start;
+    for (n, &a) in events.iter().enumerate() {
+        if a >= release {
+            break;
+        }
+        let b = events.get(n + 1).copied().unwrap_or(u64::MAX).min(release);
+        let lower = candidates
+            .iter()
+            .filter(|c| c.invoke <= a && a < c.overridden_at)
+            .map(|c| c.value)
+            .min()
+            .unwrap_or(0);
+        let reach = b.min(lower.saturating_sub(MARGIN_MS));
+        if reach > a {
+            end = end.max(reach);
+        }
+    }
+    end
 }

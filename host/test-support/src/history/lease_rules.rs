@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::checker::{Checker, GrantedLease, LeaseLockWindow};
 use super::record::{OpKind, Outcome, MARGIN_MS};
-use super::verdict::{Report, Rule, Violation};
+use super::verdict::{Coverage, Report, Rule, Violation};
 
 impl<'h> Checker<'h> {
     /// The acknowledged leases, and how long each was certainly live.
@@ -79,99 +79,119 @@ impl<'h> Checker<'h> {
         lock_windows: &[LeaseLockWindow<'_>],
         report: &mut Report,
     ) {
-        let ops = self.ops;
-        let coverage = &mut report.coverage;
-        let out = &mut report.violations;
         let mut ids: Vec<&str> = self.granted.keys().copied().collect();
         ids.sort();
         for id in ids {
-            let lease = &self.granted[id];
-            coverage.lease_grants += 1;
-            let windows: Vec<&LeaseLockWindow<'_>> =
-                lock_windows.iter().filter(|w| w.lease_id == id).collect();
-            for op in ops.iter().filter(|op| op.owner == id) {
-                if !matches!(
-                    op.kind,
-                    OpKind::LeaseRefresh | OpKind::LeaseGet | OpKind::Lock { .. }
-                ) || op.outcome == Outcome::Unknown
-                    || op.invoke_ms < lease.granted_ms
-                    || op.complete_ms >= lease.end_ms
-                {
-                    continue;
-                }
-                coverage.lease_calls_judged += 1;
-                let why = match &op.outcome {
-                    Outcome::NotHeld => Some("answered not_held".to_string()),
-                    Outcome::LeaseFound { locks, .. } => windows
-                        .iter()
-                        .find(|w| {
-                            w.start <= op.invoke_ms
-                                && op.complete_ms < w.end
-                                && !locks.iter().any(|n| n == w.name)
-                        })
-                        .map(|w| {
-                            format!(
-                                "left out {}, certainly held under it from {} to {}",
-                                w.name, w.start, w.end
-                            )
-                        }),
-                    _ => None,
-                };
-                if let Some(why) = why {
-                    out.push(Violation {
-                        rule: Rule::LostGrant,
-                        name: id.to_string(),
-                        message: format!(
-                            "{why}: {op}, while the lease was certainly live from {} to {}",
-                            lease.granted_ms, lease.end_ms
-                        ),
-                    });
-                }
-            }
+            report.coverage.lease_grants += 1;
+            self.judge_lease_calls(
+                id,
+                lock_windows,
+                &mut report.coverage,
+                &mut report.violations,
+            );
+            self.held_after_revoke(id, &mut report.coverage, &mut report.violations);
+        }
+    }
 
-            // Rule 6, from the first acknowledged revoke.
-            let Some(revoke) = ops
-                .iter()
-                .filter(|op| {
-                    op.owner == id
-                        && op.kind == OpKind::LeaseRevoke
-                        && matches!(op.outcome, Outcome::LeaseRevoked { .. })
-                })
-                .min_by_key(|op| op.complete_ms)
-            else {
+    /// Rule 1 for the lease `id`: every refresh, get and lock under it made
+    /// inside its certain window finds it live, and a get lists every lock
+    /// certainly held under it meanwhile (of `lock_windows`).
+    fn judge_lease_calls(
+        &self,
+        id: &str,
+        lock_windows: &[LeaseLockWindow<'_>],
+        coverage: &mut Coverage,
+        out: &mut Vec<Violation>,
+    ) {
+        let lease = &self.granted[id];
+        let windows: Vec<&LeaseLockWindow<'_>> =
+            lock_windows.iter().filter(|w| w.lease_id == id).collect();
+        for op in self.ops.iter().filter(|op| op.owner == id) {
+            if !matches!(
+                op.kind,
+                OpKind::LeaseRefresh | OpKind::LeaseGet | OpKind::Lock { .. }
+            ) || op.outcome == Outcome::Unknown
+                || op.invoke_ms < lease.granted_ms
+                || op.complete_ms >= lease.end_ms
+            {
                 continue;
+            }
+            coverage.lease_calls_judged += 1;
+            let why = match &op.outcome {
+                Outcome::NotHeld => Some("answered not_held".to_string()),
+                Outcome::LeaseFound { locks, .. } => windows
+                    .iter()
+                    .find(|w| {
+                        w.start <= op.invoke_ms
+                            && op.complete_ms < w.end
+                            && !locks.iter().any(|n| n == w.name)
+                    })
+                    .map(|w| {
+                        format!(
+                            "left out {}, certainly held under it from {} to {}",
+                            w.name, w.start, w.end
+                        )
+                    }),
+                _ => None,
             };
-            coverage.revokes += 1;
-            let names: std::collections::BTreeSet<&str> = ops
-                .iter()
-                .filter(|op| op.owner == id && op.is_setting())
-                .map(|op| op.name.as_str())
-                .collect();
-            for op in ops.iter().filter(|op| op.invoke_ms > revoke.complete_ms) {
-                let lease_call = op.kind.is_lease_call() && op.owner == id;
-                let on_its_lock = !op.kind.is_lease_call()
-                    && names.contains(op.name.as_str())
-                    && op.shows().is_some();
-                if lease_call && op.outcome != Outcome::Unknown || on_its_lock {
-                    coverage.calls_after_revoke += 1;
-                }
-                let held = op.alive().is_some_and(|(owner, _)| owner == id)
-                    || lease_call
-                        && matches!(
-                            op.outcome,
-                            Outcome::LeaseRefreshed { .. } | Outcome::LeaseFound { .. }
-                        );
-                if held {
-                    out.push(Violation {
-                        rule: Rule::HeldAfterRevoke,
-                        name: if lease_call {
-                            id.to_string()
-                        } else {
-                            op.name.clone()
-                        },
-                        message: format!("{op}, after {revoke}"),
-                    });
-                }
+            if let Some(why) = why {
+                out.push(Violation {
+                    rule: Rule::LostGrant,
+                    name: id.to_string(),
+                    message: format!(
+                        "{why}: {op}, while the lease was certainly live from {} to {}",
+                        lease.granted_ms, lease.end_ms
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Rule 6 for the lease `id`, from its first acknowledged revoke: no
+    /// later call shows it or one of its locks held.
+    fn held_after_revoke(&self, id: &str, coverage: &mut Coverage, out: &mut Vec<Violation>) {
+        let ops = self.ops;
+        let Some(revoke) = ops
+            .iter()
+            .filter(|op| {
+                op.owner == id
+                    && op.kind == OpKind::LeaseRevoke
+                    && matches!(op.outcome, Outcome::LeaseRevoked { .. })
+            })
+            .min_by_key(|op| op.complete_ms)
+        else {
+            return;
+        };
+        coverage.revokes += 1;
+        let names: std::collections::BTreeSet<&str> = ops
+            .iter()
+            .filter(|op| op.owner == id && op.is_setting())
+            .map(|op| op.name.as_str())
+            .collect();
+        for op in ops.iter().filter(|op| op.invoke_ms > revoke.complete_ms) {
+            let lease_call = op.kind.is_lease_call() && op.owner == id;
+            let on_its_lock = !op.kind.is_lease_call()
+                && names.contains(op.name.as_str())
+                && op.shows().is_some();
+            if lease_call && op.outcome != Outcome::Unknown || on_its_lock {
+                coverage.calls_after_revoke += 1;
+            }
+            let held = op.alive().is_some_and(|(owner, _)| owner == id)
+                || lease_call
+                    && matches!(
+                        op.outcome,
+                        Outcome::LeaseRefreshed { .. } | Outcome::LeaseFound { .. }
+                    );
+            if held {
+                out.push(Violation {
+                    rule: Rule::HeldAfterRevoke,
+                    name: if lease_call {
+                        id.to_string()
+                    } else {
+                        op.name.clone()
+                    },
+                    message: format!("{op}, after {revoke}"),
+                });
             }
         }
     }

@@ -180,105 +180,158 @@ impl Checker<'_> {
         coverage: &mut Coverage,
         out: &mut Vec<Violation>,
     ) {
-        let ops = self.ops;
         for &w in ids {
-            let waiter = &ops[w];
-            let (OpKind::Lock { wait_ms, .. }, Outcome::Busy { .. }) =
-                (&waiter.kind, &waiter.outcome)
-            else {
+            let Some(queued) = Queued::of(&self.ops[w]) else {
                 continue;
             };
-            if *wait_ms == 0 {
-                continue;
-            }
-            let q_start = (waiter.complete_ms + MARGIN_MS).saturating_sub(*wait_ms);
-            let q_end = (waiter.invoke_ms + wait_ms).saturating_sub(MARGIN_MS);
-            if q_start >= q_end {
-                continue;
-            }
             coverage.waits_judged += 1;
-            let (lo, hi) = self.epoch(waiter);
-            let in_epoch = |op: &Op| op.invoke_ms >= lo && op.complete_ms <= hi;
+            self.free_while_queued(name, ids, &queued, out);
+            self.granted_ahead_of_waiter(name, ids, &queued, out);
+        }
+    }
 
-            // The lock free while a listening waiter queued.
-            for &i in ids {
-                let op = &ops[i];
-                if op.invoke_ms >= q_start
-                    && op.complete_ms <= q_end
-                    && matches!(op.outcome, Outcome::NotFound | Outcome::NotHeld)
-                {
-                    out.push(Violation {
-                        rule: Rule::FifoOrder,
-                        name: name.to_string(),
-                        message: format!(
-                            "the lock was free ({op}) while {} waited in line from before \
-                             {q_start} to after {q_end}: {waiter}",
-                            waiter.owner
-                        ),
-                    });
-                }
-            }
-
-            // A token of another owner created inside Q, by a call certainly
-            // made after the waiter queued.
-            let mut seen: HashMap<u64, (&str, u64, u64)> = HashMap::new(); // token -> (owner, first complete, last invoke)
-            for &i in ids {
-                let op = &ops[i];
-                if !in_epoch(op) {
-                    continue;
-                }
-                if let Some((owner, t)) = op.alive() {
-                    let e = seen
-                        .entry(t)
-                        .or_insert((owner, op.complete_ms, op.invoke_ms));
-                    e.1 = e.1.min(op.complete_ms);
-                    e.2 = e.2.max(op.invoke_ms);
-                }
-            }
-            for (&token, &(owner, first_complete, last_invoke)) in &seen {
-                if owner == waiter.owner || first_complete > q_end {
-                    continue;
-                }
-                // A call invoked inside Q saw the name without this token,
-                // and completed before the token was last seen invoked.
-                let Some(before) = ids.iter().map(|&i| &ops[i]).find(|o| {
-                    in_epoch(o)
-                        && o.invoke_ms >= q_start
-                        && o.complete_ms < last_invoke
-                        && o.shows().is_some_and(|s| s != Some(token))
-                }) else {
-                    continue;
-                };
-                // Every lock call that could have created it came after the
-                // waiter queued.
-                let creators: Vec<&Op> = ids
-                    .iter()
-                    .map(|&i| &ops[i])
-                    .filter(|o| {
-                        o.owner == owner
-                            && matches!(o.kind, OpKind::Lock { .. })
-                            && o.invoke_ms <= first_complete
-                            && match o.outcome {
-                                Outcome::Ok { token: t, .. } => t == token,
-                                Outcome::Unknown => self.effect_by(o) >= before.invoke_ms,
-                                _ => false,
-                            }
-                    })
-                    .collect();
-                if creators.is_empty() || creators.iter().any(|o| o.invoke_ms < q_start) {
-                    continue;
-                }
+    /// Rule 5: the lock free while a listening waiter queued.
+    fn free_while_queued(
+        &self,
+        name: &str,
+        ids: &[usize],
+        queued: &Queued<'_>,
+        out: &mut Vec<Violation>,
+    ) {
+        let Queued {
+            waiter,
+            start: q_start,
+            end: q_end,
+        } = *queued;
+        for &i in ids {
+            let op = &self.ops[i];
+            if op.invoke_ms >= q_start
+                && op.complete_ms <= q_end
+                && matches!(op.outcome, Outcome::NotFound | Outcome::NotHeld)
+            {
                 out.push(Violation {
                     rule: Rule::FifoOrder,
                     name: name.to_string(),
                     message: format!(
-                        "{owner} was granted token {token} by {} while {} waited ahead of it \
-                         (queued before {q_start}, still waiting after {q_end}: {waiter}; \
-                         {before} shows the token did not exist yet)",
-                        creators[0], waiter.owner
+                        "the lock was free ({op}) while {} waited in line from before \
+                         {q_start} to after {q_end}: {waiter}",
+                        waiter.owner
                     ),
                 });
             }
         }
+    }
+
+    /// Rule 5: a token of another owner created inside the queue interval,
+    /// by a call certainly made after the waiter queued.
+    fn granted_ahead_of_waiter(
+        &self,
+        name: &str,
+        ids: &[usize],
+        queued: &Queued<'_>,
+        out: &mut Vec<Violation>,
+    ) {
+        let ops = self.ops;
+        let Queued {
+            waiter,
+            start: q_start,
+            end: q_end,
+        } = *queued;
+        let (lo, hi) = self.epoch(waiter);
+        let in_epoch = |op: &Op| op.invoke_ms >= lo && op.complete_ms <= hi;
+        for (&token, &(owner, first_complete, last_invoke)) in &self.tokens_seen(ids, &in_epoch) {
+            if owner == waiter.owner || first_complete > q_end {
+                continue;
+            }
+            // A call invoked inside Q saw the name without this token,
+            // and completed before the token was last seen invoked.
+            let Some(before) = ids.iter().map(|&i| &ops[i]).find(|o| {
+                in_epoch(o)
+                    && o.invoke_ms >= q_start
+                    && o.complete_ms < last_invoke
+                    && o.shows().is_some_and(|s| s != Some(token))
+            }) else {
+                continue;
+            };
+            // Every lock call that could have created it came after the
+            // waiter queued.
+            let creators: Vec<&Op> = ids
+                .iter()
+                .map(|&i| &ops[i])
+                .filter(|o| {
+                    o.owner == owner
+                        && matches!(o.kind, OpKind::Lock { .. })
+                        && o.invoke_ms <= first_complete
+                        && match o.outcome {
+                            Outcome::Ok { token: t, .. } => t == token,
+                            Outcome::Unknown => self.effect_by(o) >= before.invoke_ms,
+                            _ => false,
+                        }
+                })
+                .collect();
+            if creators.is_empty() || creators.iter().any(|o| o.invoke_ms < q_start) {
+                continue;
+            }
+            out.push(Violation {
+                rule: Rule::FifoOrder,
+                name: name.to_string(),
+                message: format!(
+                    "{owner} was granted token {token} by {} while {} waited ahead of it \
+                     (queued before {q_start}, still waiting after {q_end}: {waiter}; \
+                     {before} shows the token did not exist yet)",
+                    creators[0], waiter.owner
+                ),
+            });
+        }
+    }
+
+    /// Each token the calls `in_epoch` show alive: its owner, the first
+    /// completion and the last invocation of a call showing it.
+    fn tokens_seen(
+        &self,
+        ids: &[usize],
+        in_epoch: &dyn Fn(&Op) -> bool,
+    ) -> HashMap<u64, (&str, u64, u64)> {
+        let mut seen: HashMap<u64, (&str, u64, u64)> = HashMap::new();
+        for &i in ids {
+            let op = &self.ops[i];
+            if !in_epoch(op) {
+                continue;
+            }
+            if let Some((owner, t)) = op.alive() {
+                let e = seen
+                    .entry(t)
+                    .or_insert((owner, op.complete_ms, op.invoke_ms));
+                e.1 = e.1.min(op.complete_ms);
+                e.2 = e.2.max(op.invoke_ms);
+            }
+        }
+        seen
+    }
+}
+
+/// A `lock` that waited and answered `busy`, and the interval `Q` where
+/// it was certainly queued and listening: from `start` to `end`.
+#[derive(Clone, Copy)]
+struct Queued<'o> {
+    waiter: &'o Op,
+    start: u64,
+    end: u64,
+}
+
+impl<'o> Queued<'o> {
+    /// `waiter`'s queue interval, if it is a `lock` that waited, answered
+    /// `busy`, and was certainly queued for some time.
+    fn of(waiter: &'o Op) -> Option<Self> {
+        let (OpKind::Lock { wait_ms, .. }, Outcome::Busy { .. }) = (&waiter.kind, &waiter.outcome)
+        else {
+            return None;
+        };
+        if *wait_ms == 0 {
+            return None;
+        }
+        let start = (waiter.complete_ms + MARGIN_MS).saturating_sub(*wait_ms);
+        let end = (waiter.invoke_ms + wait_ms).saturating_sub(MARGIN_MS);
+        (start < end).then_some(Queued { waiter, start, end })
     }
 }

@@ -395,9 +395,26 @@ fn lease_token_going_back_is_caught() {
 
 /// Legitimate lease histories: refreshes, a kill, expiry take-over,
 /// revoke then hand-over, an unknown revoke, an unlock by the lease id.
+/// One history, so that the coverage counts them all.
 #[test]
 fn legitimate_lease_histories_are_clean() {
     let mut h = leased();
+    refresh_across_a_kill_then_expire(&mut h);
+    revoke_then_hand_over(&mut h);
+    revoke_of_unknown_outcome(&mut h);
+    unlock_by_the_lease_id(&mut h);
+    h.assert_clean();
+    let coverage = check_report(&h.0).coverage;
+    assert_eq!(coverage.lease_grants, 4, "{coverage}");
+    assert_eq!(coverage.lease_locks, 6, "{coverage}");
+    assert_eq!(coverage.revokes, 1, "{coverage}");
+    assert!(coverage.calls_after_revoke >= 3, "{coverage}");
+    assert_eq!(coverage.lease_calls_judged, 10, "{coverage}");
+}
+
+/// `lease-1` (of [`leased`]) is refreshed, its locks seen held across a
+/// kill, then it is not refreshed again: it expires and `x` passes on.
+fn refresh_across_a_kill_then_expire(h: &mut H) {
     h.lease(
         1_500,
         1_510,
@@ -448,8 +465,10 @@ fn legitimate_lease_histories_are_clean() {
         OpKind::LeaseRefresh,
         Outcome::NotHeld,
     );
+}
 
-    // Revoked: its lock is free at once and passes on.
+/// `lease-2` is revoked: its lock is free at once and passes on.
+fn revoke_then_hand_over(h: &mut H) {
     h.lease(
         3_000,
         3_010,
@@ -468,8 +487,10 @@ fn legitimate_lease_histories_are_clean() {
     h.op_on("z", 3_300, 3_305, "", OpKind::Get, Outcome::NotFound);
     h.op_on("z", 3_400, 3_410, "b", lock(1_000), ok(14, 4_405));
     h.op_on("z", 3_450, 3_460, "lease-2", lock(5_000), Outcome::NotHeld);
+}
 
-    // A revoke of unknown outcome may have freed its lock.
+/// A revoke of `lease-3` of unknown outcome may have freed its lock.
+fn revoke_of_unknown_outcome(h: &mut H) {
     h.lease(
         4_000,
         4_010,
@@ -486,8 +507,10 @@ fn legitimate_lease_histories_are_clean() {
         Outcome::Unknown,
     );
     h.op_on("w", 4_400, 4_405, "", OpKind::Get, Outcome::NotFound);
+}
 
-    // One lock unlocked by the lease id; the lease lives on.
+/// One lock of `lease-4` unlocked by the lease id; the lease lives on.
+fn unlock_by_the_lease_id(h: &mut H) {
     h.lease(
         5_000,
         5_010,
@@ -506,13 +529,6 @@ fn legitimate_lease_histories_are_clean() {
         OpKind::LeaseGet,
         lease_found(10_005, &["u"]),
     );
-    h.assert_clean();
-    let coverage = check_report(&h.0).coverage;
-    assert_eq!(coverage.lease_grants, 4, "{coverage}");
-    assert_eq!(coverage.lease_locks, 6, "{coverage}");
-    assert_eq!(coverage.revokes, 1, "{coverage}");
-    assert!(coverage.calls_after_revoke >= 3, "{coverage}");
-    assert_eq!(coverage.lease_calls_judged, 10, "{coverage}");
 }
 
 // ---- legitimate histories ------------------------------------------
