@@ -110,6 +110,13 @@
 //!   index of expiries, from which a sweeper deletes expired locks and
 //!   leases (marked expired) without waiting for a read, and a `get` that
 //!   finds an expired lock deletes it. See `store/observe.rs`.
+//! - **etcd's history** is compacted by every host: each compacts, every
+//!   [`Compaction::interval`], to the revision etcd was at
+//!   [`Compaction::retention`] ago, never past a revision its own watches
+//!   may still resume from, so no watch of a healthy host is compacted
+//!   away and etcd's database stops growing under churn. A watch cancelled
+//!   as compacted reads its state again. [`EtcdBackend::space`] reports the
+//!   database's size, the quota and etcd's NOSPACE alarm. See `space.rs`.
 //! - **Force-unlock** is the unlock path without the owner check: one
 //!   transaction that removes the holder (compared on the key's revision),
 //!   hands the lock to the queue's head, takes it out of its lease's record
@@ -124,6 +131,7 @@ mod deadlines;
 mod endpoints;
 mod etcd_lease;
 mod events;
+mod floors;
 mod keys;
 mod local;
 mod name;
@@ -132,17 +140,21 @@ mod probe;
 mod recent;
 mod record;
 mod rpc;
+mod space;
 mod stats;
 mod store;
 
 use std::sync::Arc;
 
+pub use lockd_core::metrics::StoreSpace;
 use lockd_core::{
     BackendStats, BoxFuture, Claim, Clock, Durability, Grant, Key, Leader, LeaseInfo, ListedLock,
     LockBackend, LockError, LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
 };
 
-pub use crate::options::{ClientCert, ConfigError, EtcdOptions, EtcdUser};
+pub use crate::options::{
+    ClientCert, Compaction, ConfigError, EtcdOptions, EtcdUser, DEFAULT_QUOTA_BACKEND_BYTES,
+};
 use crate::store::Inner;
 
 /// A [`LockBackend`] on etcd. Open it with [`EtcdBackend::connect`]; drop
@@ -150,9 +162,10 @@ use crate::store::Inner;
 pub struct EtcdBackend {
     inner: Arc<Inner>,
     /// The session's keep-alive, the task that keeps members that refuse
-    /// connections out of the client's rotation, the events watch and the
-    /// sweeper of expired keys.
-    background: [tokio::task::JoinHandle<()>; 4],
+    /// connections out of the client's rotation, the events watch, the
+    /// sweeper of expired keys and (unless compaction is off) the
+    /// compactor of etcd's history.
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -207,6 +220,29 @@ impl EtcdBackend {
     /// The current session lease id (for diagnostics).
     pub fn session_lease(&self) -> i64 {
         self.inner.session()
+    }
+
+    /// etcd's space as last checked (its database size, the part in use,
+    /// the quota, whether its NOSPACE alarm is raised) and this host's
+    /// compactions of its history, for `/metrics`
+    /// ([`StoreSpace::render`]). Never waits: it answers the previous
+    /// check and starts another in the background (the compactor also
+    /// checks at each interval). All zeros but the quota before the first
+    /// check.
+    ///
+    /// The size is one member's (the one asked); members' sizes differ
+    /// only by the compactions and defragmentations each one ran.
+    pub fn space(&self) -> StoreSpace {
+        self.inner.space()
+    }
+
+    /// etcd's space asked now (one member's status and the cluster's
+    /// alarms). `out_of_space` says whether etcd's NOSPACE alarm is raised:
+    /// then etcd refuses every write, so every lock call fails, until an
+    /// operator acts; a readiness check should report not ready. (The
+    /// backend's [`LockBackend::health`] reports it too.)
+    pub async fn check_space(&self) -> Result<StoreSpace, LockError> {
+        self.inner.check_space().await
     }
 }
 
@@ -399,8 +435,10 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Unhealthy while etcd refuses this backend's credentials or its
-    /// permission on the prefix (a password changed, a role revoked), with
-    /// the cause; checked against etcd only after a request was refused.
+    /// permission on the prefix (a password changed, a role revoked), or
+    /// refuses every write because its NOSPACE alarm is raised, with the
+    /// cause; checked against etcd only after a request was refused (or the
+    /// compactor's last check found the alarm).
     fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
         Box::pin(self.inner.health())
     }

@@ -41,7 +41,79 @@ pub struct EtcdOptions {
     /// etcd's default `--max-txn-ops` of 128. Raise both together. A lock
     /// past it answers `denied`.
     pub max_locks_per_lease: usize,
+    /// How this host keeps etcd's history of revisions bounded (see
+    /// [`Compaction`]; on by default). `None`: it never compacts, and
+    /// something else must (etcd's `--auto-compaction-*` flags, or an
+    /// operator), or etcd's database grows with every write until it
+    /// reaches its quota and refuses every write.
+    pub compaction: Option<Compaction>,
+    /// etcd's `--quota-backend-bytes`: the database size at which etcd
+    /// raises its NOSPACE alarm and refuses every write (default 2 GiB,
+    /// etcd's own default). Only reported, in
+    /// [`crate::EtcdBackend::space`]: etcd before 3.6 does not say its
+    /// quota, so set this to the members' flag; a member that says it
+    /// (3.6+) is believed instead.
+    pub quota_backend_bytes: u64,
 }
+
+/// How a host compacts etcd's history: etcd keeps every revision of every
+/// key until it is compacted, so a host that never compacts fills etcd
+/// (about 340 bytes per lock and unlock, measured on etcd 3.4).
+///
+/// Every [`Compaction::interval`] the host compacts to the revision etcd
+/// was at [`Compaction::retention`] ago, keeping at least the latest
+/// [`Compaction::min_revisions`] revisions and every revision its own
+/// watches may still resume from. So etcd keeps between `retention` and
+/// `retention + interval` of history, and its database levels off at
+/// about `w × (retention + interval) × 200` bytes for a write rate `w` in
+/// revisions per second (a lock and its unlock are two; the 200 bytes a
+/// revision were measured on etcd 3.4 with short owners, so 6 minutes at a
+/// lockd host's top rate of about 2,800 pairs a second come to about
+/// 400 MB). That must fit the quota with room to spare.
+///
+/// Every host compacts on its own; compaction is idempotent, and a
+/// compaction to a revision etcd already compacted past is refused
+/// harmlessly, so hosts (and etcd's own `--auto-compaction-*`) coexist.
+/// A watch of another host is safe as long as it lags less than the
+/// shortest `retention` of all hosts (and of etcd's auto-compaction):
+/// give every host the same settings. A watch that lags further (a host
+/// cut off from etcd for longer) reads its state again; its events
+/// stream then misses the changes in between, and says so in the log.
+///
+/// Compaction is etcd-wide: it drops the old revisions of every key, not
+/// only of lockd's prefix. On an etcd shared with other applications, keep
+/// a retention at least as long as any of them needs, or turn compaction
+/// off here and let etcd's `--auto-compaction-*` do it.
+///
+/// Compaction frees space inside etcd's database for later writes; the
+/// file itself shrinks only when an operator defragments each member
+/// (`etcdctl defrag`), which blocks that member while it runs, so lockd
+/// never does it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    /// How often the host checks etcd's revision and compacts (default
+    /// 60 s; at least 100 ms).
+    pub interval: Duration,
+    /// How long revisions are kept (default 5 min): far longer than any
+    /// watch of a healthy host lags, so no host's watch is compacted away
+    /// (see above).
+    pub retention: Duration,
+    /// The latest revisions always kept, however old (default 10,000).
+    pub min_revisions: u64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction {
+            interval: Duration::from_secs(60),
+            retention: Duration::from_secs(300),
+            min_revisions: 10_000,
+        }
+    }
+}
+
+/// etcd's default `--quota-backend-bytes`: 2 GiB.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 << 30;
 
 /// lockd's client certificate for etcd: two PEM files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +198,8 @@ pub enum ConfigError {
 
 impl EtcdOptions {
     /// Options for `endpoints` with the defaults: prefix `/lockd`, dial 5 s,
-    /// requests 5 s, lease slack 5 s, session 10 s, 40 locks per lease.
+    /// requests 5 s, lease slack 5 s, session 10 s, 40 locks per lease,
+    /// compaction on ([`Compaction::default`]), a quota of 2 GiB.
     pub fn new<I, S>(endpoints: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -143,6 +216,8 @@ impl EtcdOptions {
             lease_slack: Duration::from_secs(5),
             session_ttl: Duration::from_secs(10),
             max_locks_per_lease: 40,
+            compaction: Some(Compaction::default()),
+            quota_backend_bytes: DEFAULT_QUOTA_BACKEND_BYTES,
         }
     }
 
@@ -287,6 +362,10 @@ mod tests {
         assert_eq!(o.endpoints, ["http://127.0.0.1:2379", "http://[::1]:2380/"]);
         assert_eq!(o, EtcdOptions::new(o.endpoints.clone()));
         assert_eq!(o.prefix, "/lockd");
+        let compaction = o.compaction.expect("compaction is on by default");
+        assert_eq!(compaction.interval, Duration::from_secs(60));
+        assert_eq!(compaction.retention, Duration::from_secs(300));
+        assert_eq!(o.quota_backend_bytes, 2_147_483_648);
     }
 
     #[test]

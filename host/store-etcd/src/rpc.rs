@@ -28,6 +28,9 @@ pub(crate) struct Etcd {
     /// Whether `refused` holds something: read by every successful request,
     /// so they take the lock only when there is something to clear.
     refused_now: AtomicBool,
+    /// Whether a request failed because etcd is out of space (its NOSPACE
+    /// alarm), since the last check found no alarm (see `space.rs`).
+    out_of_space: AtomicBool,
 }
 
 impl Etcd {
@@ -44,7 +47,19 @@ impl Etcd {
             request_timeout,
             refused: Mutex::new(None),
             refused_now: AtomicBool::new(false),
+            out_of_space: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a request failed with etcd's "database space exceeded"
+    /// since [`Etcd::forget_out_of_space`].
+    pub(crate) fn saw_out_of_space(&self) -> bool {
+        self.out_of_space.load(Ordering::Acquire)
+    }
+
+    /// A check found no NOSPACE alarm: forgets the failures seen before.
+    pub(crate) fn forget_out_of_space(&self) {
+        self.out_of_space.store(false, Ordering::Release);
     }
 
     /// What etcd said when it refused lockd's credentials or permissions,
@@ -60,8 +75,12 @@ impl Etcd {
             .clone()
     }
 
-    /// Describes `e`, noting it if it is a refusal of lockd's credentials.
+    /// Describes `e`, noting it if it is a refusal of lockd's credentials
+    /// or of a write for lack of space.
     fn describe(&self, e: &etcd_client::Error) -> String {
+        if crate::space::out_of_space(e) {
+            self.out_of_space.store(true, Ordering::Release);
+        }
         match self.access.refusal(e) {
             Some(refusal) => {
                 *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal.clone());
@@ -125,6 +144,21 @@ impl Etcd {
         .await
         .inspect(|_| self.accepted())
         .map_err(|e| self.unavailable(what, e))
+    }
+
+    /// An etcd call that changes nothing, or nothing more if applied twice
+    /// (a read, a compaction), so it is sent again after any transient
+    /// failure.
+    pub(crate) async fn idempotent_rpc<T, F, Fut>(
+        &self,
+        what: &str,
+        call: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.rpc_with(what, Resend::Reads, call).await
     }
 
     pub(crate) async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, LockError> {

@@ -709,6 +709,10 @@ impl Grants {
                 Some(GetOptions::new().with_prefix()),
             )
             .await?;
+        // The reads below are made at the revision of the one above: the
+        // compactor keeps it meanwhile (`floors.rs`).
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let _floor = self.ks.floors.hold(revision);
         // Queue lengths from the waiter keys, read at the revision of the
         // locks read above.
         let queues = self
@@ -721,7 +725,7 @@ impl Grants {
                     GetOptions::new()
                         .with_prefix()
                         .with_keys_only()
-                        .with_revision(resp.header().map_or(0, |h| h.revision())),
+                        .with_revision(revision),
                 ),
             )
             .await?;
@@ -737,7 +741,7 @@ impl Grants {
                     GetOptions::new()
                         .with_prefix()
                         .with_keys_only()
-                        .with_revision(resp.header().map_or(0, |h| h.revision())),
+                        .with_revision(revision),
                 ),
             )
             .await?;

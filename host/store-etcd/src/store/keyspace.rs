@@ -12,6 +12,7 @@ use lockd_core::{Clock, Durability, Key, LockError};
 use super::txn::{nobody_queued, unchanged};
 use crate::etcd_lease::EtcdLeases;
 use crate::events::Why;
+use crate::floors::Floors;
 use crate::keys::Layout;
 use crate::name::{compose, Name};
 use crate::record::{to_json, Held, LockRecord};
@@ -29,6 +30,9 @@ pub(super) struct Keyspace {
     /// The etcd leases the keys live on (this backend's session, and the
     /// leases persistent keys share).
     pub(super) etcd_leases: EtcdLeases,
+    /// The revisions this backend's watches and reads still need, which
+    /// its compactor keeps (`floors.rs`).
+    pub(super) floors: Floors,
 }
 
 impl Keyspace {
@@ -202,12 +206,20 @@ impl Keyspace {
             .is_some())
     }
 
-    /// Waits for any event on `keys` from `revision` on.
+    /// Waits for any event on `keys` from `revision` on. Also returns
+    /// `Ok` if etcd cancels the watch, as it does when it compacted past
+    /// `revision` first: the caller reads again either way.
+    ///
+    /// Holds a floor at `revision` until etcd confirmed every key's watch,
+    /// so this backend's compactor does not compact it away meanwhile
+    /// (`floors.rs`); once registered, a watch is safe from compaction.
     pub(super) async fn watch_any(&self, keys: &[Vec<u8>], revision: i64) -> Result<(), LockError> {
         let options = || Some(WatchOptions::new().with_start_revision(revision));
         let Some((first, rest)) = keys.split_first() else {
             return Ok(());
         };
+        let mut floor = Some(self.floors.hold(revision));
+        let mut unconfirmed = keys.len();
         let mut stream = self
             .etcd
             .rpc("watch", || {
@@ -229,7 +241,14 @@ impl Keyspace {
             match stream.message().await {
                 // Cancelled (say, compacted past `revision`): read again.
                 Ok(Some(resp)) if resp.canceled() || !resp.events().is_empty() => return Ok(()),
-                Ok(Some(_)) => {}
+                Ok(Some(resp)) => {
+                    if resp.created() {
+                        unconfirmed = unconfirmed.saturating_sub(1);
+                        if unconfirmed == 0 {
+                            drop(floor.take());
+                        }
+                    }
+                }
                 Ok(None) => return Err(self.etcd.unavailable("watch", "the stream closed")),
                 Err(e) => return Err(self.etcd.unavailable("watch", e)),
             }

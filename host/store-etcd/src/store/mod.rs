@@ -31,12 +31,15 @@ mod lockd_lease;
 mod namespaces;
 mod observe;
 mod queue;
+#[cfg(test)]
+mod tests;
 mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Txn, TxnOp};
+use lockd_core::metrics::StoreSpace;
 use lockd_core::{
     BackendStats, BoxFuture, Clock, Durability, Grant, Key, Leader, LeaseInfo, ListedLock,
     LockError, LockEvent, LockInfo, LockOptions, NameState, NamespaceStats,
@@ -53,11 +56,13 @@ use self::observe::Observer;
 use self::queue::{Caller, Queue};
 use crate::access::Access;
 use crate::etcd_lease::EtcdLeases;
+use crate::floors::Floors;
 use crate::keys::Layout;
 use crate::local::{Pending, Turns};
 use crate::options::EtcdOptions;
 use crate::probe::{health, ProbeError};
 use crate::rpc::Etcd;
+use crate::space::Space;
 use crate::stats::StatsCache;
 
 /// The store: its parts, and what the backend's calls share. Spawned tasks
@@ -79,6 +84,8 @@ pub(crate) struct Inner {
     /// This process's detached releases in flight.
     pending: Arc<Pending>,
     stats: StatsCache,
+    /// etcd's space, and this backend's compactions of its history.
+    space: Arc<Space>,
     options: EtcdOptions,
     handle: Handle,
 }
@@ -144,6 +151,7 @@ impl Inner {
             layout,
             clock,
             etcd_leases,
+            floors: Floors::default(),
         });
         let max_locks_per_lease = options.max_locks_per_lease;
         let queue = Arc::new(Queue::new(ks.clone(), max_locks_per_lease));
@@ -171,6 +179,7 @@ impl Inner {
             turns: Turns::default(),
             pending,
             stats: StatsCache::default(),
+            space: Arc::new(Space::new(options.quota_backend_bytes)),
             options,
             handle: Handle::current(),
         }))
@@ -184,9 +193,10 @@ impl Inner {
 
     /// Starts the work that runs for the backend's life: the session's
     /// keep-alive, the endpoint rotation, the events watch (from
-    /// `revision` + 1, see [`Inner::scan`]) and the sweeper. Abort them all
-    /// when it ends.
-    pub(crate) fn spawn_background(self: &Arc<Self>, revision: i64) -> [JoinHandle<()>; 4] {
+    /// `revision` + 1, see [`Inner::scan`]), the sweeper and, unless
+    /// compaction is off, the compactor (`space.rs`). Abort them all when
+    /// it ends.
+    pub(crate) fn spawn_background(self: &Arc<Self>, revision: i64) -> Vec<JoinHandle<()>> {
         let ks = self.ks.clone();
         let keepalive = self
             .handle
@@ -197,7 +207,14 @@ impl Inner {
             .spawn(async move { ks.etcd.rotation().keep(ks.etcd.client()).await });
         let watch = self.handle.spawn(self.observer.clone().watch(revision));
         let sweeper = self.handle.spawn(self.observer.clone().sweep());
-        [keepalive, rotation, watch, sweeper]
+        let mut tasks = vec![keepalive, rotation, watch, sweeper];
+        if let Some(settings) = self.options.compaction {
+            let (ks, space) = (self.ks.clone(), self.space.clone());
+            tasks.push(self.handle.spawn(async move {
+                space.compact_forever(&ks.etcd, &ks.floors, settings).await;
+            }));
+        }
+        tasks
     }
 
     /// Ends the session in the background (see [`EtcdLeases::retire`]).
@@ -209,15 +226,36 @@ impl Inner {
         &self.options
     }
 
-    /// Unhealthy while etcd refuses lockd's credentials or permissions: a
-    /// refusal noted by a failed request is checked again (the permission
-    /// check of the start) and reported if it stands. No request when none
-    /// was noted.
+    /// Unhealthy while etcd refuses lockd's credentials or permissions, or
+    /// every write for lack of space: a refusal noted by a failed request
+    /// is checked again (the permission check of the start; etcd's alarms)
+    /// and reported if it stands, as is a NOSPACE alarm the compactor's
+    /// last check found. No request when nothing was noted.
     pub(crate) async fn health(&self) -> Result<(), LockError> {
-        if self.ks.etcd.refused().is_none() {
-            return Ok(());
+        if self.ks.etcd.refused().is_some() {
+            check_permission(&self.ks.etcd, &self.ks.layout).await?;
         }
-        check_permission(&self.ks.etcd, &self.ks.layout).await
+        self.space.health(&self.ks.etcd).await
+    }
+
+    /// etcd's space as last checked, and this backend's compactions; starts
+    /// another check in the background (as `stats` does).
+    pub(crate) fn space(self: &Arc<Self>) -> StoreSpace {
+        if self.space.start_refresh() {
+            let inner = self.clone();
+            self.handle.spawn(async move {
+                if let Err(e) = inner.space.check(&inner.ks.etcd).await {
+                    tracing::debug!(error = %e, "etcd store: reading etcd's space failed");
+                }
+                inner.space.end_refresh();
+            });
+        }
+        self.space.last()
+    }
+
+    /// etcd's space, asked now.
+    pub(crate) async fn check_space(&self) -> Result<StoreSpace, LockError> {
+        self.space.check(&self.ks.etcd).await.map(|(s, _)| s)
     }
 
     /// The current session lease id.

@@ -8,7 +8,9 @@
 //! failure (a member's death, an etcd restart) again from the last
 //! revision it saw, so no change is missed unless etcd compacted it away
 //! meanwhile (then it warns, reads everything again and goes on from
-//! there).
+//! there). This backend's compactor never compacts past that revision;
+//! another host's may, once the watch lags past its retention window
+//! (`space.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use super::queue::{Queue, WATCH_RETRY};
 use super::txn::read_lease;
 use crate::deadlines::Deadlines;
 use crate::events::{lease_event, lock_events, Why};
+use crate::floors::Floor;
 use crate::keys::Target;
 use crate::name::Name;
 use crate::record::{from_json, LeaseRecord};
@@ -69,6 +72,12 @@ impl Observer {
         self.events.subscribe()
     }
 
+    /// The earliest expiry the sweeper knows of.
+    #[cfg(test)]
+    pub(super) fn earliest_expiry(&self) -> Option<u64> {
+        self.deadlines.earliest()
+    }
+
     /// The key and expiry of a lock or lease key's value, for the index.
     fn expiry_of(&self, kv: &KeyValue) -> Option<u64> {
         match self.ks.layout.classify(kv.key()) {
@@ -112,11 +121,17 @@ impl Observer {
     }
 
     /// Runs the events watch for the backend's life, from `revision` + 1.
+    ///
+    /// Holds a floor at the revision it would resume from (`floors.rs`),
+    /// so this backend's compactor never compacts away what a watch opened
+    /// again after a failure needs; only another host's compaction can,
+    /// once the watch lags past its retention window.
     pub(super) async fn watch(self: Arc<Self>, mut revision: i64) {
+        let floor = self.ks.floors.hold(revision + 1);
         let mut pause = WATCH_RETRY;
         loop {
             let seen = revision;
-            let end = self.watch_events(&mut revision).await;
+            let end = self.watch_events(&mut revision, &floor).await;
             if revision > seen {
                 pause = WATCH_RETRY;
             }
@@ -129,7 +144,10 @@ impl Observer {
                          reached; their events are lost. Reading every lock again"
                     );
                     match self.scan().await {
-                        Ok(r) => revision = r,
+                        Ok(r) => {
+                            revision = r;
+                            floor.set(r + 1);
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "etcd store: reading every lock failed");
                             tokio::time::sleep(pause).await;
@@ -152,8 +170,8 @@ impl Observer {
     }
 
     /// One watch from `revision` + 1 until it fails; `revision` follows the
-    /// revisions it delivered.
-    async fn watch_events(&self, revision: &mut i64) -> WatchEnd {
+    /// revisions it delivered, and `floor` the revision after it.
+    async fn watch_events(&self, revision: &mut i64, floor: &Floor<'_>) -> WatchEnd {
         // Progress notifications move `revision` on while nothing changes,
         // so a watch opened again after a quiet spell starts at a recent
         // revision, less likely compacted.
@@ -197,6 +215,7 @@ impl Observer {
                         }
                     }
                     self.publish(resp.events(), revision);
+                    floor.set(*revision + 1);
                 }
                 Ok(None) => return WatchEnd::Failed("the stream closed".into()),
                 Err(e) => return WatchEnd::Failed(e.to_string()),
