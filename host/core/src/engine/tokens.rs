@@ -68,7 +68,7 @@ impl TokenAllocator {
     }
 
     /// The highest token that may be issued now.
-    fn ceiling(&self) -> u64 {
+    pub(super) fn ceiling(&self) -> u64 {
         let elapsed = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.ceiling_at_start
             .load(Ordering::Relaxed)
@@ -141,6 +141,18 @@ impl TokenAllocator {
             .await?;
         self.reserved_up_to.fetch_max(up_to, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+impl super::Engine {
+    /// The engine's token ceiling now: no token it has issued is above it,
+    /// and none it issues later, at a moment `d` microseconds on from now
+    /// (on the monotonic clock), is above it plus `d`. A store's snapshot
+    /// records it, so that a restore can resume above every token the
+    /// engine may have issued after the snapshot
+    /// (docs/contract.md#c9-tokens).
+    pub fn token_ceiling(&self) -> u64 {
+        self.tokens.ceiling()
     }
 }
 
