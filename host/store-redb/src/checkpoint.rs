@@ -15,8 +15,9 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::codec;
+use crate::damage::{Damage, Finding};
 use crate::log::format::LogOp;
-use crate::log::scan::{scan, Position, Tail};
+use crate::log::scan::{scan, Position, ScanError, Tail};
 use crate::stats::WriterStats;
 
 /// After a failed checkpoint (a full disk), how long before trying again.
@@ -29,10 +30,23 @@ pub(crate) struct Finished {
     pub(crate) end: usize,
 }
 
+/// What the writer sends the checkpoint thread.
+pub(crate) enum ToCheckpoint {
+    /// A segment it is done with.
+    Segment(Finished),
+    /// A snapshot's cut: once every segment sent before it is applied, a
+    /// read transaction of redb goes back on this channel.
+    Cut(CutReply),
+}
+
+/// Where a snapshot's cut is answered: a read transaction holding every op
+/// made durable before the cut, or why there is none.
+pub(crate) type CutReply = std::sync::mpsc::Sender<Result<redb::ReadTransaction, String>>;
+
 #[derive(Debug)]
 pub(crate) enum CheckpointError {
     /// The log cannot be trusted; nothing was applied.
-    Corrupt(String),
+    Corrupt(Finding),
     /// redb or the file system failed; trying again may work.
     Store(String),
 }
@@ -40,7 +54,8 @@ pub(crate) enum CheckpointError {
 impl std::fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CheckpointError::Corrupt(why) | CheckpointError::Store(why) => f.write_str(why),
+            CheckpointError::Corrupt(finding) => finding.fmt(f),
+            CheckpointError::Store(why) => f.write_str(why),
         }
     }
 }
@@ -86,17 +101,20 @@ pub(crate) fn apply(
                 continue;
             }
             if finished.seq != segment + 1 {
-                return Err(CheckpointError::Corrupt(format!(
-                    "log segment {} is missing from {}: the store holds the log up to segment \
-                     {segment}, and the next one there is {}",
-                    segment + 1,
-                    finished.path.parent().unwrap_or(Path::new("")).display(),
-                    finished.seq
+                let dir = finished.path.parent().unwrap_or(Path::new(""));
+                return Err(CheckpointError::Corrupt(Finding::new(
+                    crate::log::segment_path(dir, segment + 1),
+                    Damage::Sequence,
+                    format!(
+                        "this log segment is missing: the store holds the log up to segment \
+                         {segment}, and the next one in {} is {}",
+                        dir.display(),
+                        finished.seq
+                    ),
                 )));
             }
             let data = std::fs::read(&finished.path)
                 .map_err(|e| store(format!("reading {}: {e}", finished.path.display())))?;
-            let mut failed = None;
             let scanned = scan(
                 &finished.path,
                 &data,
@@ -104,19 +122,15 @@ pub(crate) fn apply(
                 finished.end,
                 position,
                 &mut |ops| {
-                    for op in ops {
-                        if let Err(e) = tables.apply(op) {
-                            failed = Some(e);
-                            return Err(String::new());
-                        }
-                    }
-                    Ok(())
+                    ops.iter()
+                        .try_for_each(|op| tables.apply(op))
+                        .map_err(|e| e.to_string())
                 },
-            );
-            if let Some(e) = failed {
-                return Err(store(e));
-            }
-            let scanned = scanned.map_err(CheckpointError::Corrupt)?;
+            )
+            .map_err(|e| match e {
+                ScanError::Damaged(finding) => CheckpointError::Corrupt(finding),
+                ScanError::Visit(why) => store(why),
+            })?;
             if let Tail::Torn { offset } = scanned.tail {
                 tracing::warn!(
                     segment = %finished.path.display(),
@@ -152,76 +166,162 @@ pub(crate) fn delete(segments: &[Finished]) {
 
 /// The checkpoint thread: applies the segments the writer finishes, until
 /// the writer is gone and every segment sent is applied (or failed once
-/// after that: the next open applies it).
+/// after that: the next open applies it). Answers each snapshot's cut once
+/// the segments before it are applied.
 pub(crate) fn run(
     path: &Path,
     db: Database,
-    finished: Receiver<Finished>,
+    inbox: Receiver<ToCheckpoint>,
     stats: &WriterStats,
     enabled: bool,
 ) {
-    if !enabled {
-        finished.iter().for_each(drop);
-        return;
-    }
-    let mut db = Some(db);
-    let mut pending: Vec<Finished> = Vec::new();
-    let mut broken = false;
+    let mut thread = Checkpointer {
+        path,
+        db: Some(db),
+        pending: Vec::new(),
+        cuts: Vec::new(),
+        broken: None,
+        stats,
+        enabled,
+    };
     loop {
-        if pending.is_empty() {
-            match finished.recv() {
-                Ok(next) => pending.push(next),
+        if thread.idle() {
+            match inbox.recv() {
+                Ok(next) => thread.take(next),
                 Err(_) => return,
             }
         }
-        pending.extend(finished.try_iter());
-        if broken {
-            // A corrupt log stays as it is, for the next open to report.
-            pending.clear();
+        inbox.try_iter().for_each(|next| thread.take(next));
+        thread.work();
+        if thread.idle() {
             continue;
         }
-        if db.is_none() {
-            match crate::create_database(path) {
-                Ok(reopened) => db = Some(reopened),
+        // A checkpoint failed: try again after a while, or with more.
+        match inbox.recv_timeout(RETRY) {
+            Ok(next) => thread.take(next),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                thread.last_try();
+                return;
+            }
+        }
+    }
+}
+
+/// The checkpoint thread's state.
+struct Checkpointer<'a> {
+    path: &'a Path,
+    /// None after a failed commit: redb refuses all work until reopened.
+    db: Option<Database>,
+    pending: Vec<Finished>,
+    cuts: Vec<CutReply>,
+    /// Why the log cannot be checkpointed: it stays as it is, for the next
+    /// open to report.
+    broken: Option<String>,
+    stats: &'a WriterStats,
+    enabled: bool,
+}
+
+impl Checkpointer<'_> {
+    fn idle(&self) -> bool {
+        self.pending.is_empty() && self.cuts.is_empty()
+    }
+
+    fn take(&mut self, message: ToCheckpoint) {
+        match message {
+            ToCheckpoint::Segment(finished) => self.pending.push(finished),
+            ToCheckpoint::Cut(reply) => self.cuts.push(reply),
+        }
+    }
+
+    /// Applies the pending segments, then answers the cuts; on a failure
+    /// that may pass, leaves both pending.
+    fn work(&mut self) {
+        if !self.enabled {
+            self.pending.clear();
+            self.fail_cuts("this store does not checkpoint its log");
+            return;
+        }
+        if let Some(why) = self.broken.clone() {
+            self.pending.clear();
+            self.fail_cuts(&why);
+            return;
+        }
+        if !self.pending.is_empty() && !self.checkpoint() {
+            return;
+        }
+        if self.cuts.is_empty() || !self.open() {
+            return;
+        }
+        let cuts = std::mem::take(&mut self.cuts);
+        if let Some(db) = &self.db {
+            for cut in cuts {
+                let _ = cut.send(db.begin_read().map_err(|e| e.to_string()));
+            }
+        }
+    }
+
+    fn fail_cuts(&mut self, why: &str) {
+        for cut in self.cuts.drain(..) {
+            let _ = cut.send(Err(why.to_string()));
+        }
+    }
+
+    /// Whether the database is open, reopened if a failed commit closed it.
+    fn open(&mut self) -> bool {
+        if self.db.is_none() {
+            match crate::create_database(self.path) {
+                Ok(reopened) => self.db = Some(reopened),
                 Err(e) => {
-                    tracing::error!(path = %path.display(), error = %e, "reopening the lock store for a checkpoint failed")
+                    tracing::error!(path = %self.path.display(), error = %e, "reopening the lock store for a checkpoint failed")
                 }
             }
         }
-        let outcome = match &db {
-            Some(open) => apply(open, &pending),
+        self.db.is_some()
+    }
+
+    /// Applies the pending segments; whether it did.
+    fn checkpoint(&mut self) -> bool {
+        self.open();
+        let outcome = match &self.db {
+            Some(open) => apply(open, &self.pending),
             None => Err(store("the store is not open")),
         };
         match outcome {
             Ok(_) => {
-                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-                delete(&pending);
-                pending.clear();
-                continue;
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                delete(&self.pending);
+                self.pending.clear();
+                true
             }
-            Err(CheckpointError::Corrupt(why)) => {
-                tracing::error!(path = %path.display(), error = %why, "the log cannot be checkpointed; it is kept, and the next open reports it");
-                broken = true;
+            Err(CheckpointError::Corrupt(finding)) => {
+                tracing::error!(path = %self.path.display(), error = %finding, "the log cannot be checkpointed; it is kept, and the next open reports it");
+                let why = format!("the log cannot be checkpointed: {finding}");
+                self.pending.clear();
+                self.fail_cuts(&why);
+                self.broken = Some(why);
+                false
             }
             Err(CheckpointError::Store(why)) => {
-                tracing::warn!(path = %path.display(), error = %why, "checkpoint failed; the log keeps the ops and it is retried");
-                stats.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
-                // redb refuses all work after a failed commit until reopened.
-                db = None;
+                tracing::warn!(path = %self.path.display(), error = %why, "checkpoint failed; the log keeps the ops and it is retried");
+                self.stats
+                    .failed_checkpoints
+                    .fetch_add(1, Ordering::Relaxed);
+                self.db = None;
+                false
             }
         }
-        match finished.recv_timeout(RETRY) {
-            Ok(next) => pending.push(next),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) if broken => return,
-            // Closing: one last try, then the next open applies the rest.
-            Err(RecvTimeoutError::Disconnected) => {
-                if let Some(open) = db.take().or_else(|| crate::create_database(path).ok()) {
-                    if apply(&open, &pending).is_ok() {
-                        delete(&pending);
-                    }
-                }
-                return;
+    }
+
+    /// Closing: one last try, then the next open applies the rest.
+    fn last_try(&mut self) {
+        if self.broken.is_some() || self.pending.is_empty() {
+            return;
+        }
+        self.open();
+        if let Some(open) = &self.db {
+            if apply(open, &self.pending).is_ok() {
+                delete(&self.pending);
             }
         }
     }

@@ -16,9 +16,15 @@
 //!   by `u32 BE permits`, or `3` an election's leader followed by the UTF-8
 //!   value it proclaimed (to the end). A `locks` row is always
 //!   [`Claim::Exclusive`].
-//! - `meta`: `tokens_reserved` = the highest token that may have been issued;
-//!   `log_segment` and `log_frame` = the last log segment and commit applied
-//!   (absent in a store that never had a log: none).
+//! - `meta`: `format_version` = the store's format ([`STORE_FORMAT`]; absent
+//!   in a store written before versions, which is format 1 and gets it at its
+//!   next open); `tokens_reserved` = the highest token that may have been
+//!   issued; `log_segment` and `log_frame` = the last log segment and commit
+//!   applied (absent in a store that never had a log: none).
+//!
+//! A store whose `format_version` is above [`STORE_FORMAT`] is refused
+//! before anything is written to it. Values carry their own version byte
+//! too, so a later format can add a kind of record beside these.
 
 use lockd_core::Claim;
 use lockd_core::{Key, LeaseRecord, Record};
@@ -31,6 +37,12 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 pub(crate) const TOKENS_RESERVED: &str = "tokens_reserved";
 pub(crate) const LOG_SEGMENT: &str = "log_segment";
 pub(crate) const LOG_FRAME: &str = "log_frame";
+pub(crate) const FORMAT_VERSION: &str = "format_version";
+
+/// The format version of the store file this lockd writes, and the newest
+/// it reads. Format 1 is the format of stores written before the version
+/// was recorded.
+pub const STORE_FORMAT: u32 = 1;
 
 const RECORD_V1: u8 = 1;
 

@@ -27,6 +27,16 @@
 //! `-wal` ([`log_dir`]). After a clean close it is empty: the store file
 //! alone holds the state.
 //!
+//! - **Format versions.** The store file records its format in its `meta`
+//!   table ([`STORE_FORMAT`]), each log segment in its header, and each
+//!   snapshot in its header. A file of a newer format is refused, naming
+//!   both versions; a store written before versions is format 1, and its
+//!   next open records the version in it (nothing else changes).
+//! - **Check, snapshot, restore.** [`check()`] verifies a stopped store
+//!   without changing it; [`snapshot::save`] writes a consistent snapshot of
+//!   a serving [`Store`], and [`snapshot::restore`] builds a store from one,
+//!   offline, with tokens resuming above any the old store may have issued.
+//!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), lockd_redb::OpenError> {
 //! let engine = lockd_redb::open(".lockd/locks.redb")?;
@@ -34,10 +44,14 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod check;
 mod checkpoint;
 mod codec;
+mod damage;
 mod log;
+mod recovery;
 mod shares;
+pub mod snapshot;
 mod stats;
 mod writer;
 
@@ -50,16 +64,17 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use lockd_core::{
-    Clock, Engine, EngineOptions, Journal, JournalOp, Key, Record, Recovered, SystemClock, Ticket,
+    Clock, Engine, EngineOptions, Journal, JournalOp, Recovered, SystemClock, Ticket,
 };
-use redb::{
-    AccessGuard, Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    StorageError,
-};
+use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use crate::checkpoint::{CheckpointError, Finished};
+use crate::checkpoint::{CheckpointError, CutReply};
 use crate::log::spares::Spares;
 use crate::log::LogConfig;
+use crate::recovery::{decode_lock_row, read_meta_and_leases, read_state, refuse, Counted};
+pub use check::{check, CheckError, CheckReport};
+pub use codec::STORE_FORMAT;
+pub use damage::{Damage, Finding};
 pub use stats::WriterStats;
 
 /// The log directory of the store file at `store`: beside it, its name with
@@ -87,17 +102,32 @@ pub enum OpenError {
         /// The store file.
         path: PathBuf,
     },
-    /// The file is not a readable lock store. It was left untouched.
+    /// The file is not a readable lock store, or its log is damaged; what
+    /// is wrong is worded as [`check()`] words it. It was left untouched.
     #[error(
-        "lock store {path} is corrupted or not a lockd store ({detail}). It was left untouched: \
+        "lock store {path} is corrupted or not a lockd store ({finding}). It was left untouched: \
          move it and its -wal directory aside to start empty (persistent locks in it are then \
          lost), or restore them from a backup"
     )]
     Corrupt {
         /// The store file.
         path: PathBuf,
-        /// What was wrong.
-        detail: String,
+        /// What is wrong, and in which file.
+        finding: Finding,
+    },
+    /// The store file or a log segment was written by a newer lockd, in a
+    /// format this one does not read. It was left untouched.
+    #[error(
+        "{path}: it has format version {found}; this lockd reads up to {supported}: open it with \
+         the lockd that wrote it, or a newer one. It was left untouched"
+    )]
+    NewerFormat {
+        /// The file of the newer format: the store file or a log segment.
+        path: PathBuf,
+        /// Its format version.
+        found: u32,
+        /// The newest this lockd reads.
+        supported: u32,
     },
 }
 
@@ -106,7 +136,7 @@ pub enum OpenError {
 /// # Panics
 /// Outside a tokio runtime (the engine spawns its purge task).
 pub fn open(path: impl AsRef<Path>) -> Result<Arc<Engine>, OpenError> {
-    open_with(path, Arc::new(SystemClock), EngineOptions::default())
+    Store::open(path).map(|store| store.engine)
 }
 
 /// Opens (or creates) the store at `path` with an explicit clock and options.
@@ -119,7 +149,64 @@ pub fn open_with(
     clock: Arc<dyn Clock>,
     options: EngineOptions,
 ) -> Result<Arc<Engine>, OpenError> {
-    open_configured(path.as_ref(), clock, options, LogConfig::default())
+    Store::open_with(path, clock, options).map(|store| store.engine)
+}
+
+/// A store opened for serving: its engine, and the handle
+/// [`snapshot::save`] takes a snapshot through. Cloning it is cheap; the
+/// store closes when the engine and every clone are dropped.
+#[derive(Clone)]
+pub struct Store {
+    engine: Arc<Engine>,
+    journal: Arc<RedbJournal>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.journal.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path` with the system clock, as
+    /// [`open`] does, keeping the handle for snapshots.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the engine spawns its purge task).
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        Store::open_with(path, Arc::new(SystemClock), EngineOptions::default())
+    }
+
+    /// Opens (or creates) the store at `path` with an explicit clock and
+    /// options, as [`open_with`] does.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+    ) -> Result<Store, OpenError> {
+        open_configured(path.as_ref(), clock, options, LogConfig::default())
+    }
+
+    /// The engine serving the store's locks.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.journal.path
+    }
+
+    /// Commit counters, for metrics and benchmarks.
+    pub fn stats(&self) -> Arc<WriterStats> {
+        self.journal.stats()
+    }
+
+    pub(crate) fn journal(&self) -> &RedbJournal {
+        &self.journal
+    }
 }
 
 fn open_configured(
@@ -127,23 +214,20 @@ fn open_configured(
     clock: Arc<dyn Clock>,
     options: EngineOptions,
     config: LogConfig,
-) -> Result<Arc<Engine>, OpenError> {
+) -> Result<Store, OpenError> {
     let (journal, prepared) = RedbJournal::prepare(path, config)?;
     let db = &prepared.db;
     let journal = Arc::new(journal);
-    let corrupt = |detail: String| OpenError::Corrupt {
-        path: journal.path.clone(),
-        detail,
-    };
+    let corrupt = |bad: recovery::Bad| refuse(&journal.path, bad.at(&journal.path));
     let mut recovered = read_meta_and_leases(db).map_err(corrupt)?;
     shares::recover(db, &mut recovered, clock.as_ref(), journal.as_ref()).map_err(corrupt)?;
     let engine = {
-        let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
+        let txn = db.begin_read().map_err(|e| corrupt(e.into()))?;
         let table = txn
             .open_table(codec::LOCKS)
-            .map_err(|e| corrupt(e.to_string()))?;
-        let count = table.len().map_err(|e| corrupt(e.to_string()))?;
-        let rows = table.iter().map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| corrupt(e.into()))?;
+        let count = table.len().map_err(|e| corrupt(e.into()))?;
+        let rows = table.iter().map_err(|e| corrupt(e.into()))?;
         let rows = Counted {
             rows,
             left: usize::try_from(count).unwrap_or(usize::MAX),
@@ -161,28 +245,7 @@ fn open_configured(
         .map_err(corrupt)?
     };
     journal.start(prepared)?;
-    Ok(engine)
-}
-
-/// The rows of a table, with their count as the iterator's size hint, so
-/// the engine can size itself before it reads them.
-struct Counted<I> {
-    rows: I,
-    left: usize,
-}
-
-impl<I: Iterator> Iterator for Counted<I> {
-    type Item = I::Item;
-
-    fn next(&mut self) -> Option<I::Item> {
-        let row = self.rows.next()?;
-        self.left = self.left.saturating_sub(1);
-        Some(row)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, None)
-    }
+    Ok(Store { engine, journal })
 }
 
 /// The redb journal: a writer thread fed through a channel, a thread that
@@ -225,19 +288,16 @@ impl RedbJournal {
         config: LogConfig,
     ) -> Result<(RedbJournal, Recovered), OpenError> {
         let (journal, prepared) = RedbJournal::prepare(path, config)?;
-        let corrupt = |detail| OpenError::Corrupt {
-            path: journal.path.clone(),
-            detail,
-        };
+        let corrupt = |bad: recovery::Bad| refuse(&journal.path, bad.at(&journal.path));
         let mut recovered = read_state(&prepared.db).map_err(corrupt)?;
         shares::recover(&prepared.db, &mut recovered, &SystemClock, &journal).map_err(corrupt)?;
         journal.start(prepared)?;
         Ok((journal, recovered))
     }
 
-    /// Opens the file, creates its tables if new, and applies what is left
-    /// of the log. The journal accepts ops at once; they are written once
-    /// [`RedbJournal::start`] runs.
+    /// Opens the file, refuses a newer format, creates its tables if new,
+    /// and applies what is left of the log. The journal accepts ops at
+    /// once; they are written once [`RedbJournal::start`] runs.
     fn prepare(path: &Path, config: LogConfig) -> Result<(RedbJournal, Prepared), OpenError> {
         let path = path.to_path_buf();
         let io_error = |source| OpenError::Io {
@@ -247,33 +307,19 @@ impl RedbJournal {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io_error)?;
         }
-        let db = create_database(&path).map_err(|e| classify(&path, e))?;
-        // Create the tables on first open, so reads never miss them.
-        let init = || -> Result<(), redb::Error> {
-            let txn = db.begin_write()?;
-            txn.open_table(codec::LOCKS)?;
-            txn.open_table(codec::LEASES)?;
-            txn.open_table(codec::SHARES)?;
-            txn.open_table(codec::META)?;
-            txn.commit()?;
-            Ok(())
-        };
-        init().map_err(|e| OpenError::Corrupt {
-            path: path.clone(),
-            detail: e.to_string(),
-        })?;
+        let db = recovery::open_database(&path, &path, true)?;
+        recovery::check_format(&db, &path)?;
+        recovery::init_tables(&db).map_err(|bad| refuse(&path, bad.at(&path)))?;
         let dir = log::dir_of(&path);
         std::fs::create_dir_all(&dir).map_err(io_error)?;
-        let (next_segment, next_frame) = recover_log(&db, &dir).map_err(|e| match e {
-            CheckpointError::Corrupt(detail) => OpenError::Corrupt {
-                path: path.clone(),
-                detail,
-            },
-            CheckpointError::Store(why) => io_error(std::io::Error::other(format!(
-                "applying its log {}: {why}",
-                dir.display()
-            ))),
-        })?;
+        let (next_segment, next_frame) =
+            recovery::recover_log(&db, &dir, true).map_err(|e| match e {
+                CheckpointError::Corrupt(finding) => refuse(&path, finding),
+                CheckpointError::Store(why) => io_error(std::io::Error::other(format!(
+                    "applying its log {}: {why}",
+                    dir.display()
+                ))),
+            })?;
         let (tx, rx) = mpsc::channel();
         let journal = RedbJournal {
             spares: Arc::new(Spares::new(dir, next_segment, config.clone())),
@@ -336,34 +382,33 @@ impl RedbJournal {
     pub fn stats(&self) -> Arc<WriterStats> {
         self.stats.clone()
     }
-}
 
-/// Applies every segment left in the log directory to redb (the last one
-/// possibly torn), deletes them, and returns the numbers of the next
-/// segment and the next commit.
-fn recover_log(db: &Database, dir: &Path) -> Result<(u64, u64), CheckpointError> {
-    let store = |e: String| CheckpointError::Store(e);
-    let found = log::list(dir).map_err(|e| store(format!("listing {}: {e}", dir.display())))?;
-    let (segment, frame) = checkpoint::checkpointed(db).map_err(store)?;
-    let (applied, left): (Vec<u64>, Vec<u64>) = found.into_iter().partition(|&s| s <= segment);
-    let as_finished = |seqs: Vec<u64>| -> Vec<Finished> {
-        seqs.into_iter()
-            .map(|seq| Finished {
-                seq,
-                path: log::segment_path(dir, seq),
-                end: usize::MAX,
-            })
-            .collect()
-    };
-    // Left by a crash between a checkpoint's commit and its deletes.
-    checkpoint::delete(&as_finished(applied));
-    let left = as_finished(left);
-    if left.is_empty() {
-        return Ok((segment + 1, frame + 1));
+    /// A snapshot's cut: once every op queued before it is durable, the
+    /// writer moves on to a new segment and the checkpoint thread applies
+    /// the log up to there, then answers a read transaction of redb that
+    /// holds every one of those ops (and perhaps later ones: a consistent
+    /// state all the same, the log being applied in commits). Blocks until
+    /// then. Lock traffic goes on meanwhile: the writer only hands over its
+    /// segment.
+    pub(crate) fn cut(&self) -> Result<redb::ReadTransaction, String> {
+        let (reply, answer): (CutReply, _) = mpsc::channel();
+        let (done, ticket) = Ticket::pending();
+        drop(ticket);
+        {
+            let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(queue) = queue.as_ref() else {
+                return Err("the store is closing".to_string());
+            };
+            let mut pending = writer::Pending::new(None, done);
+            pending.cut = Some(reply);
+            queue
+                .send(pending)
+                .map_err(|_| "the store's writer stopped".to_string())?;
+        }
+        answer
+            .recv()
+            .map_err(|_| "the store's writer stopped before the cut".to_string())?
     }
-    let (position, last) = checkpoint::apply(db, &left)?;
-    checkpoint::delete(&left);
-    Ok((last + 1, position.last_whole + 1))
 }
 
 /// redb's page cache. The store is a journal: lock state is served from
@@ -376,91 +421,6 @@ const CACHE_BYTES: usize = 32 << 20;
 /// Opens (or creates) the database file with lockd's settings.
 pub(crate) fn create_database(path: &Path) -> Result<Database, DatabaseError> {
     Database::builder().set_cache_size(CACHE_BYTES).create(path)
-}
-
-fn classify(path: &Path, e: DatabaseError) -> OpenError {
-    match e {
-        DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
-            path: path.to_path_buf(),
-        },
-        // redb reports a file that is not (or no longer) a database as an
-        // I/O error of kind InvalidData: that is corruption, not the disk.
-        DatabaseError::Storage(redb::StorageError::Io(source))
-            if source.kind() == std::io::ErrorKind::InvalidData =>
-        {
-            OpenError::Corrupt {
-                path: path.to_path_buf(),
-                detail: source.to_string(),
-            }
-        }
-        DatabaseError::Storage(redb::StorageError::Io(source)) => OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => OpenError::Corrupt {
-            path: path.to_path_buf(),
-            detail: other.to_string(),
-        },
-    }
-}
-
-/// Everything to resume from, the lock records included (materialised:
-/// [`RedbJournal::open`]'s contract).
-fn read_state(db: &Database) -> Result<Recovered, String> {
-    let mut recovered = read_meta_and_leases(db)?;
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let table = txn.open_table(codec::LOCKS).map_err(|e| e.to_string())?;
-    // Sized exactly: with a million locks, doubling growth would hold up to
-    // twice their size at the peak of a restart.
-    let rows = table.len().map_err(|e| e.to_string())?;
-    recovered.locks = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
-    for row in table.iter().map_err(|e| e.to_string())? {
-        recovered.locks.push(decode_lock_row(row)?);
-    }
-    Ok(recovered)
-}
-
-/// The token reservation and the leases; no locks.
-fn read_meta_and_leases(db: &Database) -> Result<Recovered, String> {
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let meta = txn.open_table(codec::META).map_err(|e| e.to_string())?;
-    let reserved = meta
-        .get(codec::TOKENS_RESERVED)
-        .map_err(|e| e.to_string())?
-        .map_or(0, |v| v.value());
-    let table = txn.open_table(codec::LEASES).map_err(|e| e.to_string())?;
-    let mut leases = Vec::new();
-    for row in table.iter().map_err(|e| e.to_string())? {
-        let (k, v) = row.map_err(|e| e.to_string())?;
-        let lease = codec::decode_key(k.value()).ok_or("a lease key is malformed")?;
-        let record = codec::decode_lease(v.value())
-            .ok_or_else(|| format!("the record of lease {lease:?} is malformed"))?;
-        leases.push((lease, record));
-    }
-    Ok(Recovered {
-        shares: Vec::new(),
-        locks: Vec::new(),
-        leases,
-        next_token: reserved.saturating_add(1),
-        reserved_up_to: reserved,
-    })
-}
-
-type LockRow<'a> = Result<
-    (
-        AccessGuard<'a, &'static [u8]>,
-        AccessGuard<'a, &'static [u8]>,
-    ),
-    StorageError,
->;
-
-/// One row of the `locks` table, decoded.
-fn decode_lock_row(row: LockRow<'_>) -> Result<(Key, Record), String> {
-    let (k, v) = row.map_err(|e| e.to_string())?;
-    let key = codec::decode_key(k.value()).ok_or("a lock key is malformed")?;
-    let record = codec::decode_record(v.value())
-        .ok_or_else(|| format!("the record of lock {key:?} is malformed"))?;
-    Ok((key, record))
 }
 
 impl Journal for RedbJournal {
@@ -476,7 +436,7 @@ impl Journal for RedbJournal {
             self.stats.queued.fetch_add(1, Ordering::Relaxed);
             // If the writer is gone, `done` is dropped with the message and
             // the ticket reports the store unavailable.
-            let _ = queue.send(writer::Pending { op: Some(op), done });
+            let _ = queue.send(writer::Pending::new(Some(op), done));
         }
         ticket
     }
@@ -491,7 +451,7 @@ impl Journal for RedbJournal {
         }
         let (done, ticket) = Ticket::pending();
         if let Some(queue) = queue.as_ref() {
-            let _ = queue.send(writer::Pending { op: None, done });
+            let _ = queue.send(writer::Pending::new(None, done));
         }
         ticket
     }
@@ -513,7 +473,7 @@ impl Journal for RedbJournal {
         let (done, ticket) = Ticket::pending();
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(queue) = queue.as_ref() {
-            let _ = queue.send(writer::Pending { op: None, done });
+            let _ = queue.send(writer::Pending::new(None, done));
         }
         ticket
     }

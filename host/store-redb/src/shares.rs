@@ -9,6 +9,7 @@ use lockd_core::{Clock, Journal, JournalOp, Recovered};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::codec;
+use crate::recovery::{decode_share_row, Bad};
 
 /// Fills `recovered.shares` with the share records live at `clock`'s now,
 /// and submits the deletes of the others to `journal`. Tokens resume above
@@ -19,21 +20,18 @@ pub(crate) fn recover(
     recovered: &mut Recovered,
     clock: &dyn Clock,
     journal: &dyn Journal,
-) -> Result<(), String> {
+) -> Result<(), Bad> {
     let now = clock.now_ms();
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let table = txn.open_table(codec::SHARES).map_err(|e| e.to_string())?;
+    let txn = db.begin_read()?;
+    let table = txn.open_table(codec::SHARES)?;
     let mut shares = Vec::new();
     let mut highest = None;
-    for row in table.iter().map_err(|e| e.to_string())? {
-        let (k, v) = row.map_err(|e| e.to_string())?;
-        let (key, owner) = codec::decode_share_key(k.value()).ok_or("a share key is malformed")?;
-        let record = codec::decode_share(v.value(), &owner).map_err(|why| {
-            format!("the share record of {owner:?} on {key:?} is malformed: {why}")
-        })?;
+    for row in table.iter()? {
+        let (k, v) = row?;
+        let (key, record) = decode_share_row(k.value(), v.value())?;
         highest = highest.max(Some(record.token));
         if clock.monotonic_of_wall_ms(record.expires_at_ms) <= now {
-            drop(journal.submit(JournalOp::DeleteShare(key, owner)));
+            drop(journal.submit(JournalOp::DeleteShare(key, record.owner)));
             continue;
         }
         shares.push((key, record));

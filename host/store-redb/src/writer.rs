@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lockd_core::{JournalOp, TicketSender};
 
-use crate::checkpoint::Finished;
+use crate::checkpoint::{CutReply, Finished, ToCheckpoint};
 use crate::log::format::{begin_frame, seal_frame, write_record, SEGMENT_HEADER};
 use crate::log::spares::Spares;
 use crate::log::{LogIo, Segment};
@@ -20,17 +20,32 @@ const MAX_BATCH: usize = 4096;
 
 /// One message to the writer: an op to make durable, or (`op: None`) a
 /// flush barrier, which resolves once everything queued before it is durable.
+/// A barrier with a `cut` is a snapshot's: once everything before it is
+/// durable, the writer hands its segment to the checkpoint thread, and the
+/// cut after it, so the snapshot reads redb with every op before the cut.
 pub(crate) struct Pending {
     pub(crate) op: Option<JournalOp>,
     pub(crate) done: TicketSender,
+    pub(crate) cut: Option<CutReply>,
+}
+
+impl Pending {
+    /// An op, or a barrier (`None`).
+    pub(crate) fn new(op: Option<JournalOp>, done: TicketSender) -> Pending {
+        Pending {
+            op,
+            done,
+            cut: None,
+        }
+    }
 }
 
 /// The writer's side of the log.
 pub(crate) struct Log {
     pub(crate) io: Arc<dyn LogIo>,
     pub(crate) spares: Arc<Spares>,
-    /// Where finished segments go: the checkpoint thread.
-    pub(crate) finished: Sender<Finished>,
+    /// Where finished segments (and cuts) go: the checkpoint thread.
+    pub(crate) finished: Sender<ToCheckpoint>,
     /// The number of the next commit.
     pub(crate) next_frame: u64,
 }
@@ -73,7 +88,7 @@ pub(crate) fn run(path: &Path, log: Log, queue: Receiver<Pending>, stats: &Write
         if ops == 0 && carried.is_empty() {
             // Only barriers, and everything before them is durable.
             for pending in batch.drain(..) {
-                pending.done.complete(Ok(()));
+                writer.answer(pending, &Ok(()));
             }
             continue;
         }
@@ -108,7 +123,7 @@ pub(crate) fn run(path: &Path, log: Log, queue: Receiver<Pending>, stats: &Write
             if let (Err(_), Some(op)) = (&outcome, &pending.op) {
                 carried.push(op.clone());
             }
-            pending.done.complete(outcome.clone());
+            writer.answer(pending, &outcome);
         }
     }
     writer.retire();
@@ -183,12 +198,32 @@ impl Writer {
     fn retire(&mut self) {
         if let Some((segment, end)) = self.active.take() {
             // If the checkpoint thread is gone, the next open applies it.
-            let _ = self.log.finished.send(Finished {
+            let _ = self.log.finished.send(ToCheckpoint::Segment(Finished {
                 seq: segment.seq,
                 path: segment.path,
                 end: end as usize,
-            });
+            }));
         }
+    }
+
+    /// Tells a caller how its commit went. A snapshot's cut after a
+    /// successful one hands the segment to the checkpoint thread, then the
+    /// cut: the next commit goes into a new segment, made ahead.
+    fn answer(&mut self, pending: Pending, outcome: &Result<(), String>) {
+        if let Some(cut) = pending.cut {
+            match outcome {
+                Ok(()) => {
+                    self.retire();
+                    if let Err(unsent) = self.log.finished.send(ToCheckpoint::Cut(cut)) {
+                        if let ToCheckpoint::Cut(cut) = unsent.0 {
+                            let _ = cut.send(Err("the store is closing".to_string()));
+                        }
+                    }
+                }
+                Err(why) => drop(cut.send(Err(why.clone()))),
+            }
+        }
+        pending.done.complete(outcome.clone());
     }
 }
 

@@ -140,6 +140,89 @@ async fn the_format_v1_fixture_opens_with_every_lock() {
         .await
         .unwrap();
     assert!(grant.fencing_token > 9, "{}", grant.fencing_token);
+    // Opening upgraded the file in place: it records format 1 now, and
+    // nothing else changed (it opens as it did, again).
+    drop(service);
+    assert_eq!(format_version(&path).await, Some(1));
+    let service = reopen(&path).await;
+    check_fixture_state(&service).await;
+}
+
+/// A store of a newer format is refused before anything is written,
+/// naming both versions; so is a log segment of a newer format.
+#[tokio::test]
+async fn a_newer_format_is_refused_untouched() {
+    let (_dir, path) = fixture_copy();
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("format_version", 3)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = lockd_redb::open(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            lockd_redb::OpenError::NewerFormat {
+                found: 3,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "{}: it has format version 3; this lockd reads up to 1",
+            path.display()
+        )),
+        "{message}"
+    );
+    assert!(lockd_redb::RedbJournal::open(&path).is_err());
+    assert!(std::fs::read(&path).unwrap() == before, "the file changed");
+}
+
+const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+
+/// The `format_version` the store file records, once lockd let go of it.
+async fn format_version(path: &std::path::Path) -> Option<u64> {
+    use redb::ReadableDatabase as _;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let db = loop {
+        match redb::Database::open(path) {
+            Ok(db) => break db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let txn = db.begin_read().unwrap();
+    let meta = txn.open_table(META).unwrap();
+    let version = meta.get("format_version").unwrap().map(|v| v.value());
+    version
+}
+
+/// Opens the store once the previous handle has let go of the file.
+async fn reopen(path: &std::path::Path) -> LockService {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match lockd_redb::open(path) {
+            Ok(engine) => return LockService::new(engine, Limits::default()),
+            Err(lockd_redb::OpenError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("reopening {}: {e}", path.display()),
+        }
+    }
 }
 
 /// Checks every holder the fixture holds, through `service`.

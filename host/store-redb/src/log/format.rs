@@ -23,6 +23,7 @@
 use lockd_core::{Claim, JournalOp};
 
 use crate::codec;
+use crate::damage::{Damage, Finding};
 
 pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"LOCKDLOG";
 pub(crate) const SEGMENT_VERSION: u32 = 1;
@@ -76,27 +77,55 @@ pub(crate) fn segment_header(seq: u64, salt: u32) -> [u8; SEGMENT_HEADER] {
 }
 
 /// The salt and sequence number of a segment header, or what is wrong.
-pub(crate) fn parse_segment_header(bytes: &[u8]) -> Result<(u32, u64), String> {
+/// A newer version is told apart before the checksum (a later header may be
+/// laid out otherwise), as long as it is a plausible one: a version above
+/// 65535 is a damaged header.
+pub(crate) fn parse_segment_header(bytes: &[u8]) -> Result<(u32, u64), HeaderError> {
     let Some(header) = bytes.get(..SEGMENT_HEADER) else {
-        return Err(format!(
-            "it is {} bytes long, shorter than a segment header",
-            bytes.len()
+        return Err(HeaderError::Damaged(
+            Damage::CutShort,
+            format!(
+                "file cut short: it is {} bytes long, shorter than a segment header ({SEGMENT_HEADER})",
+                bytes.len()
+            ),
         ));
     };
     if &header[..8] != SEGMENT_MAGIC {
-        return Err("it does not start with a lockd log segment header".to_string());
-    }
-    if crc(0, &[&header[..28]]) != u32_at(header, 28) {
-        return Err("its header fails its checksum".to_string());
+        return Err(HeaderError::Damaged(
+            Damage::Checksum,
+            "it does not start with a lockd log segment header".to_string(),
+        ));
     }
     let version = u32_at(header, 8);
-    if version != SEGMENT_VERSION {
-        return Err(format!(
-            "it is in log format {version}, which this lockd does not read (it reads {SEGMENT_VERSION}); \
-             open it with the lockd that wrote it"
+    if version > SEGMENT_VERSION && version <= 0xffff {
+        return Err(HeaderError::Newer(version));
+    }
+    if crc(0, &[&header[..28]]) != u32_at(header, 28) || version != SEGMENT_VERSION {
+        return Err(HeaderError::Damaged(
+            Damage::Checksum,
+            "its header fails its checksum".to_string(),
         ));
     }
     Ok((u32_at(header, 12), u64_at(header, 16)))
+}
+
+/// What is wrong with a segment header.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    /// Damaged, cut short, or not a segment.
+    Damaged(Damage, String),
+    /// In a newer format version than [`SEGMENT_VERSION`].
+    Newer(u32),
+}
+
+impl HeaderError {
+    /// The finding, for the segment at `file`.
+    pub(crate) fn finding(self, file: &std::path::Path) -> Finding {
+        match self {
+            HeaderError::Damaged(damage, what) => Finding::new(file, damage, what),
+            HeaderError::Newer(found) => Finding::newer(file, found, SEGMENT_VERSION),
+        }
+    }
 }
 
 /// Appends an empty frame header, to be filled in by [`seal_frame`] once
@@ -517,8 +546,18 @@ mod tests {
         assert_eq!(parse_segment_header(&header), Ok((99, 5)));
         let mut bad = header;
         bad[17] ^= 1;
-        assert!(parse_segment_header(&bad).unwrap_err().contains("checksum"));
-        assert!(parse_segment_header(&header[..10]).is_err());
+        assert!(matches!(
+            parse_segment_header(&bad),
+            Err(HeaderError::Damaged(Damage::Checksum, why)) if why.contains("checksum")
+        ));
+        assert!(matches!(
+            parse_segment_header(&header[..10]),
+            Err(HeaderError::Damaged(Damage::CutShort, _))
+        ));
         assert!(parse_segment_header(&[0; 32]).is_err());
+        // A newer version is named as such, whatever its checksum.
+        let mut newer = header;
+        newer[8] = 3;
+        assert_eq!(parse_segment_header(&newer), Err(HeaderError::Newer(3)));
     }
 }

@@ -130,16 +130,23 @@ pub(crate) fn create_segment(
     made
 }
 
-/// The segments in `dir`, in order; removes segments never finished (a
-/// crash while one was being created).
-pub(crate) fn list(dir: &Path) -> io::Result<Vec<u64>> {
+/// The segments in `dir`, in order; with `tidy`, removes segments never
+/// finished (a crash while one was being created). A directory that does
+/// not exist holds none.
+pub(crate) fn list(dir: &Path, tidy: bool) -> io::Result<Vec<u64>> {
     let mut segments = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !tidy => return Ok(segments),
+        other => other?,
+    };
+    for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(TEMPORARY) {
-            std::fs::remove_file(entry.path())?;
+            if tidy {
+                std::fs::remove_file(entry.path())?;
+            }
         } else if let Some(seq) = name
             .strip_suffix(".seg")
             .filter(|hex| hex.len() == 16)

@@ -11,6 +11,8 @@
 
 use std::path::Path;
 
+use crate::damage::{Damage, Finding};
+
 use super::format::{
     decode_payload, parse_frame_header, parse_record, parse_segment_header, LogOp, FRAME_HEADER,
     RECORD_HEADER, SEGMENT_HEADER,
@@ -64,9 +66,18 @@ pub(crate) struct Scanned {
     pub(crate) records: u64,
 }
 
+/// Why a scan stopped.
+#[derive(Debug)]
+pub(crate) enum ScanError {
+    /// The segment is damaged: nothing of it may be trusted.
+    Damaged(Finding),
+    /// The visitor failed, with this message.
+    Visit(String),
+}
+
 /// Reads segment `seq` (the bytes of `file`) up to `limit`, calling `visit`
 /// with the ops of each whole record in order, and checks that its commits
-/// continue the log from `position`. Errors name the file and the offset.
+/// continue the log from `position`. Findings name the file and the offset.
 pub(crate) fn scan(
     file: &Path,
     data: &[u8],
@@ -74,13 +85,15 @@ pub(crate) fn scan(
     limit: usize,
     position: Position,
     visit: &mut dyn FnMut(&[LogOp<'_>]) -> Result<(), String>,
-) -> Result<Scanned, String> {
-    let fail = |what: String| format!("log segment {}: {what}", file.display());
-    let (salt, header_seq) = parse_segment_header(data).map_err(fail)?;
+) -> Result<Scanned, ScanError> {
+    let fail = |damage, what: String| ScanError::Damaged(Finding::new(file, damage, what));
+    let (salt, header_seq) =
+        parse_segment_header(data).map_err(|e| ScanError::Damaged(e.finding(file)))?;
     if header_seq != seq {
-        return Err(fail(format!(
-            "its header says segment {header_seq} but its name says {seq}"
-        )));
+        return Err(fail(
+            Damage::Sequence,
+            format!("its header says segment {header_seq} but its name says {seq}"),
+        ));
     }
     let data = &data[..limit.min(data.len())];
     let mut scanned = Scanned {
@@ -93,7 +106,8 @@ pub(crate) fn scan(
     let mut at = SEGMENT_HEADER;
     while at < data.len() {
         let Some((len, frame)) = parse_frame_header(data, at, salt) else {
-            scanned.tail = end_of_log(data, at, true, salt).map_err(fail)?;
+            scanned.tail =
+                end_of_log(data, at, None, salt).map_err(|e| fail(Damage::Checksum, e))?;
             return Ok(scanned);
         };
         let expected_next = scanned.position.last_whole + 1;
@@ -103,10 +117,14 @@ pub(crate) fn scan(
             frame == expected_next
         };
         if !continues {
-            return Err(fail(format!(
-                "the commit at byte {at} is number {frame}, where {expected_next} was expected: \
-                 commits are missing (a segment file lost, or the store file replaced)"
-            )));
+            return Err(fail(
+                Damage::Sequence,
+                format!(
+                    "the commit at byte {at} is number {frame}, where {expected_next} was \
+                     expected: commits are missing (a segment file lost, or the store file \
+                     replaced)"
+                ),
+            ));
         }
         first = false;
         scanned.position.last_seen = frame;
@@ -114,17 +132,21 @@ pub(crate) fn scan(
         let mut record = at + FRAME_HEADER;
         while record < frame_end {
             let Some(payload) = parse_record(data, record, frame_end, salt) else {
-                scanned.tail = end_of_log(data, record, false, salt).map_err(fail)?;
+                scanned.tail = end_of_log(data, record, Some(frame_end), salt)
+                    .map_err(|e| fail(Damage::Checksum, e))?;
                 return Ok(scanned);
             };
             ops.clear();
             decode_payload(payload, &mut ops).map_err(|why| {
-                fail(format!(
-                    "the record at byte {record} passes its checksum but cannot be read ({why}): \
-                     it was written by another version of lockd, or damaged"
-                ))
+                fail(
+                    Damage::Undecodable,
+                    format!(
+                        "the record at byte {record} passes its checksum but cannot be read \
+                         ({why}): it was written by another version of lockd, or damaged"
+                    ),
+                )
             })?;
-            visit(&ops)?;
+            visit(&ops).map_err(ScanError::Visit)?;
             scanned.records += 1;
             record += RECORD_HEADER + payload.len();
         }
@@ -136,19 +158,39 @@ pub(crate) fn scan(
 
 /// The log's end at `at`, where no valid frame or record starts: clean
 /// (zeros at a frame boundary), a torn last commit, or, if a valid frame
-/// follows, corruption.
-fn end_of_log(data: &[u8], at: usize, frame_boundary: bool, salt: u32) -> Result<Tail, String> {
+/// follows, corruption. `frame_end` is the end of the commit a record at
+/// `at` belongs to; `None` at a frame boundary.
+fn end_of_log(data: &[u8], at: usize, frame_end: Option<usize>, salt: u32) -> Result<Tail, String> {
     if let Some(later) = next_frame(data, at + 1, salt) {
         return Err(format!(
-            "the data at byte {at} is damaged, yet a valid commit follows at byte {later}, so it had \
-             been written and synced: the log is corrupt. Nothing was applied; restore the store \
-             from a backup, or move the file aside to drop this segment and what follows it"
+            "{}, yet a valid commit follows at byte {later}, so it had been written and synced: \
+             the log is corrupt. Nothing was applied; restore the store from a backup, or move \
+             the file aside to drop this segment and what follows it",
+            what_fails(data, at, frame_end)
         ));
     }
-    if frame_boundary && data[at..].iter().all(|&b| b == 0) {
+    if frame_end.is_none() && data[at..].iter().all(|&b| b == 0) {
         Ok(Tail::Clean)
     } else {
         Ok(Tail::Torn { offset: at })
+    }
+}
+
+/// What fails at `at`: a commit header (at a frame boundary) or a record.
+fn what_fails(data: &[u8], at: usize, frame_end: Option<usize>) -> String {
+    let Some(frame_end) = frame_end else {
+        return format!("the commit header at byte {at} fails its checksum");
+    };
+    let len = data
+        .get(at..at + 4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize);
+    match len {
+        Some(0) => format!("the record at byte {at} has length 0"),
+        Some(len) if at + RECORD_HEADER + len > frame_end => format!(
+            "the record at byte {at} says it is {len} bytes long, past the end of its commit \
+             (byte {frame_end})"
+        ),
+        _ => format!("the record at byte {at} fails its checksum"),
     }
 }
 

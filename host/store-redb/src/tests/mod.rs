@@ -2,6 +2,7 @@
 //! power cut at every sync, and damage that must be refused. They reach the
 //! log's configuration and its I/O, which the public API does not expose.
 
+mod check;
 mod cuts;
 mod power;
 
@@ -40,7 +41,7 @@ fn copy_store(store: &Path, to: &Path) -> PathBuf {
 /// The segments of the store at `store`, in order.
 fn segments(store: &Path) -> Vec<PathBuf> {
     let dir = crate::log::dir_of(store);
-    crate::log::list(&dir)
+    crate::log::list(&dir, false)
         .unwrap()
         .into_iter()
         .map(|seq| crate::log::segment_path(&dir, seq))

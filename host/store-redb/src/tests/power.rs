@@ -202,7 +202,8 @@ fn cut_and_check(dir: &Path, cut_at: u64, keep: usize, lies: bool) -> Result<boo
             EngineOptions::default(),
             config,
         )
-        .unwrap();
+        .unwrap()
+        .engine;
         let service = LockService::new(engine, Limits::default());
         drive(&service, &power).await
     });
