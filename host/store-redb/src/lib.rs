@@ -103,11 +103,12 @@ pub enum OpenError {
         path: PathBuf,
     },
     /// The file is not a readable lock store, or its log is damaged; what
-    /// is wrong is worded as [`check()`] words it. It was left untouched.
+    /// is wrong is worded as [`check()`] words it. Its records and log were
+    /// left as they were (redb may have set a flag in its header).
     #[error(
-        "lock store {path} is corrupted or not a lockd store ({finding}). It was left untouched: \
-         move it and its -wal directory aside to start empty (persistent locks in it are then \
-         lost), or restore them from a backup"
+        "lock store {path} is corrupted or not a lockd store ({finding}). Its records were left \
+         as they were: move it and its -wal directory aside to start empty (persistent locks in \
+         it are then lost), or restore them from a backup (lockd check lists everything wrong)"
     )]
     Corrupt {
         /// The store file.
@@ -307,8 +308,11 @@ impl RedbJournal {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io_error)?;
         }
-        let db = recovery::open_database(&path, &path, true)?;
+        let mut db = recovery::open_database(&path, &path, true)?;
         recovery::check_format(&db, &path)?;
+        if !recovery::verify_integrity(&mut db, &path)? {
+            tracing::warn!(path = %path.display(), "redb repaired the store file's own bookkeeping at open (lockd check lists what it found)");
+        }
         recovery::init_tables(&db).map_err(|bad| refuse(&path, bad.at(&path)))?;
         let dir = log::dir_of(&path);
         std::fs::create_dir_all(&dir).map_err(io_error)?;

@@ -116,6 +116,25 @@ pub(crate) fn open_database(path: &Path, name: &Path, create: bool) -> Result<Da
     }
 }
 
+/// Runs redb's integrity check, which verifies the checksum of every page:
+/// redb does not check them as it reads, so a damaged page would otherwise
+/// be read as it is (a lock's expiry, say). Whether the file was clean;
+/// `false` if redb had to repair something (its allocator state, or a
+/// torn commit of its own), which the caller may report.
+pub(crate) fn verify_integrity(db: &mut Database, name: &Path) -> Result<bool, OpenError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())) {
+        Ok(Ok(clean)) => Ok(clean),
+        Ok(Err(e)) => Err(match damage::of_database(name, &e) {
+            Some(finding) => refuse(name, finding),
+            None => OpenError::Io {
+                path: name.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            },
+        }),
+        Err(panic) => Err(refuse(name, damage::of_panic(name, panic.as_ref()))),
+    }
+}
+
 /// Refuses a file of a newer format without writing to it: opening a file
 /// for writing, redb writes to it even if nothing is changed. A file that
 /// was not closed cleanly cannot be read so (redb must repair it first):
