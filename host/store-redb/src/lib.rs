@@ -409,11 +409,24 @@ impl RedbJournal {
                 .send(pending)
                 .map_err(|_| "the store's writer stopped".to_string())?;
         }
-        answer
-            .recv()
-            .map_err(|_| "the store's writer stopped before the cut".to_string())?
+        match answer.recv_timeout(CUT_TIMEOUT) {
+            Ok(read) => read,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
+                "its log could not be checkpointed for {} s (a full disk? the server's log says \
+                 why); lock traffic is not affected",
+                CUT_TIMEOUT.as_secs()
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err("the store's writer stopped before the cut".to_string())
+            }
+        }
     }
 }
+
+/// The longest a snapshot waits for its cut: the checkpoint of the log
+/// before it, which a full disk can hold up (the checkpoint retries every
+/// second meanwhile).
+const CUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// redb's page cache. The store is a journal: lock state is served from
 /// memory and redb is read only at start, so its cache needs to hold just

@@ -3,6 +3,7 @@
 //! log's configuration and its I/O, which the public API does not expose.
 
 mod check;
+mod cut;
 mod cuts;
 mod power;
 
