@@ -97,7 +97,7 @@ pub struct Holding {
     pub acquired_at_ms: Option<u64>,
     /// Whether it survives a restart.
     pub durability: DurabilityWord,
-    /// End of its lease, Unix epoch milliseconds.
+    /// When the grant expires, Unix epoch milliseconds.
     pub expires_at_ms: u64,
     /// Its fencing token.
     pub fencing_token: u64,

@@ -20,7 +20,7 @@ pub struct LockRequest {
     /// Who takes the lock; `None` with `lease_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// Lease length in milliseconds; given with `owner`, `None` with
+    /// TTL in milliseconds; given with `owner`, `None` with
     /// `lease_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,

@@ -1,6 +1,6 @@
 //! Time, injected.
 //!
-//! A running host measures lease time on a **monotonic** clock, so a step of
+//! A running host measures TTLs on a **monotonic** clock, so a step of
 //! the wall clock (NTP, an operator, a VM resume) moves no deadline. The
 //! wall clock is read only at the edges: to write an expiry that must mean
 //! the same thing after a restart, and to answer `expires_at_ms` to callers

@@ -50,9 +50,9 @@
 //!   unknown-outcome locks and extends on the name (`invoke_ms + ttl_ms`)
 //!   invoked at or before `τ`, minus those certainly overridden (an
 //!   acknowledged setting invoked after they took effect has completed by
-//!   `τ`). Why this is sound: had the lease expired at some `τ' <= τ`, the
+//!   `τ`). Why this is sound: had the grant expired at some `τ' <= τ`, the
 //!   setter of the expiry in force at `τ'` (value `<= τ'`) would still be a
-//!   candidate at `τ` (nothing can override it once the lease is dead: a
+//!   candidate at `τ` (nothing can override it once the grant is dead: a
 //!   later call answers `not_held` or makes a new token), so
 //!   `lower(τ) <= τ`. Hence the condition at `τ` proves the lease was held
 //!   on all of `[c, τ]`. Crashes do not change this: an acknowledged setting

@@ -22,7 +22,7 @@ impl Checker<'_> {
             .filter_map(|(n, l)| l.window.map(|(s, e)| (s, e, n)))
             .collect();
         windows.sort_unstable();
-        let mut reach: Option<(u64, usize)> = None; // (max end so far, its lease)
+        let mut reach: Option<(u64, usize)> = None; // (max end so far, its grant)
         for (start, end, n) in windows {
             if let Some((far, m)) = reach {
                 if start < far {

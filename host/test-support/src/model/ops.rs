@@ -127,7 +127,7 @@ pub enum Op {
         name: usize,
         /// Index into [`owners`].
         owner: usize,
-        /// Lease length.
+        /// TTL.
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
@@ -141,7 +141,7 @@ pub enum Op {
         owner: usize,
         /// Shared, or a permit of a semaphore of this many.
         claim: Claim,
-        /// Lease length.
+        /// TTL.
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
@@ -216,7 +216,7 @@ pub enum Op {
     GuardAcquire {
         /// Index into [`names`].
         name: usize,
-        /// Lease length.
+        /// TTL.
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
@@ -313,7 +313,7 @@ pub enum Call {
         name: String,
         /// Owner.
         owner: String,
-        /// Lease length.
+        /// TTL.
         ttl_ms: u64,
         /// Durability asked for.
         durability: Durability,
