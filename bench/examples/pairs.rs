@@ -13,7 +13,7 @@
 //! runs of different sizes divided by the difference in pairs, so setup
 //! (the runtime, compiling and instantiating the guest) cancels out; for a
 //! profile of the wasm path without the compiler, collect only inside
-//! `run_component` (`--toggle-collect='lockd::run::run_component*'`).
+//! `run_component` (`--toggle-collect='lockd_components::run::run_component*'`).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use lockd::run::{self, Output, RunConfig, RunLimits};
+use lockd_components::run::{self, Output, RunConfig, RunLimits};
 use lockd_core::{Durability, Engine, Limits, LockOptions, LockService};
 
 /// The suite's allocator, so that allocation costs what it costs in B1.

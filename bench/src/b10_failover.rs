@@ -2,8 +2,8 @@
 //! process) to the next leader's grant, on a lockd server over redb and one
 //! over etcd. Every process is a real one, started by the suite:
 //! - the server: this binary again as `--b10-child serve STORE`, which is
-//!   `lockd serve --store STORE` (the same `lockd::serve`, default
-//!   configuration) on a free loopback port;
+//!   `lockd serve --store STORE` (the same server and compatibility
+//!   routes, default configuration) on a free loopback port;
 //! - the leader: this binary again as `--b10-child lead ...`, which
 //!   campaigns through REST and keeps its leadership alive with
 //!   `/v1/locks/extend` every third of the TTL, printing each renewal;
@@ -24,13 +24,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context as _};
-use lockd::config::LockdConfig;
-use lockd::serve::ServeOptions;
-use lockd::store::StoreSpec;
 use lockd_api::{
     CampaignRequest, ExtendRequest, FoundReply, GetRequest, GrantReply, LeaderReply, ResignRequest,
     Route, StatusReply,
 };
+use lockd_compat::Compat;
+use lockd_server::config::LockdConfig;
+use lockd_server::serve::ServeOptions;
+use lockd_server::store::StoreSpec;
 
 use crate::rest::Connection;
 use crate::stats::Table;
@@ -346,14 +347,13 @@ fn serve(store: &str) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let served = rt.block_on(async {
-        let server = lockd::serve::bind(ServeOptions {
+        let server = lockd_server::bind(ServeOptions {
             listen: "127.0.0.1:0".parse()?,
             store,
-            manifest: None,
             config: LockdConfig::default(),
             auth_token: None,
-            events_heartbeat: lockd::api::HEARTBEAT,
-            dapr_grpc_listen: None,
+            events_heartbeat: lockd_server::api::HEARTBEAT,
+            extensions: vec![Box::new(Compat::new(None))],
         })
         .await?;
         println!("listening {}", server.addr());

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use lockd::run::{self, Output, RunConfig, RunLimits};
+use lockd_components::run::{self, Output, RunConfig, RunLimits};
 use lockd_core::{Engine, Limits, LockService};
 
 use crate::stats::{count, latency, ratio, Latencies, Table};

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use lockd::config::LockdConfig;
-use lockd::store::StoreSpec;
 use lockd_api::DurabilityWord;
 use lockd_etcd::EtcdOptions;
+use lockd_server::config::LockdConfig;
+use lockd_server::store::StoreSpec;
 use lockd_test_support::etcd::EtcdCluster;
 
 use crate::drive::Pair;

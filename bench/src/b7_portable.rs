@@ -341,7 +341,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<String> {
 
 /// `lockd plug APP` with the repository's client, in memory.
 fn plug(app: &str, client: &str) -> anyhow::Result<Vec<u8>> {
-    let plugged = lockd::plug::plug(app, &std::fs::read(app)?, client, &std::fs::read(client)?)?;
+    let plugged = lockd_components::compose::plug(
+        app,
+        &std::fs::read(app)?,
+        client,
+        &std::fs::read(client)?,
+    )?;
     Ok(plugged.bytes)
 }
 
@@ -536,7 +541,7 @@ async fn run_native_command(
     service: &LockService,
     args: &[String],
 ) -> anyhow::Result<std::collections::HashMap<String, u64>> {
-    use lockd::run::{self, Output, RunConfig, RunLimits};
+    use lockd_components::run::{self, Output, RunConfig, RunLimits};
     let engine = run::engine()?;
     let component = run::load(&engine, lockd_guest_tests::BENCH_PAIRS.as_ref())?;
     let config = RunConfig {

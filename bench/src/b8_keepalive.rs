@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use lockd::run::{self, Output, RunConfig, RunLimits};
+use lockd_components::run::{self, Output, RunConfig, RunLimits};
 use lockd_core::metrics::Op;
 use lockd_core::{Limits, LockService};
 

@@ -14,8 +14,8 @@
 
 use std::fmt::Write as _;
 
-use lockd::config::{LockdConfig, TlsConfig};
 use lockd_api::DurabilityWord;
+use lockd_server::config::{LockdConfig, TlsConfig};
 use lockd_test_support::certs::TestPki;
 
 use crate::peers::{Redis, RedisMode, RedisPair, RedisTls};

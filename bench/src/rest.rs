@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
-use lockd::config::LockdConfig;
-use lockd::serve::ServeOptions;
-use lockd::store::StoreSpec;
 use lockd_api::{DurabilityWord, GrantReply, LockRequest, Route, StatusReply, UnlockRequest};
+use lockd_compat::Compat;
+use lockd_components::serve::SpinApp;
+use lockd_server::config::LockdConfig;
+use lockd_server::serve::{Extension, ServeOptions};
+use lockd_server::store::StoreSpec;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -57,14 +59,20 @@ impl Server {
             .thread_name("lockd-server")
             .enable_all()
             .build()?;
-        let server = rt.block_on(lockd::serve::bind(ServeOptions {
+        // What `lockd serve` mounts: the manifest's components, if any, and
+        // the compatibility routes.
+        let mut extensions: Vec<Box<dyn Extension>> = Vec::new();
+        if let Some(manifest) = manifest {
+            extensions.push(Box::new(SpinApp::new(manifest)));
+        }
+        extensions.push(Box::new(Compat::new(None)));
+        let server = rt.block_on(lockd_server::bind(ServeOptions {
             listen: "127.0.0.1:0".parse()?,
             store,
-            manifest,
             config,
             auth_token: None,
-            events_heartbeat: lockd::api::HEARTBEAT,
-            dapr_grpc_listen: None,
+            events_heartbeat: lockd_server::api::HEARTBEAT,
+            extensions,
         }))?;
         let addr = server.addr();
         let service = server.service().clone();
@@ -155,10 +163,10 @@ impl Connection<TlsStream<TcpStream>> {
 /// CA certificates in the PEM file `ca`.
 pub fn tls_client(ca: &Path) -> anyhow::Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in lockd::pem::certificates(ca)? {
+    for cert in lockd_server::pem::certificates(ca)? {
         roots.add(cert)?;
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(lockd::pem::provider())
+    let mut config = rustls::ClientConfig::builder_with_provider(lockd_server::pem::provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();

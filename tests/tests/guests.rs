@@ -230,8 +230,14 @@ async fn c_conformance() {
 async fn rust_guard_trap() {
     let dir = tempfile::tempdir().unwrap();
     let service = open(&dir.path().join("locks.redb"));
-    let out = run_guest(lockd_guest_tests::RUST_GUARD_TRAP, &service, "trap", &["T/g"]).await;
-    assert_eq!(out.exit_code, lockd::run::TRAP_EXIT_CODE);
+    let out = run_guest(
+        lockd_guest_tests::RUST_GUARD_TRAP,
+        &service,
+        "trap",
+        &["T/g"],
+    )
+    .await;
+    assert_eq!(out.exit_code, lockd_components::run::TRAP_EXIT_CODE);
     assert!(out.trap.is_some());
     let stdout = text(&out.stdout);
     let mut words = stdout
@@ -305,7 +311,13 @@ async fn rust_hold() {
     let running = {
         let service = service.clone();
         tokio::spawn(async move {
-            run_guest(lockd_guest_tests::RUST_HOLD, &service, "hold", &["h/a", "h/b"]).await
+            run_guest(
+                lockd_guest_tests::RUST_HOLD,
+                &service,
+                "hold",
+                &["h/a", "h/b"],
+            )
+            .await
         })
     };
     // The guest sleeps forever once it holds both locks. Wait for both

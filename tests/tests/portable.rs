@@ -126,7 +126,11 @@ fn rust_conformance_plugged_on_stock_host() {
 #[test]
 fn rust_conformance_plugged_on_stock_host_over_https() {
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_guest_tests::RUST_CONFORMANCE, "rust-plugged");
+    let component = plug(
+        dir.path(),
+        lockd_guest_tests::RUST_CONFORMANCE,
+        "rust-plugged",
+    );
     let server = Server::start_tls();
     assert!(server.url.starts_with("https://"), "{}", server.url);
     let namespace = "portable-https";
@@ -260,7 +264,11 @@ fn lockd_ls(server: &Server, namespace: &str) -> Vec<(String, String, u64)> {
 #[test]
 fn edge_jobs_plugged_under_stock_host_serve() {
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_guest_tests::EDGE_JOBS, "edge-jobs-plugged");
+    let component = plug(
+        dir.path(),
+        lockd_guest_tests::EDGE_JOBS,
+        "edge-jobs-plugged",
+    );
     let server = Server::start();
     let namespace = "portable-edge";
     let mut child = command(STOCK_HOST)
@@ -414,7 +422,11 @@ fn jco() -> PathBuf {
 fn rust_conformance_plugged_under_jco_run() {
     let jco = jco();
     let dir = tempfile::tempdir().unwrap();
-    let component = plug(dir.path(), lockd_guest_tests::RUST_CONFORMANCE, "rust-plugged");
+    let component = plug(
+        dir.path(),
+        lockd_guest_tests::RUST_CONFORMANCE,
+        "rust-plugged",
+    );
     let server = Server::start();
     let namespace = "portable-jco";
     let mut cmd = command(&jco);

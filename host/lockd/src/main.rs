@@ -1,7 +1,10 @@
-//! The `lockd` binary: parses the command line and runs one command. Each
-//! command is a file of [`commands`] (its flags and its `execute`); the
-//! plumbing they share is in [`cli`]; the server, `run` and `plug` are the
-//! `lockd` library's.
+//! The `lockd` binary, lockd's command line and nothing else: parses the
+//! command line and runs one command. Each command is a file of
+//! [`commands`] (its flags and its `execute`); the plumbing they share is in
+//! [`cli`]. The work is the libraries': the REST server (`lockd-server`),
+//! which `lockd serve` and `lockd up` assemble with Dapr's and Kahuna's APIs
+//! (`lockd-compat`) and a manifest's components (`lockd-components`, which
+//! also runs and composes components for `lockd run` and `lockd plug`).
 
 mod cli;
 mod commands;

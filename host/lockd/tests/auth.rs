@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lockd::auth::{digest, to_hex};
-use lockd_server::{lockd, lockd_in_dir, request, Reply, Server};
+use crate::lockd_server::{lockd, lockd_in_dir, request, Reply, Server};
+use ::lockd_server::auth::{digest, to_hex};
 use serde_json::{json, Value};
 
 /// The server's `--auth-token`: admin over every namespace.

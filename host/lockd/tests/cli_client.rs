@@ -6,7 +6,7 @@ mod lockd_server;
 
 use std::time::{Duration, Instant};
 
-use lockd_server::{closed_port, lockd, Run, Server};
+use crate::lockd_server::{closed_port, lockd, Run, Server};
 use serde_json::Value;
 
 /// `lockd ARGS --server URL`.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
+use crate::lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
 use serde_json::{json, Value};
 
 const CAMPAIGN: &str = "/v1/elections/campaign";

@@ -4,7 +4,7 @@
 
 mod lockd_server;
 
-use lockd_server::{lockd, Run, Server};
+use crate::lockd_server::{lockd, Run, Server};
 use serde_json::{json, Value};
 
 /// `lockd ARGS --server URL`.

@@ -31,7 +31,12 @@ fn success_exits_zero() {
 fn guest_failure_is_propagated() {
     // Without its prefix argument the conformance guest calls exit(2); Rust's
     // std on wasip2 reports any non-zero exit as `exit(err)`, which is 1.
-    let out = lockd(&["run", "--store", "memory", lockd_guest_tests::RUST_CONFORMANCE]);
+    let out = lockd(&[
+        "run",
+        "--store",
+        "memory",
+        lockd_guest_tests::RUST_CONFORMANCE,
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("usage"), "{}", text(&out.stderr));
 }
@@ -46,7 +51,10 @@ fn trap_is_reported_with_nonzero_exit() {
         "--",
         "g",
     ]);
-    assert_eq!(out.status.code(), Some(lockd::run::TRAP_EXIT_CODE));
+    assert_eq!(
+        out.status.code(),
+        Some(::lockd_components::run::TRAP_EXIT_CODE)
+    );
     let stderr = text(&out.stderr);
     assert!(stderr.contains("error: the component trapped"), "{stderr}");
 }
@@ -64,7 +72,12 @@ fn missing_component_is_a_clear_error() {
 
 #[test]
 fn bad_store_spec_is_a_usage_error() {
-    let out = lockd(&["run", "--store", "nosuch:x", lockd_guest_tests::RUST_CONFORMANCE]);
+    let out = lockd(&[
+        "run",
+        "--store",
+        "nosuch:x",
+        lockd_guest_tests::RUST_CONFORMANCE,
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("redb:PATH"),
@@ -148,7 +161,10 @@ fn logs_are_json_lines_on_request() {
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(lockd::run::TRAP_EXIT_CODE));
+    assert_eq!(
+        out.status.code(),
+        Some(::lockd_components::run::TRAP_EXIT_CODE)
+    );
     let stderr = text(&out.stderr);
     let trap = stderr
         .lines()

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use lockd_server::{closed_port, raw_request, request, Reply, Server};
+use crate::lockd_server::{closed_port, raw_request, request, Reply, Server};
 use serde_json::{json, Value};
 
 /// The SDKs: `(node_modules, python)`, installed once per test process.
@@ -553,7 +553,7 @@ fn dapr_locks_are_events_and_take_the_configured_durability() {
 /// known token, and a refusal is lockd's 403 `forbidden`.
 #[test]
 fn scoped_tokens_reach_only_their_stores() {
-    use lockd::auth::{digest, to_hex};
+    use ::lockd_server::auth::{digest, to_hex};
     let entry = |name: &str, token: &str, namespaces: &str| {
         format!(
             "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = {namespaces}\nrole = \"locker\"\n\n",
@@ -648,7 +648,7 @@ const STORE_TOKEN: &str = "store-token-3f1c9a";
 const OTHER_TOKEN: &str = "other-token-8d2e47";
 
 fn serve_tls_with_scoped_tokens(store: &str) -> TlsServer {
-    use lockd::auth::{digest, to_hex};
+    use ::lockd_server::auth::{digest, to_hex};
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let pki = lockd_test_support::certs::TestPki::new(&dir.path().join("pki"));

@@ -9,7 +9,7 @@ mod lockd_server;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, lockd_in_dir, Server};
+use crate::lockd_server::{lockd, lockd_in_dir, Server};
 use lockd_test_support::etcd::SecureEtcd;
 
 /// `[etcd]` of lockd.toml for `etcd`, its password from `password_file`

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, request, Background, Server};
+use crate::lockd_server::{lockd, request, Background, Server};
 use serde_json::{json, Value};
 
 const REDB: [&str; 2] = ["--store", "redb:locks.redb"];
@@ -547,14 +547,13 @@ fn a_client_that_does_not_read_lags_and_is_disconnected() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = rt
-        .block_on(lockd::serve::bind(lockd::serve::ServeOptions {
+        .block_on(::lockd_server::bind(::lockd_server::ServeOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
-            store: lockd::store::StoreSpec::Redb(dir.path().join("locks.redb")),
-            manifest: None,
-            config: lockd::config::LockdConfig::default(),
+            store: ::lockd_server::store::StoreSpec::Redb(dir.path().join("locks.redb")),
+            config: ::lockd_server::config::LockdConfig::default(),
             auth_token: None,
-            events_heartbeat: lockd::api::HEARTBEAT,
-            dapr_grpc_listen: None,
+            events_heartbeat: ::lockd_server::api::HEARTBEAT,
+            extensions: Vec::new(),
         }))
         .unwrap();
     let (addr, service) = (server.addr(), server.service().clone());

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
+use crate::lockd_server::{lockd, now_ms, read_ms, wait_for_file, Background, Run, Server};
 use serde_json::json;
 
 const GET: &str = "/v1/locks/get";

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockd_server::{closed_port, lockd, Server, LOCKD_ENV};
+use crate::lockd_server::{closed_port, lockd, Server, LOCKD_ENV};
 use lockd_test_support::redis::RedisServer;
 
 /// Where Debian's postgresql-15 puts its server binaries.

@@ -5,7 +5,7 @@ mod lockd_server;
 
 use std::collections::BTreeSet;
 
-use lockd_server::Server;
+use crate::lockd_server::Server;
 use serde_json::{json, Value};
 
 /// Every `lockd_*` identifier in `text`.

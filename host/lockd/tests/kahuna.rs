@@ -8,7 +8,7 @@ mod lockd_server;
 
 use std::process::Command;
 
-use lockd_server::{raw_request, request, Reply, Server};
+use crate::lockd_server::{raw_request, request, Reply, Server};
 use serde_json::{json, Value};
 
 /// The documentation's commands, as written there.
@@ -208,7 +208,7 @@ fn kahuna_routes_need_the_token() {
 /// another namespace gets 403 `forbidden`.
 #[test]
 fn documented_commands_over_https_with_a_token() {
-    use lockd::auth::{digest, to_hex};
+    use ::lockd_server::auth::{digest, to_hex};
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let pki = lockd_test_support::certs::TestPki::new(&dir.path().join("pki"));

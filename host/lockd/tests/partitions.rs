@@ -38,7 +38,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lockd_server::{request, Reply};
+use crate::lockd_server::{request, Reply};
 use lockd_test_support::history::{check_report, History, Op, Outcome, Recorder, Report};
 use netns::{Forwarder, Net, Node, NsProcess};
 use recorded_client::{Call, Client, LeaseCall, Rng, Target};

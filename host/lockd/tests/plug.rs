@@ -9,7 +9,7 @@ mod stand_in;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lockd_server::Server;
+use crate::lockd_server::Server;
 use stand_in::{component_from_wit, lock_wit};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
@@ -159,7 +159,12 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
     let out = dir.path().join("out.wasm");
     let o = lockd_in(
         Some(dir.path()),
-        &["plug", lockd_guest_tests::RUST_CONFORMANCE, "-o", path(&out)],
+        &[
+            "plug",
+            lockd_guest_tests::RUST_CONFORMANCE,
+            "-o",
+            path(&out),
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -168,7 +173,12 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
     // $LOCKD_CLIENT_WASM wins over the defaults, and a wrong one is an error.
     let o = lockd_in(
         Some(dir.path()),
-        &["plug", lockd_guest_tests::RUST_CONFORMANCE, "-o", path(&out)],
+        &[
+            "plug",
+            lockd_guest_tests::RUST_CONFORMANCE,
+            "-o",
+            path(&out),
+        ],
         &[("LOCKD_CLIENT_WASM", "/nonexistent/client.wasm")],
     );
     refused(
@@ -302,7 +312,10 @@ fn missing_client_is_a_clear_error() {
 fn app_without_lock_imports_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.wasm");
-    for app in [lockd_guest_tests::HTTP_HOSTILE, lockd_guest_tests::LOCKD_CLIENT] {
+    for app in [
+        lockd_guest_tests::HTTP_HOSTILE,
+        lockd_guest_tests::LOCKD_CLIENT,
+    ] {
         let o = lockd(&[
             "plug",
             app,

@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockd_server::{raw_request, request, stream_head, Reply, Server};
+use crate::lockd_server::{raw_request, request, stream_head, Reply, Server};
 use serde_json::{json, Value};
 
 const LOCK: &str = "/v1/locks/lock";

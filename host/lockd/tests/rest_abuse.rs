@@ -9,8 +9,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lockd::serve::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
-use lockd_server::Server;
+use crate::lockd_server::Server;
+use ::lockd_server::serve::{HEADER_READ_TIMEOUT, MAX_HEAD_BYTES};
 
 #[test]
 fn oversized_head_is_refused_and_the_server_keeps_serving() {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockd_server::{request, Reply, Server};
+use crate::lockd_server::{request, Reply, Server};
 use lockd_test_support::etcd::EtcdCluster;
 use lockd_test_support::history::{check_report, History, Outcome, Recorder};
 use recorded_client::{Client, Rng, Target};

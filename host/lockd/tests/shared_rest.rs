@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockd_server::{request, Reply, Server};
+use crate::lockd_server::{request, Reply, Server};
 use serde_json::{json, Value};
 
 const LOCK: &str = "/v1/locks/lock";

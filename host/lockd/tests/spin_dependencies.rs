@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockd_server::{metric_value, request, Server};
+use crate::lockd_server::{metric_value, request, Server};
 
 /// The address the documented manifests name; the tests put the holding
 /// server's address in its place.

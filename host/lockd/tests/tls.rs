@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::lockd_server::{lockd, Run, LOCKD_ENV};
 use http_body_util::BodyExt as _;
-use lockd_server::{lockd, Run, LOCKD_ENV};
 use lockd_test_support::certs::CertFiles;
 use serde_json::Value;
 use tls_harness::*;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockd_server::{closed_port, request, Server};
+use crate::lockd_server::{closed_port, request, Server};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "ui-secret";
@@ -317,7 +317,7 @@ fn the_page_shows_locks_live_and_force_unlocks() {
     let dir = tempfile::tempdir().unwrap();
     let team_entry = format!(
         "[[auth.tokens]]\nname = \"team\"\nsha256 = \"{}\"\nnamespaces = [\"team-*\"]\nrole = \"reader\"\n",
-        lockd::auth::to_hex(&lockd::auth::digest(TEAM_TOKEN))
+        ::lockd_server::auth::to_hex(&::lockd_server::auth::digest(TEAM_TOKEN))
     );
     std::fs::write(dir.path().join("lockd.toml"), team_entry).unwrap();
     reserve_tokens_above_doubles(&dir.path().join("locks.redb"));

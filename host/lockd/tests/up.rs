@@ -5,7 +5,7 @@ mod lockd_server;
 
 use std::path::Path;
 
-use lockd_server::Server;
+use crate::lockd_server::Server;
 
 #[test]
 fn up_build_serves_the_example_app() {

@@ -1,9 +1,10 @@
 //! `stock-host`: a plain wasmtime host that knows nothing of lockd, for the
 //! portable tests (`tests/tests/portable.rs`).
 //!
-//! It links no lockd crate. `lockd`, `lockd-core`, `lockd-test-support` and the
-//! stores are dev-dependencies of `lockd-guest-tests`, linked into its test
-//! binaries and never into a bin; the host itself is the crate's
+//! It links no lockd crate. `lockd-server`, `lockd-components`, `lockd-core`,
+//! `lockd-test-support` and the stores are dev-dependencies of
+//! `lockd-guest-tests`, linked into its test binaries and never into a bin;
+//! the host itself is the crate's
 //! [`lockd_guest_tests::stock_host`], built from wasmtime, wasmtime-wasi,
 //! wasmtime-wasi-http, tokio, hyper, hyper-util, http-body-util, anyhow and
 //! bytes alone (the benchmark of plugged guests runs the same). A component

@@ -2,7 +2,7 @@
 //! #c22-semaphores): `guest/c-conformance/claims.c`, built as `c-claims`,
 //! run through the path `lockd run` uses, with the store checked afterwards.
 
-use lockd::run::RunOutcome;
+use lockd_components::run::RunOutcome;
 use lockd_core::{Claim, Durability, Engine, Limits, LockOptions, LockService};
 
 use crate::common::{run_guest, text};

@@ -17,7 +17,7 @@ fn redb_service(dir: &tempfile::TempDir) -> LockService {
     )
 }
 
-fn succeeded(out: &lockd::run::RunOutcome) -> String {
+fn succeeded(out: &lockd_components::run::RunOutcome) -> String {
     let stdout = text(&out.stdout);
     assert_eq!(
         out.exit_code,
@@ -34,7 +34,7 @@ fn succeeded(out: &lockd::run::RunOutcome) -> String {
 fn spawn_guest(
     service: &LockService,
     args: Vec<String>,
-) -> tokio::task::JoinHandle<lockd::run::RunOutcome> {
+) -> tokio::task::JoinHandle<lockd_components::run::RunOutcome> {
     let service = service.clone();
     tokio::spawn(async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use lockd::run::{self, Output, RunConfig, RunLimits, RunOutcome};
+use lockd_components::run::{self, Output, RunConfig, RunLimits, RunOutcome};
 use lockd_core::LockService;
 use wasmtime::component::Component;
 use wasmtime::Engine;

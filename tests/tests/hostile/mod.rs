@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockd::run::{RunLimits, RunOutcome, TRAP_EXIT_CODE};
+use lockd_components::run::{RunLimits, RunOutcome, TRAP_EXIT_CODE};
 use lockd_core::metrics::Op;
 use lockd_core::{Limits, LockError, LockOptions, LockService, Quotas};
 
@@ -157,9 +157,14 @@ async fn attack_limited(service: &LockService, args: &[&str], limits: RunLimits)
         tokio::spawn(async move {
             let args: Vec<&str> = argv.iter().map(String::as_str).collect();
             let started = Instant::now();
-            let out =
-                run_guest_limited(lockd_guest_tests::RUST_HOSTILE, &service, HOSTILE, &args, limits)
-                    .await;
+            let out = run_guest_limited(
+                lockd_guest_tests::RUST_HOSTILE,
+                &service,
+                HOSTILE,
+                &args,
+                limits,
+            )
+            .await;
             (out, started, Instant::now())
         })
     };

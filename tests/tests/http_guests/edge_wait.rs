@@ -137,7 +137,11 @@ async fn done(waiter: JoinHandle<(u16, String)>) -> Value {
 /// held), and the checker must fail it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(crate) async fn edge_wait_p3() {
-    let app = serve(&[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))], REUSE).await;
+    let app = serve(
+        &[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))],
+        REUSE,
+    )
+    .await;
     let service = app.service.clone();
     for name in ["wait/a", "wait/sync"] {
         service
@@ -196,7 +200,11 @@ pub(crate) async fn edge_wait_p3() {
 async fn edge_wait_p3_given_up_wait_leaves_the_queue() {
     use tokio::io::AsyncWriteExt as _;
 
-    let app = serve(&[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))], REUSE).await;
+    let app = serve(
+        &[("/wait/...", ID, wasm(lockd_guest_tests::EDGE_WAIT_P3))],
+        REUSE,
+    )
+    .await;
     let service = app.service.clone();
     let name = "wait/gone";
     service

@@ -1,5 +1,6 @@
-//! The HTTP components, served in process by `lockd::serve` exactly as
-//! `lockd serve --manifest` serves them.
+//! The HTTP components, served in process by lockd-server with
+//! lockd-components' `SpinApp` mounted, as `lockd serve --manifest` serves
+//! them (without Dapr's and Kahuna's routes, which no test here calls).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -7,9 +8,10 @@ use std::path::Path;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
-use lockd::config::LockdConfig;
-use lockd::serve::{ServeOptions, Server};
-use lockd::store::StoreSpec;
+use lockd_components::serve::SpinApp;
+use lockd_server::config::LockdConfig;
+use lockd_server::serve::{ServeOptions, Server};
+use lockd_server::store::StoreSpec;
 use serde_json::Value;
 
 mod edge_wait;
@@ -48,14 +50,13 @@ pub async fn serve(routes: &[(&str, &str, &str)], lockd_toml: &str) -> Running {
     let manifest_path = dir.path().join("spin.toml");
     std::fs::write(&manifest_path, manifest).unwrap();
     let config: LockdConfig = toml::from_str(lockd_toml).unwrap();
-    let server: Server = lockd::serve::bind(ServeOptions {
+    let server: Server = lockd_server::bind(ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         store: StoreSpec::Redb(dir.path().join("locks.redb")),
-        manifest: Some(manifest_path),
         config,
         auth_token: None,
-        events_heartbeat: lockd::api::HEARTBEAT,
-        dapr_grpc_listen: None,
+        events_heartbeat: lockd_server::api::HEARTBEAT,
+        extensions: vec![Box::new(SpinApp::new(manifest_path))],
     })
     .await
     .unwrap();

@@ -26,7 +26,7 @@ fn spawn_guest(
     service: &LockService,
     namespace: &'static str,
     args: Vec<String>,
-) -> tokio::task::JoinHandle<lockd::run::RunOutcome> {
+) -> tokio::task::JoinHandle<lockd_components::run::RunOutcome> {
     let service = service.clone();
     tokio::spawn(async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -46,7 +46,7 @@ async fn held(service: &LockService, namespace: &str, name: &str) -> LockInfo {
     }
 }
 
-fn succeeded(out: &lockd::run::RunOutcome) -> String {
+fn succeeded(out: &lockd_components::run::RunOutcome) -> String {
     let stdout = text(&out.stdout);
     assert_eq!(
         out.exit_code,

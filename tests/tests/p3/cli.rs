@@ -1,6 +1,6 @@
 //! `guest/rust-p3-cli` and `guest/python-p3`, WASI 0.3 commands
 //! (`wasi:cli/run@0.3.0`) on `lockd:lock@0.2.0`, run as `lockd run` runs
-//! them (`lockd::run`, which picks the engine with component-model async for
+//! them (`lockd_components::run`, which picks the engine with component-model async for
 //! them): one task awaits a lock the host holds for [`WAIT`] while another
 //! ticks every 20 ms on WASI 0.3's clock. The negative control runs the
 //! Rust command's wait through 0.1.0's synchronous `lock`, which stops the

@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use lockd::config::{LockdConfig, TlsConfig};
-use lockd::store::StoreSpec;
 use lockd_api::DurabilityWord;
 use lockd_core::MAX_VALUE_BYTES;
+use lockd_server::config::{LockdConfig, TlsConfig};
+use lockd_server::store::StoreSpec;
 
 use super::failure::{fail, Failure};
 use super::output::Format;

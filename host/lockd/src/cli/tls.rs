@@ -6,7 +6,7 @@
 //! a failure that says so (exit 3); the client never retries over plain
 //! HTTP.
 
-use lockd::pem;
+use lockd_server::pem;
 use rustls::{AlertDescription, CertificateError};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 

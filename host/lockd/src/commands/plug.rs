@@ -1,9 +1,11 @@
 //! `lockd plug`: composes an app with the client component for the
-//! lockd:lock version it imports ([`lockd::plug`]).
+//! lockd:lock version it imports ([`lockd_components::compose`]).
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use lockd_components::compose::{self, Plugged};
 
 /// Compose a component that imports lockd:lock with the client component
 /// for the version it imports, so that it runs on any host with wasi:http
@@ -37,9 +39,9 @@ pub struct PlugCommand {
 impl PlugCommand {
     /// Exits 0 with a summary on stdout, or 2 with one line on stderr.
     pub fn execute(self) -> i32 {
-        match lockd::plug::plug_files(&self.app, &self.client, &self.output) {
+        match compose::plug_files(&self.app, &self.client, &self.output) {
             Ok(plugged) => {
-                println!("{}", lockd::plug::summary(&self.output, &plugged));
+                println!("{}", summary(&self.output, &plugged));
                 0
             }
             Err(e) => {
@@ -48,4 +50,24 @@ impl PlugCommand {
             }
         }
     }
+}
+
+/// A one-paragraph account of a successful plug, for stdout.
+fn summary(out: &Path, plugged: &Plugged) -> String {
+    let mut text = format!(
+        "wrote {} ({} bytes): {} now provided by {}",
+        out.display(),
+        plugged.bytes.len(),
+        plugged.plugged.join(", "),
+        plugged.clients.join(" and ")
+    );
+    let _ = write!(text, "\nimports: {}", plugged.imports.join(", "));
+    if !plugged.types_only_left.is_empty() {
+        let _ = write!(
+            text,
+            "\n{} remains imported: it is types-only, so a host provides nothing for it",
+            plugged.types_only_left.join(", ")
+        );
+    }
+    text
 }

@@ -1,12 +1,12 @@
 //! `lockd run`: runs a `wasi:cli` command component with the lock
-//! capability ([`lockd::run`]).
+//! capability ([`lockd_components::run`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use lockd::run::{self, Output, RunConfig, RunLimits};
+use lockd_components::run::{self, Output, RunConfig, RunLimits};
 
 use crate::cli::flags::StoreArgs;
 use crate::cli::runtime;

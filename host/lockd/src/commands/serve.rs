@@ -1,6 +1,8 @@
-//! `lockd serve`: the REST API, /metrics and /healthz, and a Spin
-//! manifest's HTTP components with `--manifest` ([`lockd::serve`]). Also the
-//! serving loop `lockd up` shares.
+//! `lockd serve`: the REST API, /metrics and /healthz
+//! ([`lockd_server::serve`]), with Dapr's and Kahuna's APIs mounted on the
+//! same listener ([`lockd_compat`]), and a Spin manifest's HTTP components
+//! with `--manifest` ([`lockd_components::serve`]). Also the serving loop
+//! `lockd up` shares.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -9,10 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use lockd::auth::LiveCredentials;
-use lockd::config::{reload_tokens, LockdConfig};
-use lockd::serve::tls::Tls;
-use lockd::serve::ServeOptions;
+use lockd_compat::Compat;
+use lockd_components::serve::SpinApp;
+use lockd_server::auth::LiveCredentials;
+use lockd_server::config::{reload_tokens, LockdConfig};
+use lockd_server::serve::{Extension, ServeOptions};
+use lockd_server::tls::Tls;
 
 use crate::cli::flags::ServeArgs;
 use crate::cli::runtime;
@@ -57,13 +61,12 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
             let options = ServeOptions {
                 listen,
                 store,
-                manifest,
                 config,
                 auth_token: auth_token.clone(),
                 events_heartbeat: Duration::from_millis(args.events_heartbeat),
-                dapr_grpc_listen: args.dapr_grpc_listen,
+                extensions: extensions(manifest, args.dapr_grpc_listen),
             };
-            let server = lockd::serve::bind(options).await?;
+            let server = lockd_server::bind(options).await?;
             if let Some(hangup) = hangup {
                 let reload = Reload {
                     tls: server.tls(),
@@ -82,6 +85,21 @@ pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: S
             }
         }
     })
+}
+
+/// What `lockd serve` and `lockd up` add to the server: a manifest's HTTP
+/// components, then Dapr's and Kahuna's APIs (with Dapr's gRPC API on
+/// `dapr_grpc_listen`).
+fn extensions(
+    manifest: Option<PathBuf>,
+    dapr_grpc_listen: Option<SocketAddr>,
+) -> Vec<Box<dyn Extension>> {
+    let mut extensions: Vec<Box<dyn Extension>> = Vec::new();
+    if let Some(manifest) = manifest {
+        extensions.push(Box::new(SpinApp::new(manifest)));
+    }
+    extensions.push(Box::new(Compat::new(dapr_grpc_listen)));
+    extensions
 }
 
 /// What SIGHUP reads again: the TLS files, and the tokens of the lockd.toml

@@ -1,8 +1,8 @@
 //! `lockd token new`: a new random token and the `[[auth.tokens]]` entry
-//! of lockd.toml that admits it ([`lockd::config::NewToken`]).
+//! of lockd.toml that admits it ([`lockd_server::config::NewToken`]).
 
 use clap::{Args, Subcommand};
-use lockd::config::NewToken;
+use lockd_server::config::NewToken;
 
 /// Tokens of the REST API (lockd.toml's [[auth.tokens]]).
 #[derive(Args, Debug)]

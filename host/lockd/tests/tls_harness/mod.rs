@@ -188,18 +188,18 @@ impl Drop for TlsServer {
 /// `alpn`.
 pub fn client_config(ca: &Path, client: Option<&CertFiles>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
-    for cert in lockd::pem::certificates(ca).unwrap() {
+    for cert in ::lockd_server::pem::certificates(ca).unwrap() {
         roots.add(cert).unwrap();
     }
-    let builder = ClientConfig::builder_with_provider(lockd::pem::provider())
+    let builder = ClientConfig::builder_with_provider(::lockd_server::pem::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots);
     let mut config = match client {
         Some(c) => builder
             .with_client_auth_cert(
-                lockd::pem::certificates(&c.cert).unwrap(),
-                lockd::pem::private_key(&c.key).unwrap(),
+                ::lockd_server::pem::certificates(&c.cert).unwrap(),
+                ::lockd_server::pem::private_key(&c.key).unwrap(),
             )
             .unwrap(),
         None => builder.with_no_client_auth(),
@@ -230,7 +230,7 @@ pub fn peer_cert(tls: &Tls) -> Vec<u8> {
 
 /// The DER bytes of the first certificate in a PEM file.
 pub fn der(pem: &Path) -> Vec<u8> {
-    lockd::pem::certificates(pem).unwrap()[0].to_vec()
+    ::lockd_server::pem::certificates(pem).unwrap()[0].to_vec()
 }
 
 /// One HTTP/1.1 request on a kept-alive connection: (status, body).

@@ -1,0 +1,752 @@
+//! Serving the HTTP components of a Spin manifest on a `lockd-server`
+//! listener: [`SpinApp`] is the server's extension, [`App`] the routes it
+//! mounts after lockd's own.
+//!
+//! - Each component is compiled once and pre-instantiated (`ProxyPre` for
+//!   WASIp2 `wasi:http/incoming-handler@0.2.x`, `ServicePre` for WASIp3
+//!   `wasi:http/handler@0.3.x`); which one is [`Wasi`]'s rule.
+//! - A WASIp2 request gets a fresh instance in a fresh store, from the
+//!   pooling allocator (copy-on-write memory images keep that cheap), as
+//!   Spin does. A WASIp3 instance serves several requests at once and many
+//!   in turn, as `[limits]` allows ([`p3`]).
+//! - Every instance is bounded: an epoch deadline (a runaway loop traps, or
+//!   for WASIp3 yields until its instance is dropped), a memory cap (growth
+//!   past it traps), and a wall-clock timeout around the whole request (a
+//!   guest parked in a host call is dropped). A failing guest gets a 500
+//!   and the host carries on.
+//! - Each component's locks live in its namespace (the component id unless
+//!   lockd.toml says otherwise). Components import `lockd:lock@0.1.0`,
+//!   `lockd:lock@0.2.0` (WASI 0.3: `async func`s, lost futures) or both.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use lockd_core::LockService;
+use lockd_server::body::{full, Body};
+use lockd_server::config::{
+    LockdConfig, DEFAULT_INSTANCE_CONCURRENT_REQUESTS, DEFAULT_INSTANCE_MEMORY_BYTES,
+    DEFAULT_INSTANCE_REQUESTS, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_RESPONSE_BODY_BYTES,
+};
+use lockd_server::serve::{
+    self, BoxFuture, Context, Extended, Extension, Mount, OverTls, Precedence,
+};
+use lockd_wasm::{LockCtx, LockCtxView, LockView};
+use serde::Serialize;
+use tracing::Instrument as _;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder,
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use crate::epoch;
+use crate::manifest::{dependencies, ComponentSpec, Manifest};
+use crate::wasi::Wasi;
+
+mod p3;
+
+/// The HTTP components of the Spin manifest at a path, as an [`Extension`]
+/// of lockd's server (`lockd up`, `lockd serve --manifest`): when the
+/// server binds, the manifest is read and every routed component compiled,
+/// and its routes are mounted after lockd's own.
+#[derive(Clone, Debug)]
+pub struct SpinApp {
+    manifest: PathBuf,
+}
+
+impl SpinApp {
+    /// The app of the manifest at `manifest`.
+    pub fn new(manifest: impl Into<PathBuf>) -> Self {
+        SpinApp {
+            manifest: manifest.into(),
+        }
+    }
+}
+
+impl Extension for SpinApp {
+    fn prepare(self: Box<Self>, server: &Context<'_>) -> anyhow::Result<Extended> {
+        let manifest = Manifest::load(&self.manifest)?;
+        let app = App::new(manifest, server.config, server.service.clone())?;
+        Ok(Extended {
+            mounts: vec![(Precedence::AfterOwn, Arc::new(app))],
+            side_listeners: Vec::new(),
+        })
+    }
+}
+
+impl Mount for App {
+    fn claims(&self, path: &str) -> bool {
+        App::claims(self, path)
+    }
+
+    fn handle(&self, req: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
+        Box::pin(async move {
+            App::handle(self, req)
+                .await
+                .unwrap_or_else(serve::not_found)
+        })
+    }
+
+    fn banner(&self) -> Vec<String> {
+        self.routes()
+            .map(|(route, component, kind)| format!("{route} -> {component} ({kind})"))
+            .collect()
+    }
+}
+
+/// The HTTP components of one manifest, ready to serve.
+pub struct App {
+    manifest: Manifest,
+    components: HashMap<String, Arc<Served>>,
+    limits: InstanceLimits,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.manifest.name)
+            .field("components", &self.components.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per-instance bounds.
+#[derive(Clone, Copy, Debug)]
+struct InstanceLimits {
+    memory_bytes: usize,
+    timeout: Duration,
+    /// Largest response body of a WASIp3 component, which is collected
+    /// before it is sent (its store's event loop drives the body).
+    response_body_bytes: usize,
+    /// How many requests one WASIp3 instance serves.
+    reuse: InstanceReuse,
+}
+
+/// How many requests one WASIp3 instance serves: at most
+/// `concurrent_requests` at once, `requests` in all (each at least 1).
+#[derive(Clone, Copy, Debug)]
+struct InstanceReuse {
+    concurrent_requests: usize,
+    requests: usize,
+}
+
+struct Served {
+    id: String,
+    recipe: Arc<StoreRecipe>,
+    pre: Pre,
+}
+
+enum Pre {
+    P2(wasmtime_wasi_http::p2::bindings::ProxyPre<RequestState>),
+    P3(p3::Instances),
+}
+
+/// What every store of one component is made of.
+struct StoreRecipe {
+    namespace: String,
+    service: LockService,
+    outbound: Arc<Vec<OutboundRule>>,
+    /// The manifest's `environment` for this component.
+    environment: Vec<(String, String)>,
+    limits: InstanceLimits,
+}
+
+/// Everything one request's store holds.
+struct RequestState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: OutboundHooks,
+    table: ResourceTable,
+    locks: LockCtx,
+    limits: StoreLimits,
+}
+
+impl WasiView for RequestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for RequestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+impl LockView for RequestState {
+    fn lock_ctx(&mut self) -> LockCtxView<'_> {
+        LockCtxView {
+            ctx: &mut self.locks,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The engine for serving components: pooling allocator, epochs, and the
+/// component-model-async support WASIp3 needs.
+fn engine(memory_bytes: usize) -> anyhow::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::default();
+    // Generous per-component shapes: componentize-py and componentize-js
+    // output has many core instances, memories and large tables.
+    pool.total_component_instances(256)
+        .total_core_instances(2048)
+        .total_memories(512)
+        .total_tables(1024)
+        .total_stacks(256)
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20)
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(16)
+        .max_tables_per_component(64)
+        .max_memories_per_module(2)
+        .max_tables_per_module(8)
+        .table_elements(200_000)
+        .max_memory_size(memory_bytes)
+        // A fresh instance per request means a slot reset per request. By
+        // default the reset madvises memory away, and every madvise flushes
+        // the TLB of each core running this process (IPIs; costly in a VM):
+        // that, not the guest, capped the edge benchmark (B3). Instead, keep
+        // the first pages resident and reset them with memset, only the
+        // pages actually touched (PAGEMAP_SCAN, Linux 6.7+, where present),
+        // and batch what is still decommitted.
+        .linear_memory_keep_resident(4 << 20)
+        .table_keep_resident(1 << 20)
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .decommit_batch_size(64);
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .wasm_component_model_async(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let engine = Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("creating the component engine")?;
+    epoch::start_ticker(&engine)?;
+    Ok(engine)
+}
+
+fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+    wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+    lockd_wasm::add_to_linker(&mut linker)?;
+    lockd_wasm::p3::add_to_linker(&mut linker)?;
+    Ok(linker)
+}
+
+/// `[limits] key`'s `value`, or `default`; 0 is refused.
+fn at_least_one(key: &str, value: Option<usize>, default: usize) -> anyhow::Result<usize> {
+    match value {
+        Some(0) => anyhow::bail!(
+            "[limits] {key} in lockd.toml is 0; it must be at least 1 \
+             (1 gives every WASIp3 request an instance of its own)"
+        ),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+/// Compiles component `id`, composed with its dependencies if it has any.
+fn load(engine: &Engine, id: &str, spec: &ComponentSpec) -> anyhow::Result<Component> {
+    let read_error = || {
+        format!(
+            "loading component {id} from {} (build it first, or use `lockd up --build`)",
+            spec.source.display()
+        )
+    };
+    if spec.dependencies.is_empty() {
+        return Component::from_file(engine, &spec.source)
+            .map_err(anyhow::Error::from)
+            .with_context(read_error);
+    }
+    let bytes = std::fs::read(&spec.source).with_context(read_error)?;
+    let composed = dependencies::compose(id, &bytes, &spec.dependencies)?;
+    Component::new(engine, &composed)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("compiling component {id} composed with its dependencies"))
+}
+
+impl InstanceLimits {
+    /// The bounds lockd.toml's `[limits]` sets, with the defaults for what
+    /// it leaves out.
+    fn from_config(config: &LockdConfig) -> anyhow::Result<InstanceLimits> {
+        let limits = &config.limits;
+        Ok(InstanceLimits {
+            memory_bytes: limits
+                .instance_memory_bytes
+                .unwrap_or(DEFAULT_INSTANCE_MEMORY_BYTES),
+            timeout: Duration::from_millis(
+                limits
+                    .request_timeout_ms
+                    .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
+            ),
+            response_body_bytes: limits
+                .response_body_bytes
+                .unwrap_or(DEFAULT_RESPONSE_BODY_BYTES),
+            reuse: InstanceReuse {
+                concurrent_requests: at_least_one(
+                    "instance_concurrent_requests",
+                    limits.instance_concurrent_requests,
+                    DEFAULT_INSTANCE_CONCURRENT_REQUESTS,
+                )?,
+                requests: at_least_one(
+                    "instance_requests",
+                    limits.instance_requests,
+                    DEFAULT_INSTANCE_REQUESTS,
+                )?,
+            },
+        })
+    }
+}
+
+/// What every component of one app is served with.
+struct Serving<'a> {
+    engine: Engine,
+    linker: Linker<RequestState>,
+    config: &'a LockdConfig,
+    service: LockService,
+    limits: InstanceLimits,
+}
+
+impl Serving<'_> {
+    /// Compiles component `id` and pre-instantiates it as its WASI
+    /// generation is served.
+    fn component(&self, id: &str, spec: &ComponentSpec) -> anyhow::Result<Served> {
+        let component = load(&self.engine, id, spec)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("linking component {id}"))?;
+        let outbound = spec
+            .allowed_outbound_hosts
+            .iter()
+            .map(|h| OutboundRule::parse(h))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .with_context(|| format!("component {id}: allowed_outbound_hosts"))?;
+        let recipe = Arc::new(StoreRecipe {
+            namespace: self.config.namespace_of(id),
+            service: self.service.clone(),
+            outbound: Arc::new(outbound),
+            environment: spec
+                .environment
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            limits: self.limits,
+        });
+        let neither = || {
+            format!(
+                "component {id} exports neither wasi:http/incoming-handler@0.2 nor wasi:http/handler@0.3"
+            )
+        };
+        let pre = match Wasi::of_component(&component, &self.engine) {
+            Wasi::P3 => {
+                let pre = wasmtime_wasi_http::p3::bindings::ServicePre::new(pre)
+                    .map_err(anyhow::Error::from)
+                    .with_context(neither)?;
+                Pre::P3(p3::Instances::new(id, pre, recipe.clone(), self.limits))
+            }
+            Wasi::P2 => Pre::P2(
+                wasmtime_wasi_http::p2::bindings::ProxyPre::new(pre)
+                    .map_err(anyhow::Error::from)
+                    .with_context(neither)?,
+            ),
+        };
+        Ok(Served {
+            id: id.to_string(),
+            recipe,
+            pre,
+        })
+    }
+}
+
+impl App {
+    /// Compiles and pre-instantiates every routed component of `manifest`.
+    pub fn new(
+        manifest: Manifest,
+        config: &LockdConfig,
+        service: LockService,
+    ) -> anyhow::Result<App> {
+        let limits = InstanceLimits::from_config(config)?;
+        let engine = engine(limits.memory_bytes)?;
+        let serving = Serving {
+            linker: linker(&engine)?,
+            engine,
+            config,
+            service,
+            limits,
+        };
+        let mut components = HashMap::new();
+        for route in &manifest.routes {
+            if components.contains_key(&route.component) {
+                continue;
+            }
+            let spec = &manifest.components[&route.component];
+            let served = serving.component(&route.component, spec)?;
+            components.insert(route.component.clone(), Arc::new(served));
+        }
+        Ok(App {
+            manifest,
+            components,
+            limits,
+        })
+    }
+
+    /// The manifest's routes, for the startup banner.
+    pub fn routes(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.manifest.routes.iter().map(|r| {
+            let served = &self.components[&r.component];
+            let kind = match served.pre {
+                Pre::P2(_) => "wasi:http@0.2",
+                Pre::P3(_) => "wasi:http@0.3",
+            };
+            (r.pattern.as_str(), r.component.as_str(), kind)
+        })
+    }
+
+    /// Whether a route of the manifest matches `path`.
+    pub fn claims(&self, path: &str) -> bool {
+        self.manifest.route(path).is_some()
+    }
+
+    /// Answers `req` with the component its path routes to, or `None` if no
+    /// route matches.
+    pub async fn handle(&self, req: Request<Incoming>) -> Option<Response<Body>> {
+        let route = self.manifest.route(req.uri().path())?;
+        let served = self.components.get(&route.component)?.clone();
+        let span = tracing::Span::current();
+        span.record("route", route.pattern.as_str());
+        span.record("component", served.id.as_str());
+        span.record("namespace", served.recipe.namespace.as_str());
+        Some(match served.call(req, self.limits).await {
+            Ok(response) => {
+                span.record("outcome", "answered");
+                response
+            }
+            Err(e) => {
+                span.record("outcome", "failed");
+                // A trap, a timeout, a bad response: the guest's fault, and
+                // the host carries on. `{e:?}` keeps the wasm backtrace.
+                tracing::error!(component = %served.id, error = ?e, "component failed");
+                let body = ComponentFailed {
+                    message: format!("component {} failed: {e}", served.id),
+                    status: "error",
+                };
+                let json = serde_json::to_vec(&body).unwrap_or_default();
+                let mut response = Response::new(full(json));
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            }
+        })
+    }
+}
+
+/// The body of a 500 for a component that failed, whose status word is
+/// always `error`.
+#[derive(Serialize)]
+struct ComponentFailed {
+    message: String,
+    status: &'static str,
+}
+
+impl StoreRecipe {
+    /// A fresh store: WASI with the component's environment, its outbound
+    /// rules, its namespace's locks, the memory cap. Its epoch deadline is
+    /// the request timeout; a reused (WASIp3) instance changes that.
+    fn store(&self, engine: &Engine) -> Store<RequestState> {
+        let limits = self.limits;
+        let state = RequestState {
+            wasi: WasiCtxBuilder::new()
+                .inherit_stdout()
+                .inherit_stderr()
+                .envs(&self.environment)
+                .build(),
+            http: WasiHttpCtx::new(),
+            hooks: OutboundHooks {
+                rules: self.outbound.clone(),
+            },
+            table: ResourceTable::new(),
+            locks: LockCtx::new(self.service.clone(), self.namespace.clone()),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(epoch::deadline_ticks(limits.timeout));
+        store
+    }
+}
+
+impl Served {
+    async fn call(
+        &self,
+        req: Request<Incoming>,
+        limits: InstanceLimits,
+    ) -> anyhow::Result<Response<Body>> {
+        match &self.pre {
+            Pre::P2(pre) => self.call_p2(pre, req, limits).await,
+            Pre::P3(instances) => Ok(instances.call(req, limits).await?.map(full)),
+        }
+    }
+
+    async fn call_p2(
+        &self,
+        pre: &wasmtime_wasi_http::p2::bindings::ProxyPre<RequestState>,
+        req: Request<Incoming>,
+        limits: InstanceLimits,
+    ) -> anyhow::Result<Response<Body>> {
+        use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+
+        let mut store = self.recipe.store(pre.engine());
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let scheme = if req.extensions().get::<OverTls>().is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let request = store.data_mut().http().new_incoming_request(scheme, req)?;
+        let out = store.data_mut().http().new_response_outparam(sender)?;
+        let pre = pre.clone();
+        // The guest runs in its own task: it may keep streaming the body
+        // after the response head is sent. The timeout bounds all of it.
+        let task = tokio::spawn(
+            async move {
+                let run = async {
+                    let proxy = pre.instantiate_async(&mut store).await?;
+                    proxy
+                        .wasi_http_incoming_handler()
+                        .call_handle(&mut store, request, out)
+                        .await
+                };
+                match tokio::time::timeout(limits.timeout, run).await {
+                    Ok(result) => result.map_err(anyhow::Error::from),
+                    Err(_) => Err(anyhow!("timed out after {:?}", limits.timeout)),
+                }
+            }
+            .instrument(tracing::Span::current()),
+        );
+        match receiver.await {
+            Ok(Ok(response)) => {
+                // A guest that fails after its response head (a trap while
+                // it streams the body) shows here, as the body's error;
+                // failures before the head reach `App::handle`.
+                let span = tracing::Span::current();
+                Ok(response.map(|body| {
+                    body.map_err(move |e| {
+                        tracing::error!(parent: &span, error = ?e, "component failed while writing its response body");
+                        anyhow!("{e:?}")
+                    })
+                    .boxed_unsync()
+                }))
+            }
+            Ok(Err(code)) => Err(anyhow!("the component answered with error {code:?}")),
+            Err(_) => match task.await {
+                Ok(Ok(())) => Err(anyhow!("the component returned without setting a response")),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(anyhow!("the request task failed: {e}")),
+            },
+        }
+    }
+}
+
+/// Outgoing HTTP requests from components, allowed only to the hosts their
+/// `allowed_outbound_hosts` names (none by default).
+struct OutboundHooks {
+    rules: Arc<Vec<OutboundRule>>,
+}
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: hyper::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn std::future::Future<
+                Output = Result<
+                    (
+                        hyper::Response<wasmtime_wasi_http::WasiBody>,
+                        Box<
+                            dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>>
+                                + Send,
+                        >,
+                    ),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        drop(fut);
+        let uri = request.uri();
+        let scheme = uri.scheme_str().unwrap_or("https").to_string();
+        let host = uri.host().unwrap_or("").to_ascii_lowercase();
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "http" { 80 } else { 443 });
+        if !self.rules.iter().any(|r| r.allows(&scheme, &host, port)) {
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                response.map(http_body_util::BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+/// `req` with the `https` scheme and its `Host` as the authority, if it came
+/// over TLS as HTTP/1.1: a WASIp3 guest reads the scheme from the URI, which
+/// HTTP/1.1 requests carry as a bare path (HTTP/2 ones are complete).
+fn with_https_scheme<B>(mut req: Request<B>) -> Request<B> {
+    if req.extensions().get::<OverTls>().is_none() || req.uri().scheme().is_some() {
+        return req;
+    }
+    let Some(host) = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return req;
+    };
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    if let Ok(uri) = hyper::Uri::builder()
+        .scheme("https")
+        .authority(host)
+        .path_and_query(path)
+        .build()
+    {
+        *req.uri_mut() = uri;
+    }
+    req
+}
+
+/// One `allowed_outbound_hosts` entry: `scheme://host[:port]`, where each
+/// part may be `*` and the host may be `*.suffix`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OutboundRule {
+    scheme: String,
+    host: String,
+    port: Option<String>,
+}
+
+impl OutboundRule {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .with_context(|| format!("{text:?} is not scheme://host[:port]"))?;
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p.to_string())),
+            None => (rest, None),
+        };
+        if host.is_empty() {
+            anyhow::bail!("{text:?} has no host");
+        }
+        Ok(OutboundRule {
+            scheme: scheme.to_ascii_lowercase(),
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+
+    fn allows(&self, scheme: &str, host: &str, port: u16) -> bool {
+        let scheme_ok = self.scheme == "*" || self.scheme == scheme;
+        let host_ok = self.host == "*"
+            || self.host == host
+            || self
+                .host
+                .strip_prefix("*.")
+                .is_some_and(|suffix| host.ends_with(&format!(".{suffix}")));
+        let default_port = if scheme == "http" { 80 } else { 443 };
+        let port_ok = match self.port.as_deref() {
+            Some("*") => true,
+            Some(p) => p.parse() == Ok(port),
+            None => port == default_port,
+        };
+        scheme_ok && host_ok && port_ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::Request;
+
+    use super::{at_least_one, with_https_scheme, OutboundRule};
+
+    #[test]
+    fn instance_reuse_limits_are_at_least_one() {
+        assert_eq!(at_least_one("instance_requests", None, 128).unwrap(), 128);
+        assert_eq!(at_least_one("instance_requests", Some(1), 128).unwrap(), 1);
+        let zero = at_least_one("instance_requests", Some(0), 128).unwrap_err();
+        assert!(
+            zero.to_string()
+                .contains("[limits] instance_requests in lockd.toml is 0"),
+            "{zero}"
+        );
+    }
+
+    #[test]
+    fn requests_over_tls_get_the_https_scheme() {
+        let over_tls = |uri: &str, host: Option<&str>| {
+            let mut req = Request::builder().uri(uri);
+            if let Some(host) = host {
+                req = req.header("host", host);
+            }
+            let mut req = req.body(()).unwrap();
+            req.extensions_mut().insert(super::OverTls);
+            with_https_scheme(req).uri().to_string()
+        };
+        assert_eq!(
+            over_tls("/jobs/1?x=2", Some("h:8443")),
+            "https://h:8443/jobs/1?x=2"
+        );
+        // HTTP/2's complete URIs, and a request without Host, stay as they are.
+        assert_eq!(over_tls("https://a:1/p", Some("b:2")), "https://a:1/p");
+        assert_eq!(over_tls("/p", None), "/p");
+        // Plain HTTP is left alone.
+        let plain = Request::builder()
+            .uri("/p")
+            .header("host", "h")
+            .body(())
+            .unwrap();
+        assert_eq!(with_https_scheme(plain).uri().to_string(), "/p");
+    }
+
+    #[test]
+    fn outbound_rules() {
+        let rule = |t: &str| OutboundRule::parse(t).unwrap();
+        assert!(rule("https://example.com").allows("https", "example.com", 443));
+        assert!(!rule("https://example.com").allows("http", "example.com", 80));
+        assert!(!rule("https://example.com").allows("https", "example.com", 8443));
+        assert!(rule("https://example.com:8443").allows("https", "example.com", 8443));
+        assert!(rule("http://*:*").allows("http", "anything", 1234));
+        assert!(rule("*://*.example.com:*").allows("https", "api.example.com", 1));
+        assert!(!rule("*://*.example.com:*").allows("https", "example.com.evil", 1));
+        assert!(OutboundRule::parse("example.com").is_err());
+    }
+}

@@ -1,0 +1,428 @@
+//! [`bind`] and [`serve`]: one HTTP listener for lockd's own routes (the
+//! REST API, `/metrics`, `/healthz`, `/openapi.json`, the web page) and the
+//! routes other crates mount on it ([`Mount`]), plus the listeners they
+//! serve beside it ([`SideListener`]); both are added through an
+//! [`Extension`]. With `[tls]` files ([`crate::tls`]) every listener
+//! speaks HTTPS only; the main one HTTP/2 or HTTP/1.1 by ALPN, and plain
+//! HTTP/1.1 without TLS.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper::body::Incoming;
+use hyper::rt::{Read, Write};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use lockd_core::LockService;
+use tracing::Instrument as _;
+
+mod extension;
+
+pub use extension::{
+    Accepted, BoxFuture, Context, Extended, Extension, Mount, Precedence, SideListener,
+};
+
+use crate::api::{Api, ApiOptions, PeerAddr};
+use crate::auth::LiveCredentials;
+use crate::body::{full, Body};
+use crate::config::LockdConfig;
+use crate::store::StoreSpec;
+use crate::tls::Tls;
+use crate::ui;
+
+/// A client has this long to send a request's complete head; a slow-loris
+/// client trickling headers is disconnected after it.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Largest request head (request line and headers) accepted.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// Whether a request came over TLS: set in every request's extensions on a
+/// TLS listener, for mounts that tell the scheme (a component sees
+/// `https`).
+#[derive(Clone, Copy, Debug)]
+pub struct OverTls;
+
+/// What a server runs (TLS from `config.tls`). Its `Debug` never shows
+/// the token.
+pub struct ServeOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Where locks live.
+    pub store: StoreSpec,
+    /// lockd's own configuration.
+    pub config: LockdConfig,
+    /// A bearer token accepted on lockd's own routes as an admin over every
+    /// namespace, beside lockd.toml's `[[auth.tokens]]`.
+    pub auth_token: Option<String>,
+    /// How long an idle event stream waits before a heartbeat comment
+    /// (zero: [`HEARTBEAT`](crate::api::HEARTBEAT)).
+    pub events_heartbeat: Duration,
+    /// What other crates add: prepared in this order, once the store is
+    /// open.
+    pub extensions: Vec<Box<dyn Extension>>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("events_heartbeat", &self.events_heartbeat)
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+/// A bound, ready server: its sockets are listening and every extension is
+/// prepared.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    service: LockService,
+    router: Arc<Router>,
+    side_listeners: Vec<(tokio::net::TcpListener, Arc<dyn SideListener>)>,
+    tls: Option<Arc<Tls>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the store, prepares the extensions and binds the sockets: the
+/// server's listener, then each side listener.
+pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
+    let ServeOptions {
+        listen,
+        store,
+        config,
+        auth_token,
+        events_heartbeat,
+        extensions,
+    } = options;
+    let credentials = config.auth.credentials(auth_token.as_deref())?;
+    // The certificate is checked before the store opens: a bad file is the
+    // error to report, not a side effect after locks were recovered.
+    let tls = Tls::load(&config.tls)?;
+    let service = config.open_service(&store).await?;
+    let api = Arc::new(Api::with_options(
+        service.clone(),
+        ApiOptions {
+            credentials,
+            events_heartbeat,
+        },
+    ));
+    let context = Context {
+        service: &service,
+        config: &config,
+        api: &api,
+    };
+    let mut router = Router {
+        api: api.clone(),
+        before_own: Vec::new(),
+        after_own: Vec::new(),
+    };
+    let mut sides = Vec::new();
+    for extension in extensions {
+        let extended = extension.prepare(&context)?;
+        for (precedence, mount) in extended.mounts {
+            match precedence {
+                Precedence::BeforeOwn => router.before_own.push(mount),
+                Precedence::AfterOwn => router.after_own.push(mount),
+            }
+        }
+        sides.extend(extended.side_listeners);
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let mut side_listeners = Vec::new();
+    for side in sides {
+        let at = side.addr();
+        let bound = tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("binding {at} ({})", side.what()))?;
+        side_listeners.push((bound, side));
+    }
+    Ok(Server {
+        listener,
+        addr,
+        service,
+        router: Arc::new(router),
+        side_listeners,
+        tls,
+    })
+}
+
+impl Server {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where its side listeners listen, in the order the extensions gave
+    /// them.
+    pub fn side_addrs(&self) -> Vec<SocketAddr> {
+        self.side_listeners
+            .iter()
+            .filter_map(|(listener, _)| listener.local_addr().ok())
+            .collect()
+    }
+
+    /// The lock service behind it (tests inspect the store through it).
+    pub fn service(&self) -> &LockService {
+        &self.service
+    }
+
+    /// The tokens it accepts, on every surface of its listeners:
+    /// [`LiveCredentials::replace`] puts new ones in force (the binary
+    /// reads lockd.toml's again on SIGHUP).
+    pub fn credentials(&self) -> LiveCredentials {
+        self.router.api.credentials().clone()
+    }
+
+    /// Its TLS, if it serves HTTPS: [`Tls::reload`] reads the files again
+    /// (the binary calls it on SIGHUP).
+    pub fn tls(&self) -> Option<Arc<Tls>> {
+        self.tls.clone()
+    }
+
+    /// Serves until `shutdown` completes. Prints the side listeners, the
+    /// mounted routes and then `lockd listening on http://ADDR` (`https://`
+    /// with TLS; tests wait for that line).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let addr = self.addr;
+        let side_tasks: Vec<_> = self
+            .side_listeners
+            .into_iter()
+            .filter_map(|(listener, side)| {
+                let at = listener.local_addr().ok()?;
+                println!("  {}", side.banner(at, self.tls.is_some()));
+                let handle = move |accepted: Accepted, peer| side.serve_connection(accepted, peer);
+                let tls = self.tls.clone();
+                Some(tokio::spawn(accept_loop(
+                    listener,
+                    tls,
+                    std::future::pending(),
+                    handle,
+                )))
+            })
+            .collect();
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        for mount in self.router.before_own.iter().chain(&self.router.after_own) {
+            for line in mount.banner() {
+                println!("  {scheme}://{addr}{line}");
+            }
+        }
+        println!("  {scheme}://{addr}/ui/ -> the web page (locks and events, live)");
+        println!("lockd listening on {scheme}://{addr}");
+        tracing::info!(%addr, tls = self.tls.is_some(), "serving");
+        let router = self.router.clone();
+        let handle = move |accepted: Accepted, peer| {
+            let router = router.clone();
+            async move {
+                match accepted {
+                    Accepted::Plain(stream) => {
+                        serve_connection(TokioIo::new(stream), false, false, router, peer).await;
+                    }
+                    Accepted::Tls(done) => {
+                        let io = TokioIo::new(done.stream);
+                        serve_connection(io, true, done.http2, router, peer).await;
+                    }
+                }
+            }
+        };
+        accept_loop(self.listener, self.tls.clone(), shutdown, handle).await;
+        for task in side_tasks {
+            task.abort();
+        }
+        Ok(())
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` completes, each in a
+/// task of its own: with `tls`, after its handshake (the certificate
+/// [`Tls::reload`] last loaded), then `handle`d. Every listener (the
+/// server's and the side listeners) accepts here, so they share the
+/// certificate, its reloads and the handshake timeout.
+async fn accept_loop<H, F>(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<Tls>>,
+    shutdown: impl Future<Output = ()>,
+    handle: H,
+) where
+    H: Fn(Accepted, SocketAddr) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of file descriptors and the like: keep serving the rest.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // A component may write its body after its headers: with Nagle's
+        // algorithm on, that second write waited for the client's
+        // delayed ACK (40 ms on Linux) before leaving.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "setting TCP_NODELAY failed");
+        }
+        let handle = handle.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let Some(tls) = tls else {
+                return handle(Accepted::Plain(stream), peer).await;
+            };
+            match tls.handshake(stream).await {
+                Ok(done) => handle(Accepted::Tls(Box::new(done)), peer).await,
+                // Scanners and stray plain-HTTP clients are routine:
+                // debug, not warn.
+                Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            }
+        });
+    }
+}
+
+/// Serves the requests of one connection (HTTP/2 if `http2`, else
+/// HTTP/1.1) until it closes. Its errors (a client hanging up) concern
+/// that client only.
+async fn serve_connection<I>(
+    io: I,
+    over_tls: bool,
+    http2: bool,
+    router: Arc<Router>,
+    peer: SocketAddr,
+) where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let router = router.clone();
+        // Refusals log who asked (crate::api::PeerAddr).
+        req.extensions_mut().insert(PeerAddr(peer));
+        if over_tls {
+            req.extensions_mut().insert(OverTls);
+        }
+        async move { Ok::<_, Infallible>(router.route(req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = if http2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    if let Err(e) = builder.serve_connection(io, service).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Binds and serves until `shutdown` completes.
+pub async fn serve(
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    bind(options).await?.run(shutdown).await
+}
+
+/// Whether `path` is lockd's own: the REST API's (anything under `/v1/`
+/// included), `/metrics`, `/healthz`, `/openapi.json` or the web page's. A
+/// mount asked after lockd's own routes never gets such a path.
+pub fn is_own_path(path: &str) -> bool {
+    Api::owns(path) || ui::owns(path)
+}
+
+/// Who answers a request on the server's listener.
+struct Router {
+    api: Arc<Api>,
+    /// Mounts asked before lockd's own routes.
+    before_own: Vec<Arc<dyn Mount>>,
+    /// Mounts asked after lockd's own routes and the web page.
+    after_own: Vec<Arc<dyn Mount>>,
+}
+
+impl Router {
+    /// Answers one request inside its span. The handlers fill in what they
+    /// learn (`route`, `component`, `namespace`, `outcome`); the span closes
+    /// with a `debug` line carrying the status and duration, so
+    /// `RUST_LOG=lockd=debug` logs every request and the default costs
+    /// nothing but the span.
+    async fn route(&self, req: Request<Incoming>) -> Response<Body> {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+            route = tracing::field::Empty,
+            component = tracing::field::Empty,
+            namespace = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let response = self.dispatch(req).instrument(span.clone()).await;
+        let status = response.status().as_u16();
+        let elapsed_us = started.elapsed().as_micros() as u64;
+        if status >= 500 {
+            tracing::warn!(parent: &span, status, elapsed_us, "request failed");
+        } else {
+            tracing::debug!(parent: &span, status, elapsed_us, "request");
+        }
+        response
+    }
+
+    async fn dispatch(&self, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path();
+        // Before `Api::owns`: Kahuna's routes are under /v1/ too.
+        if let Some(mount) = self.before_own.iter().find(|m| m.claims(path)) {
+            return mount.handle(req).await;
+        }
+        if Api::owns(path) {
+            return self.api.handle(req).await;
+        }
+        if ui::owns(path) {
+            tracing::Span::current().record("route", "/ui/");
+            return ui::handle(req.method(), path);
+        }
+        // `/` shows the page, unless a mount serves `/` itself.
+        if path == "/" && !self.after_own.iter().any(|m| m.claims(path)) {
+            return ui::redirect(ui::UI_PATH);
+        }
+        match self.after_own.iter().find(|m| m.claims(path)) {
+            Some(mount) => mount.handle(req).await,
+            None => not_found(),
+        }
+    }
+}
+
+/// lockd's 404 for a path no route serves.
+pub fn not_found() -> Response<Body> {
+    let mut response = Response::new(full(r#"{"status":"not_found","message":"no route"}"#));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
