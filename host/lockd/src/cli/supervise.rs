@@ -299,58 +299,12 @@ pub async fn run_while_held(
 ) -> Result<i32, Failure> {
     let (ttl, command, prefix) = (args.ttl, &args.command, held.kind.command());
     let clock = SystemClock;
-    let mut terms = Terms {
-        renewed_at_ms: taken.sent_at_ms,
-        ttl_ms: ttl,
-        expires_at_ms: taken.grant.expires_at_ms,
-    };
-    // A long wait in the queue leaves less of the TTL than the send time
-    // says: renew once before CMD starts, so that it starts with a whole
-    // TTL, or not at all.
-    if clock.now_ms().saturating_sub(taken.sent_at_ms) > terms.margin_ms() {
-        let renewed_at_ms = clock.now_ms();
-        match held.renew(ttl).await {
-            Ok(expires_at_ms) => {
-                terms = Terms {
-                    renewed_at_ms,
-                    ttl_ms: ttl,
-                    expires_at_ms,
-                }
-            }
-            Err(why) => {
-                held.release().await;
-                return Err(fail(
-                    EXIT_NOT_TAKEN,
-                    format!(
-                        "cannot keep {} after taking it: {}",
-                        held.kind.what(&held.name),
-                        why.message
-                    ),
-                ));
-            }
-        }
-    }
-    let holding = Holding::new(terms);
+    let holding = Holding::new(starting_terms(&held, taken, ttl).await?);
 
     // Watch the signals to forward before CMD exists, so none is missed.
     let mut interrupt = watch(SignalKind::interrupt());
     let mut terminate = watch(SignalKind::terminate());
-    let spawned = tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            held.release().await;
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Err(fail(code, format!("cannot run {:?}: {e}", command[0])));
-        }
-    };
+    let mut child = spawn(&held, command, env).await?;
 
     let keeping = keep_alive(&clock, &holding, &held);
     tokio::pin!(keeping);
@@ -381,27 +335,93 @@ pub async fn run_while_held(
             format!("no successful renewal within its TTL of {ttl} ms")
         }
     };
-
     eprintln!(
         "{prefix}: lost {} ({lost}); stopping {:?} (exit {EXIT_LOST})",
         held.kind.what(&held.name),
         command[0]
     );
-    forward(&child, Signal::TERM);
-    let kill_at = Instant::now() + Duration::from_millis(args.kill_after);
+    let signals = (&mut interrupt, &mut terminate);
+    stop(&mut child, signals, Duration::from_millis(args.kill_after)).await;
+    Ok(EXIT_LOST)
+}
+
+/// The terms CMD starts under. A long wait in the queue leaves less of the
+/// TTL than the send time says: renew once before CMD starts, so that it
+/// starts with a whole TTL, or not at all (exit 75, released).
+async fn starting_terms(held: &Held, taken: &Taken, ttl: u64) -> Result<Terms, Failure> {
+    let clock = SystemClock;
+    let terms = Terms {
+        renewed_at_ms: taken.sent_at_ms,
+        ttl_ms: ttl,
+        expires_at_ms: taken.grant.expires_at_ms,
+    };
+    if clock.now_ms().saturating_sub(taken.sent_at_ms) <= terms.margin_ms() {
+        return Ok(terms);
+    }
+    let renewed_at_ms = clock.now_ms();
+    match held.renew(ttl).await {
+        Ok(expires_at_ms) => Ok(Terms {
+            renewed_at_ms,
+            ttl_ms: ttl,
+            expires_at_ms,
+        }),
+        Err(why) => {
+            held.release().await;
+            Err(fail(
+                EXIT_NOT_TAKEN,
+                format!(
+                    "cannot keep {} after taking it: {}",
+                    held.kind.what(&held.name),
+                    why.message
+                ),
+            ))
+        }
+    }
+}
+
+/// Starts CMD with `env`; if it cannot start, `held` is released and the
+/// exit is 127 (not found) or 126.
+async fn spawn(held: &Held, command: &[String], env: &[(&str, String)]) -> Result<Child, Failure> {
+    let spawned = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .spawn();
+    match spawned {
+        Ok(child) => Ok(child),
+        Err(e) => {
+            held.release().await;
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            Err(fail(code, format!("cannot run {:?}: {e}", command[0])))
+        }
+    }
+}
+
+/// After a loss: SIGTERM to CMD, SIGKILL `kill_after` later if it is still
+/// running, and the watched signals passed on meanwhile; returns once it
+/// has exited.
+async fn stop(
+    child: &mut Child,
+    (interrupt, terminate): (&mut Option<Watched>, &mut Option<Watched>),
+    kill_after: Duration,
+) {
+    forward(child, Signal::TERM);
+    let kill_at = Instant::now() + kill_after;
     let mut killed = false;
     loop {
         tokio::select! {
             _ = child.wait() => break,
-            Some(()) = next_signal(&mut interrupt) => forward(&child, Signal::INT),
-            Some(()) = next_signal(&mut terminate) => forward(&child, Signal::TERM),
+            Some(()) = next_signal(interrupt) => forward(child, Signal::INT),
+            Some(()) = next_signal(terminate) => forward(child, Signal::TERM),
             () = tokio::time::sleep_until(kill_at), if !killed => {
                 killed = true;
                 let _ = child.start_kill();
             }
         }
     }
-    Ok(EXIT_LOST)
 }
 
 /// Runs blocking HTTP off the runtime's thread.
