@@ -3,8 +3,8 @@
 //! routes other crates mount on it ([`Mount`]), plus the listeners they
 //! serve beside it ([`SideListener`]); both are added through an
 //! [`Extension`]. With `[tls]` files ([`crate::tls`]) every listener
-//! speaks HTTPS only; the main one HTTP/2 or HTTP/1.1 by ALPN, and plain
-//! HTTP/1.1 without TLS.
+//! speaks HTTPS only, the server's own HTTP/2 or HTTP/1.1 by ALPN; without,
+//! the server's own speaks plain HTTP/1.1.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -398,7 +398,8 @@ impl Router {
 
     async fn dispatch(&self, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path();
-        // Before `Api::owns`: Kahuna's routes are under /v1/ too.
+        // Before `Api::owns`: such a mount may claim paths under /v1/ (the
+        // compatibility routes do).
         if let Some(mount) = self.before_own.iter().find(|m| m.claims(path)) {
             return mount.handle(req).await;
         }

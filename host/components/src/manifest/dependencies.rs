@@ -645,7 +645,8 @@ mod tests {
             assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
         }
         // Three interfaces of one package are disjoint names: the manifest
-        // reads, and composition refuses them (tests/spin_dependencies.rs).
+        // reads, and composition refuses them
+        // (host/lockd/tests/spin_dependencies.rs).
         let three = "\"lockd:lock/locks\" = { path = \"c.wasm\" }\n\
                      \"lockd:lock/guards\" = { path = \"c.wasm\" }\n\
                      \"lockd:lock/leases\" = { path = \"c.wasm\" }";

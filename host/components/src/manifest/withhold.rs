@@ -267,7 +267,7 @@ mod tests {
     use super::*;
 
     /// The adapters are valid components exporting what they replace.
-    /// (tests/spin_dependencies.rs runs them composed with the client.)
+    /// (host/lockd/tests/spin_dependencies.rs runs them composed with the client.)
     #[test]
     fn adapters_are_valid_components() {
         for (bytes, export) in [

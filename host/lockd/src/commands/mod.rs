@@ -1,8 +1,10 @@
 //! The `lockd` subcommands, one file each: its clap arguments and an
 //! `execute` that returns the process exit code. The server commands
-//! (`serve`, `up`, `run`) hand the work to the `lockd` library inside a
-//! runtime of their own; `plug` calls the library directly; the client
-//! commands, `exec` and `elect` speak the REST API through [`crate::cli::client`].
+//! (`serve`, `up`, `run`) hand the work to the libraries (`lockd-server`,
+//! `lockd-compat`, `lockd-components`) inside a runtime of their own;
+//! `plug` calls `lockd-components` directly; `token new` makes its token
+//! with `lockd-server`; the client commands, `exec` and `elect` speak the
+//! REST API through [`crate::cli::client`].
 
 #[cfg(unix)]
 pub mod elect;

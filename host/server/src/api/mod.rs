@@ -1,7 +1,8 @@
 //! The REST API (docs/http.md, docs/contract.md#errors): JSON over HTTP/1.1
 //! for non-wasm clients and the CLI. Its bodies, words and routes are the
 //! types of `lockd-api`; `docs/openapi.json` describes them and is served
-//! at `/openapi.json`, and `tests/rest.rs` keeps the two in agreement.
+//! at `/openapi.json`, and `host/lockd/tests/rest.rs` keeps the two in
+//! agreement.
 //!
 //! [`Api::handle`] authenticates the caller and checks its role
 //! ([`access`], over the rules of [`crate::auth`]), routes the request,
