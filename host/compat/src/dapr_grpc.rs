@@ -29,7 +29,7 @@ use lockd_server::serve::{Accepted, BoxFuture, SideListener};
 use tonic::codegen::Service as _;
 use tonic::{Code, Status};
 
-use super::dapr::{DaprError, DaprLocks};
+use crate::dapr::{DaprError, DaprLocks};
 
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 mod proto {

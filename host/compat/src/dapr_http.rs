@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use lockd_server::body::{full, read_body, Body};
 
-use super::dapr::{DaprError, DaprLocks, UnlockStatus};
-use super::{body_words, decode_object, record};
+use crate::dapr::{DaprError, DaprLocks, UnlockStatus};
+use crate::request::{body_words, decode_object, record};
 
 const LOCK_PREFIX: &str = "/v1.0-alpha1/lock/";
 const UNLOCK_PREFIX: &str = "/v1.0-alpha1/unlock/";

@@ -26,7 +26,7 @@ use lockd_server::api::DEFAULT_NAMESPACE;
 use lockd_server::body::{full, read_body, Body, BodyError};
 use serde::{Deserialize, Serialize};
 
-use super::{body_words, decode_object, record};
+use crate::request::{body_words, decode_object, record};
 
 const TRY_LOCK: &str = "/v1/locks/try-lock";
 const TRY_EXTEND: &str = "/v1/locks/try-extend";

@@ -4,11 +4,9 @@
 //! and a `build` command (run by [`build_components`]). Anything lockd
 //! cannot honour is an error at startup, not a surprise at request time.
 
-mod build_components;
+pub mod build_components;
 pub mod dependencies;
 mod withhold;
-
-pub use build_components::run_build_commands;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

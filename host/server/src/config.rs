@@ -80,10 +80,11 @@ use lockd_core::{Limits, LockDelays, LockService, Quotas};
 use lockd_etcd::{ClientCert, EtcdUser};
 use serde::Deserialize;
 
+use crate::auth::LiveCredentials;
 use crate::store::{StoreSpec, DEFAULT_STORE};
 
 mod tokens;
-pub use tokens::{reload_tokens, AuthConfig, NewToken, TokenConfig};
+pub use tokens::{AuthConfig, NewToken, TokenConfig};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -480,6 +481,28 @@ impl LockdConfig {
             .and_then(|c| c.namespace.clone())
             .unwrap_or_else(|| id.to_string())
     }
+}
+
+/// Reads the `[[auth.tokens]]` of the lockd.toml at `path` again and puts
+/// them, with the server's `--auth-token` (`flag_token`), in force in
+/// `live`; returns the names now in force. On any error (the file does not
+/// parse, an entry is wrong, or no token is left: see
+/// [`LiveCredentials::replace`]) nothing changes. Only the tokens are read
+/// again: other settings take effect at the next start.
+pub fn reload_tokens(
+    path: &Path,
+    flag_token: Option<&str>,
+    live: &LiveCredentials,
+) -> anyhow::Result<Vec<String>> {
+    let config = LockdConfig::load(path)?;
+    let next = config
+        .auth
+        .credentials(flag_token)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+    let names = next.tokens().iter().map(|c| c.name().to_string()).collect();
+    live.replace(next)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(names)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use wasmtime_wasi_http::handler::{
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpView as _;
 
-use super::{with_https_scheme, InstanceLimits, RequestState, StoreRecipe};
+use super::instance::{with_https_scheme, InstanceLimits, RequestState, StoreRecipe};
 
 /// How long an instance with no request in progress is kept for the next.
 pub(super) const IDLE_INSTANCE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -33,7 +33,9 @@ impl UpCommand {
         // The builds run before any runtime exists: they only wait for
         // child processes.
         if self.build {
-            if let Err(e) = lockd_components::manifest::run_build_commands(&self.file) {
+            if let Err(e) =
+                lockd_components::manifest::build_components::run_build_commands(&self.file)
+            {
                 eprintln!("lockd: {e:#}");
                 return 2;
             }

@@ -1,19 +1,20 @@
 //! Authentication and authorization as the REST API applies them
 //! ([`crate::auth`] holds the rules): who the caller of a request is, the
-//! same check for other surfaces on the listener ([`Api::authorize`](super::Api::authorize)), and
-//! the refusals, each logged with the token's name (or `unknown`), the
-//! peer's address and the route. No token, `Authorization` header or
-//! `access_token` value is ever part of a log line or a reply.
+//! namespace it may use, the same check for other surfaces on the listener
+//! ([`authorize`], behind `Api::authorize`), and the refusals, each logged
+//! with the token's name (or `unknown`), the peer's address and the route.
+//! No token, `Authorization` header or `access_token` value is ever part of
+//! a log line or a reply.
 
 use std::fmt;
 use std::net::SocketAddr;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use lockd_api::{EventQuery, Route, Status};
+use lockd_api::{EventQuery, Route, Status, DEFAULT_NAMESPACE};
 
-use super::{failure, Refused};
-use crate::auth::{self, Caller, Credentials, Forbidden, Unauthenticated};
+use super::reply::{failure, Refused};
+use crate::auth::{self, Caller, Credentials, Forbidden, LiveCredentials, Unauthenticated};
 use crate::body::Body;
 
 /// The address of the client a request came from: the server puts it in
@@ -125,59 +126,71 @@ pub(super) fn unauthorized(refusal: Unauthenticated) -> Response<Body> {
     response
 }
 
-/// The token check for other surfaces on the same listener (the
-/// compatibility routes of other systems' lock APIs): the same tokens,
-/// headers and logging as lockd's own routes.
-impl super::Api {
-    /// `None` if the request's token may make calls like `route` in
-    /// `namespace`, else the 401 or 403 to answer (logged with the token's
-    /// name, the peer and the request's path). With `namespace` `None` (a
-    /// surface that cannot tell the namespace before it answers), the token
-    /// must cover every namespace (`"*"`).
-    pub fn authorize<B>(
-        &self,
-        req: &Request<B>,
-        route: Route,
-        namespace: Option<&str>,
-    ) -> Option<Response<Body>> {
-        let peer = peer_of(req);
-        let tokens = self.credentials.current();
-        let caller = match authenticate(&tokens, req, None, peer) {
-            Ok(caller) => caller,
-            Err(refusal) => return Some(unauthorized(refusal)),
-        };
-        let checked = caller.check_route(route).and_then(|()| match namespace {
-            Some(namespace) => caller.check_namespace(namespace),
-            None => match caller.scope() {
-                None => Ok(()),
-                Some(scope) => Err(Forbidden(format!(
-                    "token {:?} may not use {}, which is not checked per namespace; \
-                     it needs namespaces [\"*\"] (its namespaces are {scope})",
-                    caller.name(),
-                    req.uri().path()
-                ))),
-            },
-        });
-        let refusal = checked.err()?;
-        tracing::warn!(
-            token = caller.name(),
-            peer = %peer,
-            route = req.uri().path(),
-            reason = %refusal,
-            "request forbidden"
-        );
-        Some(failure(StatusCode::FORBIDDEN, Status::Forbidden, refusal.0))
-    }
+/// `None` if the request's token may make calls like `route` in
+/// `namespace`, else the 401 or 403 to answer (logged with the token's
+/// name, the peer and the request's path). With `namespace` `None` (a
+/// surface that cannot tell the namespace before it answers), the token
+/// must cover every namespace (`"*"`). The token check for other surfaces
+/// on the same listener (the compatibility routes of other systems' lock
+/// APIs): the same tokens, headers and logging as lockd's own routes.
+pub(super) fn authorize<B>(
+    credentials: &LiveCredentials,
+    req: &Request<B>,
+    route: Route,
+    namespace: Option<&str>,
+) -> Option<Response<Body>> {
+    let peer = peer_of(req);
+    let tokens = credentials.current();
+    let caller = match authenticate(&tokens, req, None, peer) {
+        Ok(caller) => caller,
+        Err(refusal) => return Some(unauthorized(refusal)),
+    };
+    let checked = caller.check_route(route).and_then(|()| match namespace {
+        Some(namespace) => caller.check_namespace(namespace),
+        None => match caller.scope() {
+            None => Ok(()),
+            Some(scope) => Err(Forbidden(format!(
+                "token {:?} may not use {}, which is not checked per namespace; \
+                 it needs namespaces [\"*\"] (its namespaces are {scope})",
+                caller.name(),
+                req.uri().path()
+            ))),
+        },
+    });
+    let refusal = checked.err()?;
+    tracing::warn!(
+        token = caller.name(),
+        peer = %peer,
+        route = req.uri().path(),
+        reason = %refusal,
+        "request forbidden"
+    );
+    Some(failure(StatusCode::FORBIDDEN, Status::Forbidden, refusal.0))
+}
 
-    /// `None` if the request carries a known token (any role, any
-    /// namespaces), else the 401 to answer (logged). For calls that reveal
-    /// nothing about any namespace, such as Dapr's `GET /v1.0/metadata`,
-    /// which the SDKs make before their first lock call.
-    pub fn check_known_token<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
-        authenticate(&self.credentials.current(), req, None, peer_of(req))
-            .err()
-            .map(unauthorized)
-    }
+/// `None` if the request carries a known token (any role, any namespaces),
+/// else the 401 to answer (logged).
+pub(super) fn check_known_token<B>(
+    credentials: &LiveCredentials,
+    req: &Request<B>,
+) -> Option<Response<Body>> {
+    authenticate(&credentials.current(), req, None, peer_of(req))
+        .err()
+        .map(unauthorized)
+}
+
+/// The request's namespace (`default` if it names none), recorded in the
+/// request span (see `serve::Router::route`), if the caller may use it.
+pub(super) fn namespace<'r>(a: Asker<'_>, given: Option<&'r str>) -> Result<&'r str, Refused> {
+    let namespace = given.unwrap_or(DEFAULT_NAMESPACE);
+    record_namespace(namespace);
+    a.check_namespace(namespace)?;
+    Ok(namespace)
+}
+
+/// Fills in the request span's `namespace`.
+pub(super) fn record_namespace(namespace: &str) {
+    tracing::Span::current().record("namespace", namespace);
 }
 
 #[cfg(test)]

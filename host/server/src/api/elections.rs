@@ -7,85 +7,82 @@ use lockd_api::{
     CampaignRequest, FreeReply, GrantReply, LeaderReply, LeaderRequest, ProclaimRequest,
     ResignRequest, Status, StatusReply,
 };
-use lockd_core::{Durability, LockOptions};
+use lockd_core::{Durability, LockOptions, LockService};
 
-use super::access::Asker;
-use super::{namespace, Answer, Api, Refused};
+use super::access::{namespace, Asker};
+use super::reply::{Answer, Refused};
 use crate::body::Body;
 
-impl Api {
-    /// Leads at once, waits up to `wait_ms` in the election's queue, or
-    /// answers `busy` with the leader. A client that hangs up leaves the
-    /// queue, as a waiting lock does.
-    pub(super) async fn campaign(
-        &self,
-        a: Asker<'_>,
-        r: CampaignRequest,
-    ) -> Result<GrantReply, Refused> {
-        let namespace = namespace(a, r.namespace.as_deref())?;
-        let options = LockOptions {
-            wait_ms: r.wait_ms.unwrap_or(0),
-            durability: r.durability.map_or(Durability::Persistent, Into::into),
-            ..LockOptions::default()
-        };
-        let grant = self
-            .service
-            .campaign(
-                namespace,
-                &r.name,
-                &r.candidate,
-                &r.value,
-                r.ttl_ms,
-                options,
-            )
-            .await?;
-        Ok(GrantReply::acquired(grant))
-    }
+/// Leads at once, waits up to `wait_ms` in the election's queue, or
+/// answers `busy` with the leader. A client that hangs up leaves the
+/// queue, as a waiting lock does.
+pub(super) async fn campaign(
+    service: &LockService,
+    a: Asker<'_>,
+    r: CampaignRequest,
+) -> Result<GrantReply, Refused> {
+    let namespace = namespace(a, r.namespace.as_deref())?;
+    let options = LockOptions {
+        wait_ms: r.wait_ms.unwrap_or(0),
+        durability: r.durability.map_or(Durability::Persistent, Into::into),
+        ..LockOptions::default()
+    };
+    let grant = service
+        .campaign(
+            namespace,
+            &r.name,
+            &r.candidate,
+            &r.value,
+            r.ttl_ms,
+            options,
+        )
+        .await?;
+    Ok(GrantReply::acquired(grant))
+}
 
-    pub(super) async fn proclaim(
-        &self,
-        a: Asker<'_>,
-        r: ProclaimRequest,
-    ) -> Result<StatusReply, Refused> {
-        let namespace = namespace(a, r.namespace.as_deref())?;
-        self.service
-            .proclaim(namespace, &r.name, &r.candidate, r.fencing_token, &r.value)
-            .await?;
-        Ok(StatusReply {
-            status: Status::Proclaimed,
-        })
-    }
+pub(super) async fn proclaim(
+    service: &LockService,
+    a: Asker<'_>,
+    r: ProclaimRequest,
+) -> Result<StatusReply, Refused> {
+    let namespace = namespace(a, r.namespace.as_deref())?;
+    service
+        .proclaim(namespace, &r.name, &r.candidate, r.fencing_token, &r.value)
+        .await?;
+    Ok(StatusReply {
+        status: Status::Proclaimed,
+    })
+}
 
-    /// The head of the queue leads next.
-    pub(super) async fn resign(
-        &self,
-        a: Asker<'_>,
-        r: ResignRequest,
-    ) -> Result<StatusReply, Refused> {
-        let namespace = namespace(a, r.namespace.as_deref())?;
-        self.service
-            .resign(namespace, &r.name, &r.candidate, r.fencing_token)
-            .await?;
-        Ok(StatusReply {
-            status: Status::Resigned,
-        })
-    }
+/// The head of the queue leads next.
+pub(super) async fn resign(
+    service: &LockService,
+    a: Asker<'_>,
+    r: ResignRequest,
+) -> Result<StatusReply, Refused> {
+    let namespace = namespace(a, r.namespace.as_deref())?;
+    service
+        .resign(namespace, &r.name, &r.candidate, r.fencing_token)
+        .await?;
+    Ok(StatusReply {
+        status: Status::Resigned,
+    })
+}
 
-    /// The leader, or 404 `not_found` when nobody leads.
-    pub(super) async fn leader(
-        &self,
-        a: Asker<'_>,
-        r: LeaderRequest,
-    ) -> Result<Response<Body>, Refused> {
-        let namespace = namespace(a, r.namespace.as_deref())?;
-        Ok(match self.service.leader(namespace, &r.name).await? {
-            Some(leader) => LeaderReply::from(leader).into_response(),
-            None => FreeReply {
-                lock_delay_until_ms: None,
-                status: Status::NotFound,
-                waiters: None,
-            }
-            .into_response(),
-        })
-    }
+/// The leader, or 404 `not_found` when nobody leads.
+pub(super) async fn leader(
+    service: &LockService,
+    a: Asker<'_>,
+    r: LeaderRequest,
+) -> Result<Response<Body>, Refused> {
+    let namespace = namespace(a, r.namespace.as_deref())?;
+    Ok(match service.leader(namespace, &r.name).await? {
+        Some(leader) => LeaderReply::from(leader).into_response(),
+        None => FreeReply {
+            lock_delay_until_ms: None,
+            status: Status::NotFound,
+            waiters: None,
+        }
+        .into_response(),
+    })
 }

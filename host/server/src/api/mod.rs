@@ -17,10 +17,10 @@
 
 mod access;
 mod elections;
+mod reply;
 mod sse;
 
 use std::error::Error as StdError;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,21 +29,20 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use lockd_api::{
-    BusyReply, ErrorReply, EventQuery, ExtendRequest, ForceUnlockRequest, FoundReply, FreeReply,
-    GetReply, GetRequest, GrantReply, LeaderReply, LeaseFoundReply, LeaseGrantRequest,
-    LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest, LeaseRevokedReply, ListQuery, ListReply,
-    LockHolder, LockRequest, Method, NamespaceSummary, NamespacesReply, ReleasedReply, Route,
-    Status, StatusReply, UnlockRequest,
+    EventQuery, ExtendRequest, ForceUnlockRequest, GetReply, GetRequest, GrantReply,
+    LeaseFoundReply, LeaseGrantRequest, LeaseGrantedReply, LeaseRefreshedReply, LeaseRequest,
+    LeaseRevokedReply, ListQuery, ListReply, LockHolder, LockRequest, Method, NamespaceSummary,
+    NamespacesReply, ReleasedReply, Route, Status, StatusReply, UnlockRequest,
 };
 use lockd_core::{Durability, LockError, LockOptions, LockService};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
-use self::access::Asker;
+use self::access::{namespace, record_namespace, Asker};
+use self::reply::{answer, call, failure, text, Refused};
 use crate::auth::{Caller, Credential, Credentials, LiveCredentials};
-use crate::body::{full, read_json, Body, BodyError};
+use crate::body::Body;
 
 pub use access::PeerAddr;
+pub use reply::error_response;
 
 pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
 pub use sse::HEARTBEAT;
@@ -132,6 +131,30 @@ impl Api {
         &self.credentials
     }
 
+    /// `None` if the request's token may make calls like `route` in
+    /// `namespace`, else the 401 or 403 to answer (logged with the token's
+    /// name, the peer and the request's path): the token check for other
+    /// surfaces on the same listener, with the same tokens, headers and
+    /// logging as lockd's own routes. With `namespace` `None` (a surface
+    /// that cannot tell the namespace before it answers), the token must
+    /// cover every namespace (`"*"`).
+    pub fn authorize<B>(
+        &self,
+        req: &Request<B>,
+        route: Route,
+        namespace: Option<&str>,
+    ) -> Option<Response<Body>> {
+        access::authorize(&self.credentials, req, route, namespace)
+    }
+
+    /// `None` if the request carries a known token (any role, any
+    /// namespaces), else the 401 to answer (logged). For calls that reveal
+    /// nothing about any namespace, such as Dapr's `GET /v1.0/metadata`,
+    /// which the SDKs make before their first lock call.
+    pub fn check_known_token<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+        access::check_known_token(&self.credentials, req)
+    }
+
     /// Whether `path` is one of lockd's own routes, or under `/v1/`.
     pub fn owns(path: &str) -> bool {
         path.starts_with("/v1/") || Route::from_path(path).is_some()
@@ -200,10 +223,10 @@ impl Api {
             Route::LeaseRefresh => call(req, |r| self.refresh_lease(a, r)).await,
             Route::LeaseRevoke => call(req, |r| self.revoke_lease(a, r)).await,
             Route::LeaseGet => call(req, |r| self.get_lease(a, r)).await,
-            Route::Campaign => call(req, |r| self.campaign(a, r)).await,
-            Route::Proclaim => call(req, |r| self.proclaim(a, r)).await,
-            Route::Resign => call(req, |r| self.resign(a, r)).await,
-            Route::Leader => call(req, |r| self.leader(a, r)).await,
+            Route::Campaign => call(req, |r| elections::campaign(&self.service, a, r)).await,
+            Route::Proclaim => call(req, |r| elections::proclaim(&self.service, a, r)).await,
+            Route::Resign => call(req, |r| elections::resign(&self.service, a, r)).await,
+            Route::Leader => call(req, |r| elections::leader(&self.service, a, r)).await,
             Route::List => answer(self.list(a, req.uri().query().unwrap_or("")).await),
             Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""))),
             Route::Namespaces => answer(self.namespaces(a).await),
@@ -441,218 +464,6 @@ impl Api {
         out.push_str(&format!("lockd_event_streams {open}\n"));
         out
     }
-}
-
-/// Why a handler answers with an error body in place of its reply.
-#[derive(Debug)]
-enum Refused {
-    /// The lock service refused: [`error_response`] says it.
-    Lock(LockError),
-    /// The service refused a call that names the lease (its id here):
-    /// `not_held` there means the lease is not live, and the message says so.
-    Lease(LockError, String),
-    /// The request is wrong before the service is asked; the message is
-    /// said as it is.
-    InvalidArgument(String),
-    /// Refused before the service is asked, for another reason: the status
-    /// word and message are said as they are.
-    Said(Status, String),
-}
-
-impl From<LockError> for Refused {
-    fn from(e: LockError) -> Self {
-        Refused::Lock(e)
-    }
-}
-
-impl Refused {
-    fn into_response(self) -> Response<Body> {
-        match self {
-            Refused::Lock(e) => error_response(&e),
-            Refused::Lease(LockError::NotHeld, lease_id) => error_response_saying(
-                &LockError::NotHeld,
-                format!("lease {lease_id:?} is not live: unknown, revoked or expired"),
-            ),
-            Refused::Lease(e, _) => error_response(&e),
-            Refused::InvalidArgument(message) => {
-                failure(StatusCode::BAD_REQUEST, Status::InvalidArgument, message)
-            }
-            Refused::Said(status, message) => failure(http_code(status), status, message),
-        }
-    }
-}
-
-/// A handler's reply, as a response.
-trait Answer {
-    fn into_response(self) -> Response<Body>;
-}
-
-/// A reply body answers with the HTTP code of its status word.
-macro_rules! answer_with_its_status {
-    ($($reply:ty),+ $(,)?) => {
-        $(
-            impl Answer for $reply {
-                fn into_response(self) -> Response<Body> {
-                    json_response(http_code(self.status), &self)
-                }
-            }
-        )+
-    };
-}
-
-answer_with_its_status!(
-    GrantReply,
-    StatusReply,
-    FoundReply,
-    FreeReply,
-    ListReply,
-    ReleasedReply,
-    LeaseGrantedReply,
-    LeaseRefreshedReply,
-    LeaseRevokedReply,
-    LeaseFoundReply,
-    NamespacesReply,
-    LeaderReply,
-);
-
-/// `get`: the holders, or 404 `not_found` for a free name.
-impl Answer for GetReply {
-    fn into_response(self) -> Response<Body> {
-        match self {
-            GetReply::Found(found) => found.into_response(),
-            GetReply::Free(free) => free.into_response(),
-        }
-    }
-}
-
-/// An event stream, `/metrics` or `/openapi.json`: a response made already.
-impl Answer for Response<Body> {
-    fn into_response(self) -> Response<Body> {
-        self
-    }
-}
-
-/// Reads the body of `req` once into `T` and answers with what `handler`
-/// makes of it.
-async fn call<T, A, B, F, Fut>(req: Request<B>, handler: F) -> Response<Body>
-where
-    T: DeserializeOwned,
-    A: Answer,
-    B: hyper::body::Body<Data = Bytes>,
-    B::Error: Into<Box<dyn StdError + Send + Sync>>,
-    F: FnOnce(T) -> Fut,
-    Fut: Future<Output = Result<A, Refused>>,
-{
-    match read_json(req).await {
-        Ok(request) => answer(handler(request).await),
-        Err(e) => body_refused(e),
-    }
-}
-
-/// The response to a handler's outcome, recorded in the request span
-/// (a refusal records its status word as it is built).
-fn answer(result: Result<impl Answer, Refused>) -> Response<Body> {
-    match result {
-        Ok(reply) => {
-            record_outcome("ok");
-            reply.into_response()
-        }
-        Err(refused) => refused.into_response(),
-    }
-}
-
-/// The one mapping of lock errors to HTTP: the status word is the error's
-/// [`kind`](LockError::kind), the body a [`BusyReply`] (with the holder) or
-/// an [`ErrorReply`].
-pub fn error_response(err: &LockError) -> Response<Body> {
-    error_response_saying(err, err.to_string())
-}
-
-/// [`error_response`] with `message` in place of the error's own.
-fn error_response_saying(err: &LockError, message: String) -> Response<Body> {
-    // A kind added to the core later maps to `unavailable`: its outcome is
-    // unknown to this surface.
-    let status = Status::from(err.kind());
-    match err {
-        LockError::Busy(holder) => {
-            record_outcome(status.as_str());
-            json_response(http_code(status), &BusyReply::new(holder, message))
-        }
-        _ => failure(http_code(status), status, message),
-    }
-}
-
-/// The answer to a body the one reader ([`crate::body`]) refused: 413 for
-/// one over [`MAX_BODY_BYTES`] (closing the connection, whose rest of the
-/// body is never read), else 400; `invalid_argument` with the reader's words.
-fn body_refused(e: BodyError) -> Response<Body> {
-    match e {
-        BodyError::TooLarge => {
-            let mut response = failure(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Status::InvalidArgument,
-                e.to_string(),
-            );
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            response
-        }
-        BodyError::Unreadable(_) | BodyError::Json(_) => {
-            Refused::InvalidArgument(e.to_string()).into_response()
-        }
-    }
-}
-
-/// The request's namespace (`default` if it names none), recorded in the
-/// request span (see `serve::Router::route`), if the caller may use it.
-fn namespace<'r>(a: Asker<'_>, given: Option<&'r str>) -> Result<&'r str, Refused> {
-    let namespace = given.unwrap_or(DEFAULT_NAMESPACE);
-    record_namespace(namespace);
-    a.check_namespace(namespace)?;
-    Ok(namespace)
-}
-
-fn record_namespace(namespace: &str) {
-    tracing::Span::current().record("namespace", namespace);
-}
-
-/// Fills in the request span's `outcome`: `ok`, or the refusal's status word.
-fn record_outcome(word: &'static str) {
-    tracing::Span::current().record("outcome", word);
-}
-
-fn failure(code: StatusCode, status: Status, message: String) -> Response<Body> {
-    record_outcome(status.as_str());
-    json_response(code, &ErrorReply { message, status })
-}
-
-/// The HTTP code of a reply with `status`.
-fn http_code(status: Status) -> StatusCode {
-    // Every word's code is a valid one (a test tries them all).
-    StatusCode::from_u16(status.http_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-}
-
-fn json_response(code: StatusCode, body: &impl Serialize) -> Response<Body> {
-    match serde_json::to_vec(body) {
-        Ok(json) => text(code, "application/json", json),
-        // The wire types hold strings and integers only, so this cannot
-        // happen; if it did, the client learns it without a panic.
-        Err(e) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain",
-            format!("cannot encode the response: {e}"),
-        ),
-    }
-}
-
-fn text(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut response = Response::new(full(body));
-    *response.status_mut() = code;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }
 
 #[cfg(test)]

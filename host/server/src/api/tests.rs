@@ -4,6 +4,7 @@
 use http_body_util::BodyExt as _;
 use serde_json::Value;
 
+use super::reply::http_code;
 use super::*;
 
 #[test]

@@ -4,12 +4,10 @@
 //! and the block to paste here.
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{self, Credential, Credentials, LiveCredentials, NamespacePattern, Role, Scope};
-use crate::config::LockdConfig;
+use crate::auth::{self, Credential, Credentials, NamespacePattern, Role, Scope};
 
 /// `[auth]`
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -74,28 +72,6 @@ impl AuthConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.credentials(None).map(drop)
     }
-}
-
-/// Reads the `[[auth.tokens]]` of the lockd.toml at `path` again and puts
-/// them, with the server's `--auth-token` (`flag_token`), in force in
-/// `live`; returns the names now in force. On any error (the file does not
-/// parse, an entry is wrong, or no token is left: see
-/// [`LiveCredentials::replace`]) nothing changes. Only the tokens are read
-/// again: other settings take effect at the next start.
-pub fn reload_tokens(
-    path: &Path,
-    flag_token: Option<&str>,
-    live: &LiveCredentials,
-) -> anyhow::Result<Vec<String>> {
-    let config = LockdConfig::load(path)?;
-    let next = config
-        .auth
-        .credentials(flag_token)
-        .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
-    let names = next.tokens().iter().map(|c| c.name().to_string()).collect();
-    live.replace(next)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(names)
 }
 
 /// A token `lockd token new` made: the token, and the `[[auth.tokens]]`
