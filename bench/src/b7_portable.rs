@@ -1,5 +1,5 @@
 //! B7, portable: what the lock capability costs when it is composed into a
-//! guest with `lockd plug` (docs/portable.md) rather than provided by lockd's
+//! guest with `lockd plug` (docs/guests.md#other-hosts) rather than provided by lockd's
 //! host.
 //!
 //! - Pairs. A lock + unlock pair, ephemeral and persistent, at 1 and 8

@@ -1,5 +1,5 @@
 //! Guests composed with `lockd plug` on hosts that know nothing of lockd
-//! (issue 13, docs/portable.md), against a live `lockd serve` on the redb
+//! (issue 13, docs/guests.md#other-hosts), against a live `lockd serve` on the redb
 //! store:
 //!
 //! - `stock-host run` (this package's `src/bin/stock-host.rs`, wasmtime with

@@ -1,5 +1,5 @@
 //! A WASI 0.3 guest composed by `lockd plug` on a host that knows nothing of
-//! lockd (docs/portable.md): `guest/rust-p3` (it imports `lockd:lock@0.2.0`,
+//! lockd (docs/guests.md#other-hosts): `guest/rust-p3` (it imports `lockd:lock@0.2.0`,
 //! and `0.1.0`'s `locks` for its contrast) plugged with the clients `lockd
 //! plug` picks by version (`lockd-client-p3` and `lockd-client`), run by
 //! `stock-host run-p3` (wasmtime with component-model async, WASI 0.3 and

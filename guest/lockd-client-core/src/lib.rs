@@ -89,7 +89,7 @@ pub trait Io {
 
 /// What `keep-alive: true` answers on a client without tasks: a component
 /// on a WASI 0.2 host has no task that could renew in the background
-/// (docs/portable.md).
+/// (docs/guests.md#other-hosts).
 pub fn no_keep_alive() -> Error {
     Error::Denied(
         "keep-alive needs lockd's own host; composed with lockd-client, refresh or extend \

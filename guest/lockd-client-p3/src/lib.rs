@@ -50,7 +50,7 @@
 //!
 //! # Differences from the native host
 //!
-//! Those of `guest/lockd-client` (docs/portable.md) but keep-alive: each
+//! Those of `guest/lockd-client` (docs/guests.md#other-hosts) but keep-alive: each
 //! call is one HTTP round trip; the namespace comes from `LOCKD_NAMESPACE`;
 //! `unavailable` covers the network. And the polling above where the native
 //! host follows the store's events. Keep-alive works (the watcher renews at

@@ -6,7 +6,7 @@
 //! and `elections`: all of the `imports` world) and implements them over
 //! `wasi:http` against a lockd server's REST API (`POST
 //! /v1/locks/lock|unlock|extend|get`, `/v1/leases/*`, `/v1/elections/*`,
-//! see `docs/http.md`). Composed into a guest that imports `lockd:lock`
+//! see `docs/reference.md`). Composed into a guest that imports `lockd:lock`
 //! (`lockd plug APP.wasm -o OUT.wasm`), it gives that guest locks on any host
 //! that offers WASI 0.2 with outgoing HTTP. It imports only WASI 0.2
 //! releases and no `lockd:` interface: `wasi:http/outgoing-handler` and

@@ -5,7 +5,7 @@
 //! - `rust-claims steps PREFIX [composed]`: every name starts with
 //!   `PREFIX/`; prints `ok N` for each of the steps below, `FAIL ...` on any
 //!   surprise. `composed` says that `lockd:lock` comes from
-//!   `guest/lockd-client` (docs/portable.md): keep-alive must then answer
+//!   `guest/lockd-client` (docs/guests.md#other-hosts): keep-alive must then answer
 //!   `denied`, and a lost pollable is a timer at the known expiry.
 //!   1. a read-write lock: two readers together, a writer busy, then the
 //!      writer once they left, and a reader busy behind it;

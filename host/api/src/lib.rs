@@ -1,4 +1,4 @@
-//! lockd's REST API (docs/http.md) as types, for everything that speaks it:
+//! lockd's REST API (docs/reference.md) as types, for everything that speaks it:
 //! the server (`lockd serve`), the CLI, the bench's REST client and the
 //! lockd-client component. `docs/openapi.json` describes the same bodies.
 //!

@@ -126,7 +126,7 @@ words! {
 }
 
 impl Status {
-    /// The HTTP code of a reply with this word (docs/http.md). The server
+    /// The HTTP code of a reply with this word (docs/reference.md). The server
     /// also answers `invalid_argument` with 405 (wrong method) and 413
     /// (body too large).
     pub const fn http_code(self) -> u16 {
@@ -194,7 +194,7 @@ words! {
 }
 
 words! {
-    /// The `type` of an event of `GET /v1/events` (docs/http.md#events).
+    /// The `type` of an event of `GET /v1/events` (docs/reference.md#events).
     EventWord, expecting "an event type word" {
         /// A free lock was granted.
         Acquired => "acquired",

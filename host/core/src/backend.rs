@@ -217,7 +217,7 @@ pub trait LockBackend: Send + Sync + 'static {
         not_supported("force-unlock")
     }
 
-    /// A subscription to the store's events (docs/http.md#events), or
+    /// A subscription to the store's events (docs/reference.md#events), or
     /// `None` for a store that publishes none.
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         None

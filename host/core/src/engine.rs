@@ -99,7 +99,7 @@ pub struct Engine {
     namespaces: Namespaces,
     /// Live leases (docs/contract.md#c16-leases).
     leases: LeaseTable,
-    /// Every change, for whoever subscribed (docs/http.md#events), once
+    /// Every change, for whoever subscribed (docs/reference.md#events), once
     /// durable.
     events: Outbox,
 }

@@ -129,7 +129,7 @@ impl Recovered {
     /// The starting point of a store that keeps nothing: no locks, and tokens
     /// starting at the wall clock in microseconds. An engine never issues a
     /// token above the wall clock in microseconds at its start plus the
-    /// microseconds elapsed since (its ceiling, docs/design.md#fencing-tokens),
+    /// microseconds elapsed since (its ceiling, docs/internals.md#fencing-tokens),
     /// so a restarted process starts above every token the previous one
     /// issued, unless the wall clock went back.
     pub fn in_memory() -> Self {

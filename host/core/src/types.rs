@@ -227,7 +227,7 @@ pub struct LeaseInfo {
     pub locks: Vec<String>,
 }
 
-/// What changed, in a [`LockEvent`]: see docs/http.md#events.
+/// What changed, in a [`LockEvent`]: see docs/reference.md#events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
     /// A free lock was granted.

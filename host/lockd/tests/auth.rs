@@ -1,4 +1,4 @@
-//! Tokens scoped to namespaces and roles (docs/http.md#authentication),
+//! Tokens scoped to namespaces and roles (docs/operating.md#authentication),
 //! against the real `lockd` binary: each role against each class of route,
 //! namespace patterns, 401 and 403, `/metrics`, scoped listings and events,
 //! `GET /v1/namespaces`, `lockd token new` round-tripped through lockd.toml,

@@ -2,7 +2,7 @@
 //! `lockd lock --shared`, `lockd get` and `lockd ls` of a shared name,
 //! `lockd sem acquire | release | extend | get`, `lockd exec --shared`, and
 //! `lockd get` and `lockd lock` during a lock-delay, with their exit codes
-//! (docs/http.md#the-cli-client).
+//! (docs/reference.md#the-cli-client).
 
 mod lockd_server;
 

@@ -1,4 +1,4 @@
-//! Leases over the REST API (docs/http.md#leases, docs/contract.md#c16-leases)
+//! Leases over the REST API (docs/reference.md#leases, docs/contract.md#c16-leases)
 //! of a real `lockd serve` process: grant, locks under a lease, refresh,
 //! get, revoke with hand-off to a waiter, leases that are not live, bad
 //! requests, auth, and a persistent lease across a restart on redb.

@@ -1,4 +1,4 @@
-//! The REST API (docs/http.md) of a real `lockd serve` process: every
+//! The REST API (docs/reference.md) of a real `lockd serve` process: every
 //! endpoint and status word with its HTTP code, waiting in the FIFO queue,
 //! bad input, auth, metrics, namespaces, and agreement with
 //! `docs/openapi.json`.

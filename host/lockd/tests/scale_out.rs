@@ -1,4 +1,4 @@
-//! Many lockd hosts, one etcd (docs/scale-out.md): three etcd members
+//! Many lockd hosts, one etcd (docs/operating.md#etcd): three etcd members
 //! and two `lockd serve --store etcd:<all three>` processes on loopback, each
 //! host in its own working directory, driven over REST.
 //!
@@ -13,7 +13,7 @@
 //!   (`lockd_test_support::history`) finds no violation.
 //!
 //! The figures printed by `leader_loss_under_load_keeps_the_contract` go into
-//! docs/scale-out.md. The etcd members and lockd processes are SIGKILLed on
+//! docs/operating.md#etcd. The etcd members and lockd processes are SIGKILLed on
 //! drop, panics included.
 
 mod lockd_server;
@@ -673,7 +673,7 @@ fn expect_event(
 }
 
 /// Events come from etcd: a change made through host A shows on host B's
-/// event stream, with A's owner and token (docs/scale-out.md#events).
+/// event stream, with A's owner and token (docs/reference.md#events).
 #[test]
 fn events_made_on_one_host_arrive_on_the_others_stream() {
     let cluster = ScaleOut::start(2);

@@ -1,5 +1,5 @@
 //! Shared locks, semaphores, lock-delay and elections over the REST API of a
-//! real `lockd serve` (docs/contract.md C21-C24, docs/http.md): grants and
+//! real `lockd serve` (docs/contract.md C21-C24, docs/reference.md): grants and
 //! the queue, what `get`, the listing and the event stream show, bad input,
 //! and a lock-delay set in lockd.toml.
 

@@ -1,4 +1,4 @@
-//! The Spin manifests of docs/portable.md, kept as fixtures in
+//! The Spin manifests of docs/guests.md, kept as fixtures in
 //! tests/fixtures/spin-dependencies/: `lockd up` composes `edge-jobs` with
 //! the lockd-client component as its `lockd:lock` dependency, as `spin up`
 //! does, and the client takes the app's locks on ANOTHER lockd over REST.
@@ -32,7 +32,7 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The ```toml blocks of docs/portable.md.
+/// The ```toml blocks of docs/guests.md.
 fn documented_toml_blocks() -> Vec<String> {
     let doc = std::fs::read_to_string(repo().join("docs/guests.md")).unwrap();
     let mut blocks = Vec::new();
@@ -117,7 +117,7 @@ fn the_documented_manifests_are_the_fixtures() {
         let text = fixture(name);
         assert!(
             blocks.contains(&text),
-            "docs/portable.md shows no ```toml block equal to tests/fixtures/spin-dependencies/{name}"
+            "docs/guests.md shows no ```toml block equal to tests/fixtures/spin-dependencies/{name}"
         );
         // Negative control: the check notices a one-character change.
         let changed = text.replace("jobs", "jobz");

@@ -1,4 +1,4 @@
-//! Who may call what on lockd's own routes (docs/http.md#authentication).
+//! Who may call what on lockd's own routes (docs/operating.md#authentication).
 //!
 //! A caller presents a token; the server keeps only each token's SHA-256
 //! ([`Credential`]), finds the caller's by hashing what it sent and

@@ -19,7 +19,7 @@
 //!
 //! A password never goes in lockd.toml: a `password` key in `[etcd]` is
 //! refused. The user needs readwrite on every key under the prefix (see
-//! docs/scale-out.md, "etcd with TLS and users"). Paths are relative to the
+//! docs/operating.md#etcd, "etcd with TLS and users"). Paths are relative to the
 //! working directory.
 //!
 //! ```toml
@@ -42,7 +42,7 @@
 //! [namespaces.lock_delay_ms]             # per namespace (docs/contract.md#c23-lock-delay)
 //! payments = 15000
 //!
-//! [dapr]                                 # Dapr's lock API (docs/http.md#compatibility-routes)
+//! [dapr]                                 # Dapr's lock API (docs/migrating.md#compatibility-routes)
 //! durability = "persistent"              # or "ephemeral": locks taken through it
 //!
 //! [components.edge-jobs]                 # per spin.toml component id
@@ -68,7 +68,7 @@
 //! `lockd token new` prints a token and its `[[auth.tokens]]` block. The
 //! server's `--auth-token` (`LOCKD_AUTH_TOKEN`) is one more token, named
 //! `auth-token`: admin over `"*"`. What each role may do:
-//! docs/http.md#authentication.
+//! docs/operating.md#authentication.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The web page at `/ui/` (docs/http.md#the-web-page): three files embedded
+//! The web page at `/ui/` (docs/reference.md#the-web-page): three files embedded
 //! in the binary, served without a token (they hold no data; every call the
 //! page makes to the API carries the token).
 

@@ -1,6 +1,6 @@
 //! Events from etcd: every change to a lock or lease key, as one etcd watch
 //! per backend reports it (with each key's previous value), becomes the
-//! [`LockEvent`]s of docs/http.md#events. Since the watch sees the writes
+//! [`LockEvent`]s of docs/reference.md#events. Since the watch sees the writes
 //! of every host, each host's stream shows every host's changes.
 //!
 //! A put or delete of a lock key is compared with the key's previous

@@ -100,7 +100,7 @@
 //!   transaction over the lease and its listed locks (and, for a revoke,
 //!   their queue heads), guarded by all their revisions. The lease and its
 //!   locks share one `expires_at_ms`. See `store/lockd_lease.rs`.
-//! - **Events** (docs/http.md#events) come from one etcd watch per backend
+//! - **Events** (docs/reference.md#events) come from one etcd watch per backend
 //!   on the whole prefix, with previous values, from the revision read at
 //!   connect (and, after a failure, from the last revision seen). Each
 //!   change of a lock or lease key is compared with the previous record
@@ -122,8 +122,8 @@
 //!   hands the lock to the queue's head, takes it out of its lease's record
 //!   and writes the `force_released` marker.
 //!
-//! See `docs/design.md` ("The etcd store") for what is and is not guaranteed,
-//! and `docs/scale-out.md` ("lockd leases on etcd").
+//! See `docs/internals.md` ("The etcd store") for what is and is not guaranteed,
+//! and `docs/operating.md#etcd` ("lockd leases on etcd").
 #![deny(missing_docs)]
 
 mod access;
@@ -301,7 +301,7 @@ impl LockBackend for EtcdBackend {
     }
 
     /// An election is a name held by one leader, with a value, in the same
-    /// record and queue as a lock (docs/scale-out.md).
+    /// record and queue as a lock (docs/operating.md#etcd).
     fn campaign<'a>(
         &'a self,
         key: &'a Key,
@@ -343,7 +343,7 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Shared locks, semaphores and lock-delays, kept in each name's one
-    /// record for every host (docs/scale-out.md).
+    /// record for every host (docs/operating.md#etcd).
     fn supports_claims(&self) -> bool {
         true
     }

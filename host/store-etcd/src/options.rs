@@ -17,7 +17,7 @@ pub struct EtcdOptions {
     /// members started with `--client-cert-auth`. Both or neither.
     pub client_cert: Option<ClientCert>,
     /// The etcd user lockd authenticates as, for a cluster with auth
-    /// enabled. It needs readwrite on the prefix (see `docs/scale-out.md`).
+    /// enabled. It needs readwrite on the prefix (see `docs/operating.md#etcd`).
     pub user: Option<EtcdUser>,
     /// Every key lockd writes starts with this (default `/lockd`). Hosts
     /// that share locks must use the same prefix.

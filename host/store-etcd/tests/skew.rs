@@ -1,4 +1,4 @@
-//! Clock skew between hosts on the etcd store (docs/scale-out.md#clock-assumptions):
+//! Clock skew between hosts on the etcd store (docs/operating.md#clock-assumptions):
 //! expiries are wall-clock times written by the granting host and compared
 //! by every other host, so a host whose clock runs 2 s ahead sees a lock
 //! expire 2 s early and may hand it on then. The overlap is the skew,

@@ -1,5 +1,5 @@
 //! The HTTP client of the CLI: blocking requests (ureq) to lockd's REST API
-//! (docs/http.md), outside any async runtime, and what an answer means for
+//! (docs/reference.md), outside any async runtime, and what an answer means for
 //! the command that asked.
 //!
 //! Requests are built and replies parsed with the server's own wire types

@@ -1,4 +1,4 @@
-//! Reading `GET /v1/events` (docs/http.md#events): the Server-Sent Events
+//! Reading `GET /v1/events` (docs/reference.md#events): the Server-Sent Events
 //! of a stream, one lockd event at a time (`lockd watch`, `lockd leader
 //! --watch`).
 

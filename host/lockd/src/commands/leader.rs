@@ -1,6 +1,6 @@
 //! `lockd leader NAME [--watch]`: who leads an election
 //! (`POST /v1/elections/leader`, docs/contract.md#c24-elections), once or
-//! each time it changes (the event stream, docs/http.md#events).
+//! each time it changes (the event stream, docs/reference.md#events).
 
 use std::io::Write;
 use std::time::Duration;

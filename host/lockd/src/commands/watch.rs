@@ -1,5 +1,5 @@
 //! `lockd watch`: prints the events of `GET /v1/events` as they come
-//! (docs/http.md#events).
+//! (docs/reference.md#events).
 
 use std::io::{Read, Write};
 

@@ -1,4 +1,4 @@
-//! The REST API (docs/http.md, docs/contract.md#errors): JSON over HTTP/1.1
+//! The REST API (docs/reference.md, docs/contract.md#errors): JSON over HTTP/1.1
 //! for non-wasm clients and the CLI. Its bodies, words and routes are the
 //! types of `lockd-api`; `docs/openapi.json` describes them and is served
 //! at `/openapi.json`, and `host/lockd/tests/rest.rs` keeps the two in

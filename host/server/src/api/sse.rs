@@ -1,5 +1,5 @@
 //! `GET /v1/events`: the store's events as Server-Sent Events
-//! (docs/http.md#events).
+//! (docs/reference.md#events).
 //!
 //! Each stream is one task that reads the store's bounded broadcast and
 //! hands frames to the response body through a small channel. Locking never

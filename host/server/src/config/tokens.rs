@@ -1,5 +1,5 @@
 //! `[auth]` of lockd.toml: the tokens the REST API accepts, each with its
-//! namespaces and role (docs/http.md#authentication). The file holds only
+//! namespaces and role (docs/operating.md#authentication). The file holds only
 //! each token's SHA-256, never a token; `lockd token new` prints a token
 //! and the block to paste here.
 

@@ -81,7 +81,7 @@ enum Who<'a> {
 /// Denies a fresh grant in `namespace` if it already holds `quota` live
 /// grants at `now` (every holder of a shared name or semaphore counts). A
 /// read before the grant's transaction, not inside it, so grants racing
-/// may overshoot the quota (docs/scale-out.md, "Quotas are not atomic
+/// may overshoot the quota (docs/operating.md#etcd, "Quotas are not atomic
 /// across hosts").
 pub(super) async fn check_quota(
     ks: &Keyspace,

@@ -1,6 +1,6 @@
 //! The backend's view of every change in etcd: one watch over the prefix,
 //! with each key's previous value, turned into the events of
-//! docs/http.md#events (see `events.rs`) and into the expiry index that
+//! docs/reference.md#events (see `events.rs`) and into the expiry index that
 //! the sweeper works from; and the sweeper, which removes expired locks
 //! and leases (marked expired) without waiting for a read.
 //!

@@ -1,7 +1,7 @@
 //! The log in front of redb: each group commit is one sequential write of
 //! its records into a preallocated segment and one `fdatasync`; finished
 //! segments are checkpointed into redb in the background
-//! (docs/design.md, "The redb journal").
+//! (docs/internals.md, "The redb journal").
 
 pub(crate) mod format;
 pub(crate) mod scan;

@@ -258,7 +258,7 @@ pub async fn force_unlock_hands_to_the_queue_head(factory: &dyn StoreFactory) {
 /// view of the expiry answered to callers; and an expiry written to disk is
 /// wall time, so it is right after a restart. Run on the embedded stores
 /// (docs/reliability.md#clock-steps); the etcd store shares expiries between
-/// hosts, see docs/scale-out.md.
+/// hosts, see docs/operating.md#etcd.
 pub async fn wall_clock_steps_move_no_deadline(factory: &dyn StoreFactory) {
     const HOUR: i64 = 3_600_000;
     let clock = ManualClock::new(START_MS);
