@@ -8,6 +8,8 @@ mod claims {
 
 #[tokio::test]
 async fn wall_clock_steps_move_no_deadline() {
-    lockd_test_support::conformance::wall_clock_steps_move_no_deadline(&lockd_test_support::MemoryFactory)
-        .await;
+    lockd_test_support::conformance::wall_clock_steps_move_no_deadline(
+        &lockd_test_support::MemoryFactory,
+    )
+    .await;
 }
