@@ -420,3 +420,20 @@ impl Served {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ComponentFailed;
+
+    #[test]
+    fn a_failed_component_is_answered_with_the_message_first() {
+        let body = ComponentFailed {
+            message: "component x failed: boom".to_string(),
+            status: "error",
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"message":"component x failed: boom","status":"error"}"#
+        );
+    }
+}

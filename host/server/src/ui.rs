@@ -130,4 +130,21 @@ mod tests {
         );
         assert!(owns("/ui") && owns("/ui/app.js") && !owns("/uix") && !owns("/"));
     }
+
+    #[test]
+    fn refusals_are_json_with_the_message_first() {
+        use http_body_util::BodyExt as _;
+        let response = handle(&Method::GET, "/ui/nope.js");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt
+            .block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        assert_eq!(
+            bytes,
+            r#"{"message":"no such file of the web page","status":"not_found"}"#
+        );
+    }
 }
