@@ -78,7 +78,7 @@ impl Etcd {
     /// Describes `e`, noting it if it is a refusal of lockd's credentials
     /// or of a write for lack of space.
     fn describe(&self, e: &etcd_client::Error) -> String {
-        if crate::space::out_of_space(e) {
+        if out_of_space(e) {
             self.out_of_space.store(true, Ordering::Release);
         }
         match self.access.refusal(e) {
@@ -336,4 +336,10 @@ pub(crate) async fn revoke(client: &Client, lease: i64, limit: Duration) -> Resu
     )
     .await
     .map(drop)
+}
+
+/// Whether `e` is etcd refusing a write for lack of space (its NOSPACE
+/// alarm is raised).
+pub(crate) fn out_of_space(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("database space exceeded")
 }

@@ -77,12 +77,6 @@ use crate::rpc::Etcd;
 /// The shortest interval between two compactions.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Whether `e` is etcd refusing a write for lack of space (its NOSPACE
-/// alarm is raised).
-pub(crate) fn out_of_space(e: &etcd_client::Error) -> bool {
-    e.to_string().contains("database space exceeded")
-}
-
 /// Whether a compaction's failure says another compaction already covers
 /// it (etcd compacted at or past the target) or the target is past the
 /// current revision (etcd restored from an older snapshot): neither is a
