@@ -11,7 +11,7 @@ mod commands;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use cli::logging::{self, LogFormat};
 #[cfg(unix)]
@@ -115,8 +115,47 @@ impl Command {
     }
 }
 
+/// The one-line summaries `lockd --help` shows for the commands whose own
+/// description is longer than a line and is kept in another file; each
+/// command's full description stays what `lockd CMD --help` shows.
+const SUMMARIES: [(&str, &str); 2] = [
+    (
+        "serve",
+        "Serve the REST API, /metrics and /healthz (with --manifest, its components too)",
+    ),
+    (
+        "up",
+        "Serve a Spin manifest's HTTP components, like `spin up`, with the REST API",
+    ),
+];
+
+/// [`Cli`] with [`SUMMARIES`] in place of those commands' descriptions,
+/// which become their long help (what `lockd CMD --help` shows).
+fn command() -> clap::Command {
+    Cli::command().mut_subcommands(|command| {
+        let Some((_, summary)) = SUMMARIES
+            .iter()
+            .find(|(name, _)| *name == command.get_name())
+        else {
+            return command;
+        };
+        match command.get_long_about().or(command.get_about()).cloned() {
+            Some(long) => command.about(*summary).long_about(long),
+            None => command.about(*summary),
+        }
+    })
+}
+
+/// The command line, parsed as [`command`] describes it (as `Cli::parse`
+/// does: a usage error is printed and exits 2).
+fn parse() -> Cli {
+    let mut command = command();
+    let mut matches = command.get_matches_mut();
+    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(&mut command).exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     logging::init(cli.log_format);
     let code = cli.command.execute();
     ExitCode::from(code.clamp(0, 255) as u8)

@@ -1,13 +1,14 @@
 //! Flags several commands share, each group flattened into the commands
-//! that take it: [`Conn`] (the client commands) with its [`ClientTls`]
-//! (also `exec`'s and `elect`'s), [`StoreArgs`] (`run`, `serve`, `up`) and
-//! [`ServeArgs`] (`serve`, `up`); and the checks of flags that more than
-//! one command takes.
+//! that take it: [`NamespaceArg`] (every command that names a lock, a
+//! semaphore, a lease or an election), [`Conn`] (the client commands) with
+//! its [`ClientTls`] (also `exec`'s and `elect`'s), [`StoreArgs`] (`run`,
+//! `serve`, `up`) and [`ServeArgs`] (`serve`, `up`); and the checks of
+//! flags that more than one command takes.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use lockd_api::DurabilityWord;
+use lockd_api::{DurabilityWord, DEFAULT_NAMESPACE};
 use lockd_core::MAX_VALUE_BYTES;
 use lockd_server::config::{LockdConfig, TlsConfig};
 use lockd_server::store::StoreSpec;
@@ -43,6 +44,16 @@ pub fn check_leader_value(value: &str) -> Result<(), Failure> {
         ));
     }
     Ok(())
+}
+
+/// `--namespace NAMESPACE`, `default` unless given. Its help names a lock's
+/// namespace; a command whose name is something else words it for what it
+/// names with `#[command(mut_arg("namespace", |arg| arg.help(...)))]`.
+#[derive(Args, Clone, Debug)]
+pub struct NamespaceArg {
+    /// The namespace of the lock.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
 }
 
 /// Options every client command takes.

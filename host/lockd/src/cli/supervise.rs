@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use super::client::Client;
 use super::failure::{exit_code, fail, Failure};
-use super::flags::{durability, ClientTls, Conn, DEFAULT_SERVER};
+use super::flags::{durability, ClientTls, Conn, NamespaceArg, DEFAULT_SERVER};
 use super::output::Format;
 use super::time::parse_duration_ms;
 
@@ -54,6 +54,7 @@ pub const EXIT_LOST: i32 = 76;
 
 /// The flags of a command that runs CMD while it holds a grant.
 #[derive(Args, Debug)]
+#[command(mut_arg("namespace", |arg| arg.help("The namespace of the name")))]
 pub struct HoldArgs {
     /// How long the grant lasts unless renewed; it is renewed at a third of
     /// it while CMD runs.
@@ -66,9 +67,8 @@ pub struct HoldArgs {
     /// Keep the grant in memory only (lost if the server restarts).
     #[arg(long)]
     pub ephemeral: bool,
-    /// The namespace of the name.
-    #[arg(long, default_value = "default")]
-    pub namespace: String,
+    #[command(flatten)]
+    pub namespace: NamespaceArg,
     /// After the grant is lost, send SIGKILL this long after SIGTERM.
     #[arg(long, default_value = "10s", value_parser = parse_duration_ms, value_name = "DURATION")]
     pub kill_after: u64,

@@ -19,11 +19,12 @@ use crate::cli::failure::{fail, Failure};
 use crate::cli::flags::check_leader_value;
 use crate::cli::supervise::{self, not_taken, run_while_held, take, Held, HoldArgs, Kind};
 
-/// Run a command while leading an election: campaign for NAME with
-/// --value (waiting up to --wait), run CMD with LOCKD_ELECTION,
-/// LOCKD_NAMESPACE, LOCKD_OWNER, LOCKD_FENCING_TOKEN and LOCKD_LEADER_VALUE
-/// set, keep the leadership alive while CMD runs, resign when CMD exits,
-/// and exit with CMD's status.
+/// Run a command while leading an election.
+///
+/// Campaign for NAME with --value (waiting up to --wait), run CMD with
+/// LOCKD_ELECTION, LOCKD_NAMESPACE, LOCKD_OWNER, LOCKD_FENCING_TOKEN and
+/// LOCKD_LEADER_VALUE set, keep the leadership alive while CMD runs, resign
+/// when CMD exits, and exit with CMD's status.
 ///
 /// Exits 75 (CMD never started) if this process cannot lead, and 76 if the
 /// leadership is lost while CMD runs (CMD then gets SIGTERM, and SIGKILL
@@ -64,7 +65,7 @@ async fn elect(args: ElectCommand) -> Result<i32, Failure> {
         None => random_id("elect").map_err(|e| not_taken("lead", &name, fail(3, e.to_string())))?,
     };
     let request = CampaignRequest {
-        namespace: Some(hold.namespace.clone()),
+        namespace: Some(hold.namespace.namespace.clone()),
         name: name.clone(),
         candidate: candidate.clone(),
         value: value.clone(),
@@ -84,7 +85,7 @@ async fn elect(args: ElectCommand) -> Result<i32, Failure> {
     let held = Held {
         kind: Kind::Leadership,
         conn: hold.conn(),
-        namespace: hold.namespace.clone(),
+        namespace: hold.namespace.namespace.clone(),
         name,
         owner: candidate,
         token: taken.grant.fencing_token,

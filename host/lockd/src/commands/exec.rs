@@ -15,10 +15,12 @@ use lockd_core::random_id;
 use crate::cli::failure::{fail, Failure};
 use crate::cli::supervise::{self, not_taken, run_while_held, take, Held, HoldArgs, Kind};
 
-/// Run a command while holding a lock, like flock: take NAME (waiting up
-/// to --wait), run CMD with LOCKD_LOCK_NAME, LOCKD_NAMESPACE, LOCKD_OWNER
-/// and LOCKD_FENCING_TOKEN set, keep the lock alive while CMD runs,
-/// release it when CMD exits, and exit with CMD's status.
+/// Run a command while holding a lock, like flock.
+///
+/// Take NAME (waiting up to --wait), run CMD with LOCKD_LOCK_NAME,
+/// LOCKD_NAMESPACE, LOCKD_OWNER and LOCKD_FENCING_TOKEN set, keep the lock
+/// alive while CMD runs, release it when CMD exits, and exit with CMD's
+/// status.
 ///
 /// Exits 75 (CMD never started) if the lock cannot be taken, and 76 if
 /// the lock is lost while CMD runs (CMD then gets SIGTERM, and SIGKILL
@@ -47,7 +49,7 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
     let ExecCommand { name, shared, hold } = args;
     let owner = random_id("exec").map_err(|e| not_taken("take", &name, fail(3, e.to_string())))?;
     let request = LockRequest {
-        namespace: Some(hold.namespace.clone()),
+        namespace: Some(hold.namespace.namespace.clone()),
         name: name.clone(),
         owner: Some(owner.clone()),
         ttl_ms: Some(hold.ttl),
@@ -61,7 +63,7 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
     let held = Held {
         kind: Kind::Lock,
         conn: hold.conn(),
-        namespace: hold.namespace.clone(),
+        namespace: hold.namespace.namespace.clone(),
         name,
         owner,
         token: taken.grant.fencing_token,

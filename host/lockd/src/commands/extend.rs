@@ -5,7 +5,7 @@ use lockd_api::{ExtendRequest, GrantReply, Route, Status};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 use crate::cli::time::{parse_duration_ms, rfc3339};
 
 /// Move the expiry of a held lock to now + TTL.
@@ -16,12 +16,11 @@ pub struct ExtendCommand {
     /// The owner that holds it.
     #[arg(long)]
     owner: String,
-    /// New lease length, from now.
+    /// The new TTL, from now.
     #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
     ttl: u64,
-    /// The namespace of the lock.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -35,7 +34,7 @@ impl ExtendCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, 0)?;
         let request = ExtendRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
             owner: self.owner,
             ttl_ms: self.ttl,

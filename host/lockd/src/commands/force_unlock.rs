@@ -6,17 +6,17 @@ use lockd_api::{ErrorReply, ForceUnlockRequest, ReleasedReply, Route, Status};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 
-/// Release a lock whoever holds it (an operator's action, logged by the
-/// server); the head of its queue gets it next. Exits 1 if it is not held.
+/// Release a lock whoever holds it (an operator's action, logged by the server).
+///
+/// The head of its queue gets it next. Exits 1 if it is not held.
 #[derive(Args, Debug)]
 pub struct ForceUnlockCommand {
     /// The lock name.
     name: String,
-    /// The namespace of the lock.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -30,7 +30,7 @@ impl ForceUnlockCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, 0)?;
         let request = ForceUnlockRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
         };
         let answer = client.post(Route::ForceUnlock, &request)?;

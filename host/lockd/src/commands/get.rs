@@ -6,7 +6,7 @@ use lockd_api::{FoundReply, FreeReply, GetRequest, HeldMode, Holding, Route, Sta
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 use crate::cli::output::{delay_line, holder_line};
 
 /// Show who holds a lock, a shared lock or a semaphore (exit 1 if nobody
@@ -15,9 +15,8 @@ use crate::cli::output::{delay_line, holder_line};
 pub struct GetCommand {
     /// The lock name.
     name: String,
-    /// The namespace of the lock.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -31,7 +30,7 @@ impl GetCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, 0)?;
         let request = GetRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
         };
         let answer = client.post(Route::Get, &request)?;

@@ -11,7 +11,7 @@ use lockd_api::{EventQuery, EventWord, FreeReply, LeaderReply, LeaderRequest, Ro
 use crate::cli::client::Client;
 use crate::cli::events::{EventStream, Sse};
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 use crate::cli::output::Format;
 use crate::cli::time::{elapsed, remaining, rfc3339};
 
@@ -19,16 +19,18 @@ use crate::cli::time::{elapsed, remaining, rfc3339};
 /// closed, so that a server that keeps closing streams is not hammered.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(200);
 
-/// Show who leads an election: its candidate, value, fencing token, since
-/// when and until when (exit 1 if nobody leads). With --watch, a line each
-/// time the leader or its value changes, until interrupted.
+/// Show who leads an election (exit 1 if nobody leads); --watch follows it.
+///
+/// It shows the leader's candidate, value, fencing token, since when and
+/// until when. With --watch, a line each time the leader or its value
+/// changes, until interrupted.
 #[derive(Args, Debug)]
+#[command(mut_arg("namespace", |arg| arg.help("The namespace of the election")))]
 pub struct LeaderCommand {
     /// The election's name.
     name: String,
-    /// The namespace of the election.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     /// Keep watching: print the leader, then a line each time the leader
     /// or its value changes, until interrupted (exit 3 if the server goes
     /// away).
@@ -57,7 +59,7 @@ impl LeaderCommand {
         }
         let client = Client::new(self.conn, 0)?;
         // With --format json, `Client::post` printed the body already.
-        let leader = ask(&client, &self.namespace, &self.name)?;
+        let leader = ask(&client, &self.namespace.namespace, &self.name)?;
         client.text(|| leader_line(&self.name, leader.as_ref()));
         Ok(if leader.is_some() { 0 } else { 1 })
     }
@@ -83,7 +85,7 @@ impl LeaderCommand {
             ..self.conn
         })?;
         let query = EventQuery {
-            namespace: Some(self.namespace.clone()),
+            namespace: Some(self.namespace.namespace.clone()),
             prefix: Some(self.name.clone()),
             access_token: None,
         };
@@ -96,7 +98,7 @@ impl LeaderCommand {
             let mut ask_again = true;
             loop {
                 if ask_again {
-                    let leader = ask(&asking, &self.namespace, &self.name)?;
+                    let leader = ask(&asking, &self.namespace.namespace, &self.name)?;
                     let state = leader
                         .as_ref()
                         .map(|l| (l.candidate.clone(), l.fencing_token, l.value.clone()));
@@ -111,7 +113,7 @@ impl LeaderCommand {
                 ask_again = match events.next_event() {
                     Ok(Some(Sse::Event(event, _))) => {
                         event.name == self.name
-                            && event.namespace == self.namespace
+                            && event.namespace == self.namespace.namespace
                             && event.kind != EventWord::Extended
                     }
                     Ok(Some(Sse::Lagged(_))) => break,

@@ -9,11 +9,13 @@ use lockd_api::{
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::{durability, Conn};
+use crate::cli::flags::{durability, Conn, NamespaceArg};
 use crate::cli::time::{parse_duration_ms, remaining, rfc3339, seconds};
 
-/// Leases: one expiry for several locks (take locks under a lease with
-/// the REST API's `lease_id`).
+/// Leases: one expiry for several locks.
+///
+/// Take locks under a lease with 'lockd lock --lease' or the REST API's
+/// `lease_id`.
 #[derive(Args, Debug)]
 pub struct LeaseCommand {
     #[command(subcommand)]
@@ -24,6 +26,7 @@ pub struct LeaseCommand {
 #[derive(Subcommand, Debug)]
 enum LeaseAction {
     /// Grant a lease and print its id.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the lease and its locks")))]
     Grant {
         /// The lease's TTL; each refresh moves its expiry to now + this.
         #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
@@ -31,39 +34,38 @@ enum LeaseAction {
         /// Keep the lease and its locks in memory only (lost if the server restarts).
         #[arg(long)]
         ephemeral: bool,
-        /// The namespace of the lease and its locks.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// Move the expiry of a lease and of all its locks to now + its TTL.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the lease")))]
     Refresh {
         /// The lease id.
         id: String,
-        /// The namespace of the lease.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// End a lease and release all its locks at once.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the lease")))]
     Revoke {
         /// The lease id.
         id: String,
-        /// The namespace of the lease.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// Show a lease's expiry, durability and locks (exit 1 if it is not live).
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the lease")))]
     Get {
         /// The lease id.
         id: String,
-        /// The namespace of the lease.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
@@ -94,22 +96,22 @@ impl LeaseAction {
             LeaseAction::Grant {
                 ttl,
                 ephemeral,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => return grant(ttl, ephemeral, namespace, conn),
             LeaseAction::Refresh {
                 id,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => (Route::LeaseRefresh, id, namespace, conn),
             LeaseAction::Revoke {
                 id,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => (Route::LeaseRevoke, id, namespace, conn),
             LeaseAction::Get {
                 id,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => (Route::LeaseGet, id, namespace, conn),
         };

@@ -6,7 +6,7 @@ use lockd_api::{ErrorReply, GrantReply, LockMode, LockRequest, Route, Status};
 use super::lease::lease_not_live;
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::{durability, Conn};
+use crate::cli::flags::{durability, Conn, NamespaceArg};
 use crate::cli::time::{parse_duration_ms, rfc3339};
 
 /// Take a lock (durations: 500ms, 10s, 5m, 1h30m; a plain number is ms).
@@ -17,7 +17,7 @@ pub struct LockCommand {
     /// Who takes it; use the same owner to unlock, extend or re-lock.
     #[arg(long, required_unless_present = "lease")]
     owner: Option<String>,
-    /// Lease length.
+    /// The lock's TTL: how long it is held unless extended.
     #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION",
           required_unless_present = "lease")]
     ttl: Option<u64>,
@@ -35,9 +35,8 @@ pub struct LockCommand {
     /// beside an exclusive one.
     #[arg(long, conflicts_with = "lease")]
     shared: bool,
-    /// The namespace of the lock.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -52,7 +51,7 @@ impl LockCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, self.wait.unwrap_or(0))?;
         let request = LockRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
             owner: self.owner,
             ttl_ms: self.ttl,

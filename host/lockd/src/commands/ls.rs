@@ -5,18 +5,18 @@ use lockd_api::{ListQuery, ListReply, Route, Status, DEFAULT_NAMESPACE};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 use crate::cli::output::table;
 
 /// List the live locks of a namespace.
 #[derive(Args, Debug)]
+#[command(mut_arg("namespace", |arg| arg.help("The namespace to list")))]
 pub struct LsCommand {
     /// Only names starting with this.
     #[arg(long, default_value = "")]
     prefix: String,
-    /// The namespace to list.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -30,7 +30,7 @@ impl LsCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, 0)?;
         let query = ListQuery {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             prefix: Some(self.prefix).filter(|p| !p.is_empty()),
         };
         let answer = client.get(Route::List, &query.path())?;

@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lockd_components::compose::{self, Plugged};
 
-/// Compose a component that imports lockd:lock with the client component
-/// for the version it imports, so that it runs on any host with wasi:http
-/// (Spin, `wasmtime serve`, jco, `wasmtime run -S http`) and reaches a lockd
-/// server over HTTP: lockd:lock@0.1.0 (WASI 0.2) gets lockd-client.wasm,
+/// Compose a component that imports lockd:lock with lockd's client component.
+///
+/// The client component is the one for the version it imports, so that the
+/// result runs on any host with wasi:http (Spin, `wasmtime serve`, jco,
+/// `wasmtime run -S http`) and reaches a lockd server over HTTP:
+/// lockd:lock@0.1.0 (WASI 0.2) gets lockd-client.wasm,
 /// lockd:lock@0.2.0 (WASI 0.3) gets lockd-client-p3.wasm, which needs a
 /// WASI 0.3 host (`wasmtime run -Wcomponent-model-async -Sp3,http`).
 ///

@@ -8,12 +8,14 @@ use lockd_api::{ProclaimRequest, Route, Status, StatusReply};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::{check_leader_value, Conn};
+use crate::cli::flags::{check_leader_value, Conn, NamespaceArg};
 
-/// Replace the value an election's leader proclaims (at most 4096 bytes),
-/// keeping its leadership; run by CMD under 'lockd elect', it needs only
-/// --value.
+/// Replace the value an election's leader proclaims, keeping its leadership.
+///
+/// The value is at most 4096 bytes. Run by CMD under 'lockd elect', it
+/// needs only --value.
 #[derive(Args, Debug)]
+#[command(mut_arg("namespace", |arg| arg.env("LOCKD_NAMESPACE").help("The namespace of the election")))]
 pub struct ProclaimCommand {
     /// The election's name.
     #[arg(env = "LOCKD_ELECTION")]
@@ -27,9 +29,8 @@ pub struct ProclaimCommand {
     /// The fencing token of its leadership.
     #[arg(long, env = "LOCKD_FENCING_TOKEN")]
     token: u64,
-    /// The namespace of the election.
-    #[arg(long, env = "LOCKD_NAMESPACE", default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -45,7 +46,7 @@ impl ProclaimCommand {
         check_leader_value(&self.value)?;
         let client = Client::new(self.conn, 0)?;
         let request = ProclaimRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
             candidate: self.candidate,
             fencing_token: self.token,

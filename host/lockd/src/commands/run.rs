@@ -8,20 +8,20 @@ use anyhow::Context as _;
 use clap::Args;
 use lockd_components::run::{self, Output, RunConfig, RunLimits};
 
-use crate::cli::flags::StoreArgs;
+use crate::cli::flags::{NamespaceArg, StoreArgs};
 use crate::cli::runtime;
 use crate::cli::time::parse_duration_ms;
 
 /// Run a wasi:cli command component with full WASI and the lock capability.
 #[derive(Args, Debug)]
+#[command(mut_arg("namespace", |arg| arg.help("The namespace the component's locks live in")))]
 pub struct RunCommand {
     /// The component (.wasm).
     component: PathBuf,
     #[command(flatten)]
     store: StoreArgs,
-    /// The namespace the component's locks live in.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     /// Stop the component after this long (e.g. 30s, 500ms); default: no limit.
     #[arg(long, value_parser = parse_duration_ms)]
     timeout: Option<u64>,
@@ -43,7 +43,7 @@ impl RunCommand {
         let RunCommand {
             component,
             store,
-            namespace,
+            namespace: NamespaceArg { namespace },
             timeout,
             max_memory_bytes,
             args,

@@ -10,12 +10,14 @@ use lockd_api::{
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, fail, Failure};
-use crate::cli::flags::{durability, Conn};
+use crate::cli::flags::{durability, Conn, NamespaceArg};
 use crate::cli::output::{delay_line, holder_line};
 use crate::cli::time::{parse_duration_ms, rfc3339};
 
-/// Semaphores: a name with N permits, each held by one owner with its own
-/// TTL and fencing token (durations: 500ms, 10s, 5m, 1h30m).
+/// Semaphores: a name with N permits, each held by one owner.
+///
+/// Each permit has its own TTL and fencing token (durations: 500ms, 10s,
+/// 5m, 1h30m).
 #[derive(Args, Debug)]
 pub struct SemCommand {
     #[command(subcommand)]
@@ -26,6 +28,7 @@ pub struct SemCommand {
 #[derive(Subcommand, Debug)]
 enum SemAction {
     /// Take one permit of the semaphore NAME, which has --permits of them.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the semaphore")))]
     Acquire {
         /// The semaphore's name.
         name: String,
@@ -36,7 +39,7 @@ enum SemAction {
         /// Who takes the permit; use the same owner to release or extend it.
         #[arg(long)]
         owner: String,
-        /// The permit's lease length.
+        /// The permit's TTL: how long it is held unless extended.
         #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
         ttl: u64,
         /// Wait this long in the semaphore's FIFO queue if every permit is
@@ -46,13 +49,13 @@ enum SemAction {
         /// Keep the permit in memory only (lost if the server restarts).
         #[arg(long)]
         ephemeral: bool,
-        /// The namespace of the semaphore.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// Release the permit OWNER holds.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the semaphore")))]
     Release {
         /// The semaphore's name.
         name: String,
@@ -62,36 +65,35 @@ enum SemAction {
         /// Release it only if it is held under this fencing token.
         #[arg(long)]
         token: Option<u64>,
-        /// The namespace of the semaphore.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// Move the expiry of the permit OWNER holds to now + TTL.
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the semaphore")))]
     Extend {
         /// The semaphore's name.
         name: String,
         /// The owner that holds the permit.
         #[arg(long)]
         owner: String,
-        /// New lease length, from now.
+        /// The new TTL, from now.
         #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
         ttl: u64,
-        /// The namespace of the semaphore.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
     /// Show a semaphore's permits, holders and waiters (exit 1 if no
     /// permit is held).
+    #[command(mut_arg("namespace", |arg| arg.help("The namespace of the semaphore")))]
     Get {
         /// The semaphore's name.
         name: String,
-        /// The namespace of the semaphore.
-        #[arg(long, default_value = "default")]
-        namespace: String,
+        #[command(flatten)]
+        namespace: NamespaceArg,
         #[command(flatten)]
         conn: Conn,
     },
@@ -116,7 +118,7 @@ impl SemAction {
                 ttl,
                 wait,
                 ephemeral,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => {
                 let client = Client::new(conn, wait.unwrap_or(0))?;
@@ -146,7 +148,7 @@ impl SemAction {
                 name,
                 owner,
                 token,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => {
                 let client = Client::new(conn, 0)?;
@@ -166,7 +168,7 @@ impl SemAction {
                 name,
                 owner,
                 ttl,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => {
                 let client = Client::new(conn, 0)?;
@@ -190,7 +192,7 @@ impl SemAction {
             }
             SemAction::Get {
                 name,
-                namespace,
+                namespace: NamespaceArg { namespace },
                 conn,
             } => get(name, namespace, conn),
         }

@@ -14,9 +14,11 @@ pub struct TokenCommand {
 /// `lockd token ...`
 #[derive(Subcommand, Debug)]
 enum TokenAction {
-    /// Print a new random token (256 bits, 64 hex digits) on the first
-    /// line, then the [[auth.tokens]] block to paste into lockd.toml (it
-    /// holds the token's SHA-256, never the token).
+    /// Print a new random token and the [[auth.tokens]] block that admits it.
+    ///
+    /// The token (256 bits, 64 hex digits) is on the first line, then the
+    /// [[auth.tokens]] block to paste into lockd.toml (it holds the token's
+    /// SHA-256, never the token).
     New {
         /// The token's name, as logs and refusals show it; unique in
         /// lockd.toml.

@@ -5,7 +5,7 @@ use lockd_api::{Route, Status, StatusReply, UnlockRequest};
 
 use crate::cli::client::Client;
 use crate::cli::failure::{exit_code, Failure};
-use crate::cli::flags::Conn;
+use crate::cli::flags::{Conn, NamespaceArg};
 
 /// Release a lock.
 #[derive(Args, Debug)]
@@ -18,9 +18,8 @@ pub struct UnlockCommand {
     /// Release only the grant with this fencing token.
     #[arg(long)]
     token: Option<u64>,
-    /// The namespace of the lock.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    namespace: NamespaceArg,
     #[command(flatten)]
     conn: Conn,
 }
@@ -34,7 +33,7 @@ impl UnlockCommand {
     fn run(self) -> Result<i32, Failure> {
         let client = Client::new(self.conn, 0)?;
         let request = UnlockRequest {
-            namespace: Some(self.namespace),
+            namespace: Some(self.namespace.namespace),
             name: self.name,
             owner: self.owner,
             fencing_token: self.token,

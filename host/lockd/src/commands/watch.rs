@@ -13,10 +13,11 @@ use crate::cli::flags::Conn;
 use crate::cli::output::Format;
 use crate::cli::time::rfc3339;
 
-/// Print lock events live (acquired, extended, released, expired,
-/// handed_off, force_released, lease_*), one line each, until
-/// interrupted. Exits 1 if the server closes the stream because this
-/// client fell behind, 3 if the stream ends otherwise.
+/// Print lock events live, one line each, until interrupted.
+///
+/// The events: acquired, extended, released, expired, handed_off,
+/// force_released, lease_*. Exits 1 if the server closes the stream because
+/// this client fell behind, 3 if the stream ends otherwise.
 #[derive(Args, Debug)]
 pub struct WatchCommand {
     /// Only events of this namespace [default: every namespace].
