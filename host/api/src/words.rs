@@ -103,6 +103,10 @@ words! {
         /// `forbidden`: a known token outside its namespaces or role; the
         /// message names the token and what it lacks.
         Forbidden => "forbidden",
+        /// `rate_limited`: the token is over its rate limit (lockd.toml's
+        /// `rate_per_sec`, `burst`); nothing was done. The `Retry-After`
+        /// header says when to try again.
+        RateLimited => "rate_limited",
         /// `denied`: refused by policy, such as a namespace quota.
         Denied => "denied",
         /// `unavailable`: the store could not complete the operation; the
@@ -147,6 +151,7 @@ impl Status {
             Status::Denied | Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::Busy | Status::NotOwner | Status::NotHeld => 409,
+            Status::RateLimited => 429,
             Status::Unavailable => 503,
         }
     }
@@ -241,6 +246,7 @@ mod tests {
                 Status::InvalidArgument => ("invalid_argument", 400),
                 Status::Unauthorized => ("unauthorized", 401),
                 Status::Forbidden => ("forbidden", 403),
+                Status::RateLimited => ("rate_limited", 429),
                 Status::Denied => ("denied", 403),
                 Status::Unavailable => ("unavailable", 503),
                 Status::Ok => ("ok", 200),

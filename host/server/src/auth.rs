@@ -7,7 +7,9 @@
 //! [`Role`] against what the route does ([`Caller::check_route`]), and its
 //! namespaces ([`Scope`]) against the namespace the request names
 //! ([`Caller::check_namespace`]). A refusal ([`Forbidden`]) names the token
-//! and what it lacks, never the secret.
+//! and what it lacks, never the secret. A token may also have a rate
+//! limit ([`crate::rate_limit`]), checked once per request after the
+//! token is known ([`Caller::admit`]).
 //!
 //! With no token configured at all, every caller is [`Caller::Anyone`] and
 //! nothing is checked.
@@ -18,6 +20,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use lockd_api::Route;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
+
+use crate::rate_limit::{self, RateLimit, Throttled, TokenLimiter};
 
 /// The name of the credential the server's `--auth-token` (or
 /// `LOCKD_AUTH_TOKEN`) makes: an admin token over every namespace.
@@ -193,13 +197,15 @@ impl fmt::Display for Scope {
 }
 
 /// A token the server accepts: its name, the SHA-256 of its secret, its
-/// namespaces and its role. Its `Debug` leaves the digest out.
+/// namespaces, its role and its rate limit. Its `Debug` leaves the digest
+/// out. Clones share the rate limit's bucket.
 #[derive(Clone)]
 pub struct Credential {
     name: String,
     digest: [u8; 32],
     scope: Scope,
     role: Role,
+    limiter: TokenLimiter,
 }
 
 impl Credential {
@@ -210,7 +216,25 @@ impl Credential {
             digest,
             scope,
             role,
+            limiter: TokenLimiter::default(),
         }
+    }
+
+    /// This credential limited to `limit` (`None`: no limit), with a full
+    /// bucket.
+    pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.limiter = TokenLimiter::new(limit);
+        self
+    }
+
+    /// Its rate limit, if it has one.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.limiter.limit()
+    }
+
+    /// Its rate limiter: the bucket and the count of refused requests.
+    pub fn limiter(&self) -> &TokenLimiter {
+        &self.limiter
     }
 
     /// The credential of the server's `--auth-token`: admin over `"*"`.
@@ -240,6 +264,7 @@ impl fmt::Debug for Credential {
             .field("name", &self.name)
             .field("scope", &self.scope.to_string())
             .field("role", &self.role)
+            .field("rate_limit", &self.limiter.limit())
             .finish_non_exhaustive()
     }
 }
@@ -279,6 +304,32 @@ impl Credentials {
         }
         found
     }
+
+    /// Carries the rate limiters of `previous` (the set in force until now)
+    /// over to these tokens, by name: a token whose limit is unchanged keeps
+    /// its bucket, one whose limit changed starts with a fresh one, and each
+    /// name's count of refusals goes on. Returns the names whose limit
+    /// changed (new names not among them), with their new limits.
+    pub fn carry_over(&mut self, previous: &Credentials) -> Vec<(&str, Option<RateLimit>)> {
+        let mut changed = Vec::new();
+        for credential in &mut self.tokens {
+            let Some(old) = previous.tokens.iter().find(|c| c.name == credential.name) else {
+                continue;
+            };
+            if credential.limiter.carry_over(&old.limiter) {
+                changed.push((credential.name.as_str(), credential.limiter.limit()));
+            }
+        }
+        changed
+    }
+
+    /// Appends the rate-limit metrics of these tokens to `out`
+    /// ([`rate_limit::render_metrics`]): refusals by token name, and each
+    /// limit.
+    pub fn render_rate_limits(&self, out: &mut String) {
+        let tokens = self.tokens.iter().map(|c| (c.name(), c.limiter()));
+        rate_limit::render_metrics(tokens, out);
+    }
 }
 
 /// The tokens in force while the server runs: SIGHUP replaces them with
@@ -304,8 +355,9 @@ impl LiveCredentials {
     /// way keep the set they started with). Refused when it would turn
     /// authentication off (tokens now, none in `next`): an edit that
     /// dropped the last `[[auth.tokens]]` entry must not open every
-    /// namespace to anyone; a restart can.
-    pub fn replace(&self, next: Credentials) -> Result<(), String> {
+    /// namespace to anyone; a restart can. Rate limits carry over by name
+    /// ([`Credentials::carry_over`]); each changed one is logged.
+    pub fn replace(&self, mut next: Credentials) -> Result<(), String> {
         let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
         if next.is_open() && !current.is_open() {
             return Err(
@@ -313,6 +365,16 @@ impl LiveCredentials {
                         anything; restart the server to turn authentication off"
                     .to_string(),
             );
+        }
+        for (name, limit) in next.carry_over(&current) {
+            match limit {
+                Some(limit) => tracing::info!(
+                    token = name,
+                    %limit,
+                    "rate limit changed; the token starts with a full bucket"
+                ),
+                None => tracing::info!(token = name, "rate limit removed"),
+            }
         }
         *current = Arc::new(next);
         Ok(())
@@ -440,6 +502,16 @@ impl<'a> Caller<'a> {
             )));
         }
         Ok(())
+    }
+
+    /// Whether the caller's token is within its rate limit now: takes one
+    /// request from its bucket, or refuses it (counted). Always admitted
+    /// without a token ([`Caller::Anyone`]) or a limit.
+    pub fn admit(&self) -> Result<(), Throttled> {
+        match self {
+            Caller::Anyone => Ok(()),
+            Caller::Token(credential) => credential.limiter.admit(),
+        }
     }
 
     /// Whether the caller may use `namespace`.

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 pub mod pem;
+pub mod rate_limit;
 pub mod serve;
 pub mod store;
 pub mod tls;

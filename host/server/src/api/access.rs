@@ -1,8 +1,9 @@
 //! Authentication and authorization as the REST API applies them
-//! ([`crate::auth`] holds the rules): who the caller of a request is, the
-//! namespace it may use, the same check for other surfaces on the listener
-//! ([`authorize`], behind `Api::authorize`), and the refusals, each logged
-//! with the token's name (or `unknown`), the peer's address and the route.
+//! ([`crate::auth`] holds the rules): who the caller of a request is, its
+//! token's rate limit ([`over_rate_limit`], 429), the namespace it may use,
+//! the same checks for other surfaces on the listener ([`authorize`],
+//! behind `Api::authorize`), and the refusals, each logged with the token's
+//! name (or `unknown`), the peer's address and the route.
 //! No token, `Authorization` header or `access_token` value is ever part of
 //! a log line or a reply.
 
@@ -113,6 +114,51 @@ pub(super) fn authenticate<'c, B>(
     })
 }
 
+/// `None` if the caller's token is within its rate limit (a request is
+/// taken from its bucket), else the 429 `rate_limited` to answer, with a
+/// `Retry-After` of whole seconds: counted by token name, and logged as a
+/// warning at most once per [`WARN_EVERY`](crate::rate_limit::WARN_EVERY)
+/// for a token (at debug level between). Called once per request, right
+/// after authentication and before anything else is done for it; an event
+/// stream is one request, when it is opened.
+pub(super) fn over_rate_limit(
+    caller: Caller<'_>,
+    peer: Peer,
+    path: &str,
+) -> Option<Response<Body>> {
+    let throttled = caller.admit().err()?;
+    let wait = throttled.retry_after.whole_seconds();
+    let limit = throttled.limit;
+    match throttled.warn {
+        Some(refused) => tracing::warn!(
+            token = caller.name(),
+            peer = %peer,
+            route = path,
+            %limit,
+            refused,
+            "requests refused: the token is over its rate limit"
+        ),
+        None => tracing::debug!(
+            token = caller.name(),
+            peer = %peer,
+            route = path,
+            "request refused: the token is over its rate limit"
+        ),
+    }
+    let mut response = failure(
+        StatusCode::TOO_MANY_REQUESTS,
+        Status::RateLimited,
+        format!(
+            "token {:?} is over its rate limit ({limit}); retry in {wait} s",
+            caller.name()
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    Some(response)
+}
+
 /// The 401 `unauthorized` answer to `refusal`.
 pub(super) fn unauthorized(refusal: Unauthenticated) -> Response<Body> {
     let mut response = failure(
@@ -127,12 +173,13 @@ pub(super) fn unauthorized(refusal: Unauthenticated) -> Response<Body> {
 }
 
 /// `None` if the request's token may make calls like `route` in
-/// `namespace`, else the 401 or 403 to answer (logged with the token's
-/// name, the peer and the request's path). With `namespace` `None` (a
-/// surface that cannot tell the namespace before it answers), the token
+/// `namespace`, else the 401, 429 or 403 to answer (logged with the
+/// token's name, the peer and the request's path). With `namespace` `None`
+/// (a surface that cannot tell the namespace before it answers), the token
 /// must cover every namespace (`"*"`). The token check for other surfaces
 /// on the same listener (the compatibility routes of other systems' lock
-/// APIs): the same tokens, headers and logging as lockd's own routes.
+/// APIs): the same tokens, rate limits, headers and logging as lockd's own
+/// routes. Each call takes one request from the token's bucket.
 pub(super) fn authorize<B>(
     credentials: &LiveCredentials,
     req: &Request<B>,
@@ -145,6 +192,9 @@ pub(super) fn authorize<B>(
         Ok(caller) => caller,
         Err(refusal) => return Some(unauthorized(refusal)),
     };
+    if let Some(refused) = over_rate_limit(caller, peer, req.uri().path()) {
+        return Some(refused);
+    }
     let checked = caller.check_route(route).and_then(|()| match namespace {
         Some(namespace) => caller.check_namespace(namespace),
         None => match caller.scope() {
@@ -169,7 +219,10 @@ pub(super) fn authorize<B>(
 }
 
 /// `None` if the request carries a known token (any role, any namespaces),
-/// else the 401 to answer (logged).
+/// else the 401 to answer (logged). Takes nothing from the token's rate
+/// limit: it is a check of who is calling (Dapr's metadata, the gRPC
+/// surface's first look at a call), not a call; [`authorize`] counts the
+/// calls.
 pub(super) fn check_known_token<B>(
     credentials: &LiveCredentials,
     req: &Request<B>,
@@ -267,5 +320,44 @@ mod tests {
         assert_eq!(code(api.check_known_token(&dapr("ci-token"))), 200);
         assert_eq!(code(api.check_known_token(&dapr("nope"))), 401);
         assert_eq!(code(api.check_known_token(&Request::new(()))), 401);
+    }
+
+    #[test]
+    fn a_token_over_its_rate_limit_is_refused_with_429_and_retry_after() {
+        let limit = crate::rate_limit::RateLimit::new(0.5, Some(2)).unwrap();
+        let limited = Credential::new("slow", digest("slow-token"), Scope::every(), Role::Locker)
+            .with_rate_limit(Some(limit));
+        let credentials = LiveCredentials::new(Credentials::new(vec![
+            limited,
+            Credential::from_flag("root"),
+        ]));
+        let dapr = |t: &str| with(auth::DAPR_TOKEN_HEADER, t);
+        for _ in 0..2 {
+            assert!(authorize(&credentials, &dapr("slow-token"), Route::Lock, None).is_none());
+        }
+        let refused = authorize(&credentials, &dapr("slow-token"), Route::Lock, None).unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "2");
+        let body = refused.into_body();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt
+            .block_on(http_body_util::BodyExt::collect(body))
+            .unwrap()
+            .to_bytes();
+        let reply: lockd_api::ErrorReply = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(reply.status, Status::RateLimited);
+        assert_eq!(
+            reply.message,
+            "token \"slow\" is over its rate limit (0.5 requests a second, burst 2); \
+             retry in 2 s"
+        );
+        // Other tokens have their own buckets (or none); the bare identity
+        // check takes nothing from the bucket.
+        assert!(authorize(&credentials, &dapr("root"), Route::Lock, None).is_none());
+        assert!(check_known_token(&credentials, &dapr("slow-token")).is_none());
+        let tokens = credentials.current();
+        assert_eq!(tokens.tokens()[0].limiter().refused(), 1);
     }
 }

@@ -4,8 +4,9 @@
 //! at `/openapi.json`, and `host/lockd/tests/rest.rs` keeps the two in
 //! agreement.
 //!
-//! [`Api::handle`] authenticates the caller and checks its role
-//! ([`access`], over the rules of [`crate::auth`]), routes the request,
+//! [`Api::handle`] authenticates the caller, checks its token's rate limit
+//! and its role ([`access`], over the rules of [`crate::auth`] and
+//! [`crate::rate_limit`]), routes the request,
 //! reads its body once
 //! into the route's request type and hands that to the route's handler,
 //! which returns the route's reply type or why it refused ([`Refused`]).
@@ -181,6 +182,9 @@ impl Api {
                 Err(refusal) => return access::unauthorized(refusal),
             }
         };
+        if let Some(refused) = access::over_rate_limit(caller, peer, &path) {
+            return refused;
+        }
         let Some(route) = route else {
             return failure(
                 StatusCode::NOT_FOUND,
@@ -453,7 +457,8 @@ impl Api {
         Ok(NamespacesReply::new(rows))
     }
 
-    /// `/metrics`: the service's metrics and the open event streams.
+    /// `/metrics`: the service's metrics, the open event streams and the
+    /// tokens' rate limits.
     fn metrics(&self) -> String {
         let mut out = self.service.render_metrics();
         out.push_str(
@@ -462,6 +467,7 @@ impl Api {
         );
         let open = self.event_streams.load(Ordering::Relaxed);
         out.push_str(&format!("lockd_event_streams {open}\n"));
+        self.credentials.current().render_rate_limits(&mut out);
         out
     }
 }

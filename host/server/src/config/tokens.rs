@@ -1,13 +1,15 @@
 //! `[auth]` of lockd.toml: the tokens the REST API accepts, each with its
 //! namespaces and role (docs/operating.md#authentication). The file holds only
 //! each token's SHA-256, never a token; `lockd token new` prints a token
-//! and the block to paste here.
+//! and the block to paste here. A token may have a rate limit
+//! (`rate_per_sec`, `burst`: [`crate::rate_limit`]).
 
 use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{self, Credential, Credentials, NamespacePattern, Role, Scope};
+use crate::rate_limit::RateLimit;
 
 /// `[auth]`
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -31,6 +33,17 @@ pub struct TokenConfig {
     pub namespaces: Vec<String>,
     /// `reader`, `locker` or `admin`.
     pub role: String,
+    /// Requests a second this token may make on average: a positive
+    /// number, fractions allowed. None: no limit. Kept as written and
+    /// checked with the rest of the entry, so that a wrong value's message
+    /// names the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_sec: Option<toml::Value>,
+    /// Requests the token may make at once (a positive whole number; by
+    /// default `rate_per_sec` rounded up, at least 1). Only with
+    /// `rate_per_sec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<toml::Value>,
 }
 
 impl AuthConfig {
@@ -102,6 +115,8 @@ impl NewToken {
             sha256: auth::to_hex(&auth::digest(&token)),
             namespaces,
             role: role.to_string(),
+            rate_per_sec: None,
+            burst: None,
         };
         entry.credential().map_err(anyhow::Error::msg)?;
         Ok(NewToken { token, entry })
@@ -143,12 +158,49 @@ impl TokenConfig {
             .map(|p| NamespacePattern::parse(p).map_err(|e| format!("namespaces: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         let role = Role::parse(&self.role).map_err(|e| format!("role: {e}"))?;
-        Ok(Credential::new(
-            self.name.clone(),
-            digest,
-            Scope::new(patterns),
-            role,
-        ))
+        let credential = Credential::new(self.name.clone(), digest, Scope::new(patterns), role);
+        Ok(credential.with_rate_limit(self.rate_limit()?))
+    }
+
+    /// `rate_per_sec` and `burst`, checked: `None` without `rate_per_sec`.
+    fn rate_limit(&self) -> Result<Option<RateLimit>, String> {
+        let per_sec = match &self.rate_per_sec {
+            None if self.burst.is_some() => {
+                return Err("burst is set without rate_per_sec; give rate_per_sec \
+                     (requests a second) too, or remove burst"
+                    .to_string())
+            }
+            None => return Ok(None),
+            // `as` is exact up to 2^53, far beyond any rate.
+            Some(toml::Value::Integer(n)) => *n as f64,
+            Some(toml::Value::Float(x)) => *x,
+            Some(other) => {
+                return Err(format!(
+                    "rate_per_sec must be a positive number of requests a second, \
+                     not the {} {other}",
+                    other.type_str()
+                ))
+            }
+        };
+        let burst = match &self.burst {
+            None => None,
+            Some(toml::Value::Integer(n)) if *n >= 1 => Some(
+                u32::try_from(*n)
+                    .map_err(|_| format!("burst must be at most {} requests, not {n}", u32::MAX))?,
+            ),
+            Some(toml::Value::Integer(n)) => {
+                return Err(format!(
+                    "burst must be a positive whole number of requests, not {n}"
+                ))
+            }
+            Some(other) => {
+                return Err(format!(
+                    "burst must be a positive whole number of requests, not the {} {other}",
+                    other.type_str()
+                ))
+            }
+        };
+        RateLimit::new(per_sec, burst).map(Some)
     }
 }
 
@@ -261,5 +313,78 @@ mod tests {
         assert!(config.auth.validate().is_ok());
         let e = config.auth.credentials(Some("t")).unwrap_err().to_string();
         assert!(e.contains("--auth-token"), "{e}");
+    }
+
+    fn limited(extra: &str) -> String {
+        entry("ok", DIGEST, r#"["*"]"#, "admin")
+            + "\n"
+            + &entry("ci", DIGEST, r#"["ci"]"#, "locker")
+            + extra
+    }
+
+    #[test]
+    fn rate_limits_parse_with_their_default_burst() {
+        let limit_of = |extra: &str| {
+            let config: LockdConfig = toml::from_str(&limited(extra)).unwrap();
+            let credentials = config.auth.credentials(None).unwrap();
+            assert_eq!(credentials.tokens()[0].rate_limit(), None);
+            credentials.tokens()[1]
+                .rate_limit()
+                .map(|l| (l.per_sec(), l.burst()))
+        };
+        assert_eq!(limit_of(""), None);
+        assert_eq!(limit_of("rate_per_sec = 5\n"), Some((5.0, 5)));
+        assert_eq!(limit_of("rate_per_sec = 2.5\n"), Some((2.5, 3)));
+        assert_eq!(limit_of("rate_per_sec = 0.2\n"), Some((0.2, 1)));
+        assert_eq!(
+            limit_of("rate_per_sec = 0.5\nburst = 10\n"),
+            Some((0.5, 10))
+        );
+        // `lockd token new` writes no limit.
+        let made = NewToken::generate("ci", vec!["ci".into()], "locker").unwrap();
+        let block = made.toml_block().unwrap();
+        assert!(
+            !block.contains("rate_per_sec") && !block.contains("burst"),
+            "{block}"
+        );
+    }
+
+    #[test]
+    fn bad_rate_limits_are_errors_naming_the_token_and_the_key() {
+        const RATE: &str = "rate_per_sec must be a positive number";
+        const BURST: &str = "burst must be a positive whole number";
+        let at = "entry 2 (name \"ci\"): ";
+        for (extra, said) in [
+            ("rate_per_sec = 0\n", RATE),
+            ("rate_per_sec = 0.0\n", RATE),
+            ("rate_per_sec = -1\n", RATE),
+            ("rate_per_sec = -0.5\n", RATE),
+            ("rate_per_sec = nan\n", RATE),
+            ("rate_per_sec = inf\n", RATE),
+            ("rate_per_sec = true\n", RATE),
+            (
+                "rate_per_sec = \"fast\"\n",
+                "rate_per_sec must be a positive number of requests a second, \
+                 not the string \"fast\"",
+            ),
+            ("rate_per_sec = 5\nburst = 0\n", BURST),
+            ("rate_per_sec = 5\nburst = -3\n", BURST),
+            ("rate_per_sec = 5\nburst = 2.5\n", BURST),
+            ("rate_per_sec = 5\nburst = \"9\"\n", BURST),
+            (
+                "rate_per_sec = 5\nburst = 4294967296\n",
+                "burst must be at most",
+            ),
+            ("burst = 5\n", "burst is set without rate_per_sec"),
+        ] {
+            let e = refusal(&limited(extra));
+            assert!(e.contains(&format!("{at}{said}")), "{extra}: {e}");
+            assert!(e.starts_with("[[auth.tokens]] "), "{extra}: {e}");
+        }
+        // An unknown key is refused as before.
+        let typo = toml::from_str::<LockdConfig>(&limited("rate = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(typo.contains("unknown field `rate`"), "{typo}");
     }
 }
