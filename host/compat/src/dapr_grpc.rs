@@ -258,11 +258,13 @@ async fn unknown_token(api: &Api, req: &hyper::Request<Incoming>) -> Option<Stat
     Some(status_of_refusal(refused).await)
 }
 
-/// The API's 401 or 403 as a gRPC status (`UNAUTHENTICATED`,
-/// `PERMISSION_DENIED`) with the API's message.
+/// The API's 401, 403 or 429 as a gRPC status (`UNAUTHENTICATED`,
+/// `PERMISSION_DENIED`, `RESOURCE_EXHAUSTED`: the token is over its rate
+/// limit) with the API's message.
 async fn status_of_refusal(refused: hyper::Response<Body>) -> Status {
     let code = match refused.status() {
         hyper::StatusCode::FORBIDDEN => Code::PermissionDenied,
+        hyper::StatusCode::TOO_MANY_REQUESTS => Code::ResourceExhausted,
         _ => Code::Unauthenticated,
     };
     let body = refused
