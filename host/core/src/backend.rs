@@ -5,7 +5,7 @@ use std::pin::Pin;
 
 use crate::error::LockError;
 use crate::limits::LockDelays;
-use crate::metrics::{BackendStats, HoldTimes, NamespaceStats};
+use crate::metrics::{BackendStats, HoldTimes, NamespaceStats, StoreSpace};
 use crate::types::{
     Claim, Durability, Grant, Holding, Key, Leader, LeaseInfo, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
@@ -259,6 +259,30 @@ pub trait LockBackend: Send + Sync + 'static {
     /// such as an etcd store whose credentials etcd now refuses. Cheap when
     /// nothing is known to be wrong. The default: always healthy.
     fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// How full the store's database is, as last checked, for a store whose
+    /// database has a size limit (etcd); called at scrape time, never
+    /// waits. `None` (the default): the store has no such limit.
+    fn space(&self) -> Option<StoreSpace> {
+        None
+    }
+
+    /// [`space`](LockBackend::space) asked of the store now, for a
+    /// readiness check: an error (`unavailable`) when the store cannot be
+    /// asked (etcd unreachable, or refusing lockd), and whether it refuses
+    /// writes for lack of space. The default answers `space()` at once.
+    fn check_space(&self) -> BoxFuture<'_, Result<Option<StoreSpace>, LockError>> {
+        Box::pin(std::future::ready(Ok(self.space())))
+    }
+
+    /// Completes once every change the store accepted so far is durable
+    /// (a server that shuts down waits for it before it exits). Calls were
+    /// acknowledged durable already; this covers the changes nobody waits
+    /// for (a release after a caller went away). The default, for a store
+    /// that keeps nothing or writes through: at once.
+    fn sync(&self) -> BoxFuture<'_, Result<(), LockError>> {
         Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -61,7 +61,7 @@ pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,
 };
 pub use limits::{Limits, LockDelays};
-pub use metrics::{BackendStats, Metrics, NamespaceStats};
+pub use metrics::{BackendStats, Metrics, NamespaceStats, StoreSpace};
 pub use service::{LockService, Quotas, MAX_PERMITS, MAX_VALUE_BYTES};
 pub use types::{
     Claim, Durability, EventKind, Grant, Holding, Key, Leader, LeaseGrant, LeaseInfo, ListedLock,

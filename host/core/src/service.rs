@@ -10,7 +10,7 @@ use crate::background;
 use crate::error::LockError;
 use crate::ids::random_id;
 use crate::limits::{Limits, LockDelays};
-use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op};
+use crate::metrics::{BackendStats, Metrics, NamespaceStats, Op, StoreSpace};
 use crate::types::{
     Claim, Durability, Grant, Key, Leader, LeaseGrant, LeaseInfo, ListedLock, LockEvent, LockInfo,
     LockOptions, NameState,
@@ -55,6 +55,8 @@ pub struct LockService {
     store_measures_holds: bool,
     /// Where the task that follows the store's events runs.
     runtime: tokio::runtime::Handle,
+    /// Whether the service shuts down ([`LockService::shutdown`]).
+    closing: Arc<closing::Closing>,
 }
 
 /// Holders waiting for news of a force-release, by namespace and owner.
@@ -184,6 +186,7 @@ impl LockService {
             force_watchers: Arc::new(ForceWatchers::default()),
             store_measures_holds,
             runtime,
+            closing: Arc::default(),
         };
         if !store_measures_holds {
             service.force_watchers.state().following = true;
@@ -237,7 +240,8 @@ impl LockService {
         self.backend.health().await
     }
 
-    /// Everything `/metrics` shows, in Prometheus text format.
+    /// Everything `/metrics` shows, in Prometheus text format: with the
+    /// store's space for a store that has a size limit (etcd).
     pub fn render_metrics(&self) -> String {
         let mut out = String::new();
         let store_holds = self.backend.hold_times();
@@ -246,7 +250,71 @@ impl LockService {
         self.backend.stats().render(&mut out);
         self.metrics
             .render_namespaces(&self.backend.namespace_stats(), &mut out);
+        if let Some(space) = self.backend.space() {
+            space.render(&mut out);
+        }
         out
+    }
+
+    /// How full the store's database is, as last checked (see
+    /// [`LockBackend::space`]).
+    pub fn space(&self) -> Option<StoreSpace> {
+        self.backend.space()
+    }
+
+    /// The store's space asked now; an error if the store cannot be asked
+    /// (see [`LockBackend::check_space`]).
+    pub async fn check_space(&self) -> Result<Option<StoreSpace>, LockError> {
+        self.backend.check_space().await
+    }
+
+    /// Completes once every change the store accepted is durable (see
+    /// [`LockBackend::sync`]).
+    pub async fn sync(&self) -> Result<(), LockError> {
+        self.backend.sync().await
+    }
+
+    /// Begins shutting the service down: every `lock`, `lock_in_lease` and
+    /// campaign waiting in a queue (through this service or a clone) is
+    /// answered `unavailable` with `reason` at once, leaving its queue (a
+    /// grant handed to it meanwhile is released, never acknowledged); from
+    /// now on such a call that may wait is refused so at once. Calls that
+    /// do not wait go on as before, and held locks stay held. Answers how
+    /// many calls were waiting. A second call changes nothing.
+    pub fn shutdown(&self, reason: &str) -> u64 {
+        let waiting = self.closing.begin(reason);
+        tracing::debug!(waiting, reason, "lock service shutting down");
+        waiting
+    }
+
+    /// The shutdown's reason, once [`LockService::shutdown`] was called.
+    pub fn shutting_down(&self) -> Option<Arc<str>> {
+        self.closing.reason()
+    }
+
+    /// Completes once [`LockService::shutdown`] is called (at once if it
+    /// was), for work that must end then (an event stream).
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.closing.closed()
+    }
+
+    /// How many waiting calls the shutdown answered `unavailable`.
+    pub fn waits_answered(&self) -> u64 {
+        self.closing.answered()
+    }
+
+    /// `call`, a store call that waits up to `wait_ms`: answered
+    /// `unavailable` when the service shuts down meanwhile (see
+    /// [`LockService::shutdown`]).
+    async fn waiting<T>(
+        &self,
+        wait_ms: u64,
+        call: BoxFuture<'_, Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        if wait_ms == 0 {
+            return call.await;
+        }
+        self.closing.unless_closing(call).await
     }
 
     /// `invalid_argument` if `namespace` is not one this service takes;
@@ -273,8 +341,10 @@ impl LockService {
         result: Result<T, LockError>,
     ) -> Result<T, LockError> {
         self.metrics.record(op, started.elapsed(), &result);
+        // A waiter the shutdown answered is counted by the server's drain.
+        let shutdown = self.closing.reason();
         match &result {
-            Err(LockError::Unavailable(why)) => {
+            Err(LockError::Unavailable(why)) if shutdown.as_deref() != Some(why.as_str()) => {
                 tracing::warn!(op = op.as_str(), namespace, name, %why, "lock store unavailable");
             }
             Err(LockError::Denied(why)) => {
@@ -308,7 +378,8 @@ impl LockService {
             }
             self.check_claim(options.claim)?;
             let options = self.with_policy(namespace, options)?;
-            self.backend.lock(&key, owner, ttl_ms, options).await
+            let call = self.backend.lock(&key, owner, ttl_ms, options);
+            self.waiting(options.wait_ms, call).await
         }
         .await;
         self.measured_waiting(
@@ -468,9 +539,10 @@ impl LockService {
                 refuse_relock: false,
                 ..self.with_policy(namespace, options)?
             };
-            self.backend
-                .campaign(&key, candidate, value, ttl_ms, options)
-                .await
+            let call = self
+                .backend
+                .campaign(&key, candidate, value, ttl_ms, options);
+            self.waiting(options.wait_ms, call).await
         }
         .await;
         self.measured_waiting(
@@ -656,7 +728,8 @@ impl LockService {
                 ..LockOptions::default()
             };
             let options = self.with_policy(namespace, options)?;
-            self.backend.lock_in_lease(&key, lease_id, options).await
+            let call = self.backend.lock_in_lease(&key, lease_id, options);
+            self.waiting(wait_ms, call).await
         }
         .await;
         self.measured_waiting(Op::Lock, (namespace, name), started, wait_ms, result)
@@ -750,6 +823,7 @@ async fn follow_events(
     }
 }
 
+mod closing;
 #[cfg(test)]
 mod tests;
 

@@ -239,10 +239,20 @@ impl EtcdBackend {
     /// etcd's space asked now (one member's status and the cluster's
     /// alarms). `out_of_space` says whether etcd's NOSPACE alarm is raised:
     /// then etcd refuses every write, so every lock call fails, until an
-    /// operator acts; a readiness check should report not ready. (The
-    /// backend's [`LockBackend::health`] reports it too.)
+    /// operator acts; a readiness check reports not ready
+    /// ([`LockBackend::check_space`] answers this). An error when etcd
+    /// cannot be asked (unreachable, or refusing lockd).
     pub async fn check_space(&self) -> Result<StoreSpace, LockError> {
         self.inner.check_space().await
+    }
+
+    /// `unavailable`, saying what an operator must do, while etcd's NOSPACE
+    /// alarm is raised; cheap otherwise (etcd is asked only once the last
+    /// check found the alarm, or a write failed for lack of space). Not
+    /// part of [`LockBackend::health`]: a full etcd is not a reason to
+    /// restart lockd, only to send its clients elsewhere.
+    pub async fn space_alarm(&self) -> Result<(), LockError> {
+        self.inner.space_alarm().await
     }
 }
 
@@ -435,11 +445,22 @@ impl LockBackend for EtcdBackend {
     }
 
     /// Unhealthy while etcd refuses this backend's credentials or its
-    /// permission on the prefix (a password changed, a role revoked), or
-    /// refuses every write because its NOSPACE alarm is raised, with the
-    /// cause; checked against etcd only after a request was refused (or the
-    /// compactor's last check found the alarm).
+    /// permission on the prefix (a password changed, a role revoked), with
+    /// the cause; checked against etcd only after a request was refused.
+    /// A NOSPACE alarm is not ill health: readiness reports it
+    /// ([`LockBackend::check_space`]).
     fn health(&self) -> BoxFuture<'_, Result<(), LockError>> {
         Box::pin(self.inner.health())
+    }
+
+    /// [`EtcdBackend::space`], for `/metrics`.
+    fn space(&self) -> Option<StoreSpace> {
+        Some(self.inner.space())
+    }
+
+    /// [`EtcdBackend::check_space`], for readiness: an error while etcd
+    /// cannot be asked; `out_of_space` while its NOSPACE alarm is raised.
+    fn check_space(&self) -> BoxFuture<'_, Result<Option<StoreSpace>, LockError>> {
+        Box::pin(async move { self.inner.check_space().await.map(Some) })
     }
 }

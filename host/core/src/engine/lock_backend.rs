@@ -394,6 +394,11 @@ impl LockBackend for Engine {
         Box::pin(self.shown(Ok(rows)))
     }
 
+    /// Once everything submitted to the journal so far is durable.
+    fn sync(&self) -> BoxFuture<'_, Result<(), LockError>> {
+        Box::pin(self.journal.flushed().wait())
+    }
+
     fn stats(&self) -> BackendStats {
         let (commits, committed_ops, failed_commits) = self.journal.commit_stats();
         BackendStats {

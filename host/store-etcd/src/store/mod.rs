@@ -226,15 +226,22 @@ impl Inner {
         &self.options
     }
 
-    /// Unhealthy while etcd refuses lockd's credentials or permissions, or
-    /// every write for lack of space: a refusal noted by a failed request
-    /// is checked again (the permission check of the start; etcd's alarms)
-    /// and reported if it stands, as is a NOSPACE alarm the compactor's
-    /// last check found. No request when nothing was noted.
+    /// Unhealthy while etcd refuses lockd's credentials or permissions: a
+    /// refusal noted by a failed request is checked again (the permission
+    /// check of the start) and reported if it stands. No request when none
+    /// was noted. (etcd's NOSPACE alarm is a matter of readiness, not of
+    /// health: see [`Inner::check_space`].)
     pub(crate) async fn health(&self) -> Result<(), LockError> {
         if self.ks.etcd.refused().is_some() {
             check_permission(&self.ks.etcd, &self.ks.layout).await?;
         }
+        Ok(())
+    }
+
+    /// `unavailable` while etcd's NOSPACE alarm is raised, asking etcd
+    /// only if the compactor's last check found it or a write failed for
+    /// lack of space since (see `Space::health`).
+    pub(crate) async fn space_alarm(&self) -> Result<(), LockError> {
         self.space.health(&self.ks.etcd).await
     }
 
