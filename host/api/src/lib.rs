@@ -59,8 +59,8 @@ pub use query::{EventQuery, ListQuery};
 pub use reply::{
     BusyReply, ErrorReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding,
     LaggedEvent, LeaderReply, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply,
-    LeaseRevokedReply, ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReleasedReply,
-    StatusReply,
+    LeaseRevokedReply, ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReadyReply,
+    ReleasedReply, StatusReply,
 };
 pub use request::{
     CampaignRequest, ExtendRequest, ForceUnlockRequest, GetRequest, LeaderRequest,

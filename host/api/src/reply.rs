@@ -30,6 +30,20 @@ pub struct StatusReply {
     pub status: Status,
 }
 
+/// `GET /readyz`: `ok` (200) while the server should be sent requests;
+/// otherwise `unavailable` (503) with a `message` and every reason, such as
+/// `store unreachable: ...` or `shutting down`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyReply {
+    /// The reasons, in one sentence (only when not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Why it is not ready, one phrase each; empty when ready.
+    pub reasons: Vec<String>,
+    /// `ok` or `unavailable`.
+    pub status: Status,
+}
+
 /// `found`: who holds a name (`get`). The top-level fields are the most
 /// recent grant's (the highest token), whatever its mode; `holders` has
 /// every grant (docs/contract.md#c21-shared).

@@ -44,6 +44,10 @@ pub enum Route {
     Metrics,
     /// `GET /healthz`.
     Healthz,
+    /// `GET /livez`: the process serves (`StatusReply` `ok`).
+    Livez,
+    /// `GET /readyz`: whether to send it requests (`ReadyReply`).
+    Readyz,
     /// `GET /openapi.json`, the API's OpenAPI document.
     OpenApi,
 }
@@ -75,7 +79,7 @@ impl fmt::Display for Method {
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 19] = [
+    pub const ALL: [Route; 21] = [
         Route::Lock,
         Route::Unlock,
         Route::Extend,
@@ -94,6 +98,8 @@ impl Route {
         Route::Leader,
         Route::Metrics,
         Route::Healthz,
+        Route::Livez,
+        Route::Readyz,
         Route::OpenApi,
     ];
 
@@ -118,6 +124,8 @@ impl Route {
             Route::Leader => "/v1/elections/leader",
             Route::Metrics => "/metrics",
             Route::Healthz => "/healthz",
+            Route::Livez => "/livez",
+            Route::Readyz => "/readyz",
             Route::OpenApi => "/openapi.json",
         }
     }
@@ -143,6 +151,8 @@ impl Route {
             | Route::Namespaces
             | Route::Metrics
             | Route::Healthz
+            | Route::Livez
+            | Route::Readyz
             | Route::OpenApi => Method::Get,
         }
     }

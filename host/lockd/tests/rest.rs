@@ -778,7 +778,7 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 19] = [
+const SERVER_ROUTES: [(&str, &str); 21] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
@@ -797,8 +797,13 @@ const SERVER_ROUTES: [(&str, &str); 19] = [
     ("post", "/v1/elections/leader"),
     ("get", "/metrics"),
     ("get", "/healthz"),
+    ("get", "/livez"),
+    ("get", "/readyz"),
     ("get", "/openapi.json"),
 ];
+
+/// The routes that answer without a token: probes, which take no input.
+const PROBES: [&str; 3] = ["/healthz", "/livez", "/readyz"];
 
 /// Whether an OpenAPI operation is one of the compatibility routes (tagged
 /// `Dapr compatibility` or `Kahuna compatibility`).
@@ -1260,6 +1265,14 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
             token: None,
             valid: true,
         }],
+        // So do /livez and /readyz, the other probes.
+        ("get", "/livez") | ("get", "/readyz") => vec![Probe {
+            what: "probe",
+            query: "",
+            body: None,
+            token: None,
+            valid: true,
+        }],
         _ => panic!("no probes for {method} {path}; add them"),
     }
 }
@@ -1413,7 +1426,7 @@ fn openapi_matches_server() {
         let operation = &doc["paths"][path][method];
         let responses = operation["responses"].as_object().unwrap();
         let open = operation["security"] == json!([]);
-        assert_eq!(open, path == "/healthz", "{method} {path}: security");
+        assert_eq!(open, PROBES.contains(&path), "{method} {path}: security");
         let (mut valid_seen, mut invalid_seen) = (false, false);
         if path == "/v1/locks/force-unlock" {
             // Something for the first probe to release.
@@ -1496,7 +1509,7 @@ fn openapi_matches_server() {
         }
         assert!(valid_seen, "{method} {path}: no valid probe");
         assert!(
-            invalid_seen || path == "/healthz",
+            invalid_seen || PROBES.contains(&path),
             "{method} {path}: no invalid probe"
         );
     }

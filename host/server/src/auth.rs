@@ -63,10 +63,11 @@ impl Role {
     }
 
     /// The weakest role that may call `route`, and what the call does (for
-    /// messages); `None` for a route that needs no token (`/healthz`).
+    /// messages); `None` for a route that needs no token (`/healthz`,
+    /// `/livez`, `/readyz`: probes).
     pub fn needed_for(route: Route) -> Option<(Role, &'static str)> {
         Some(match route {
-            Route::Healthz => return None,
+            Route::Healthz | Route::Livez | Route::Readyz => return None,
             Route::Get => (Role::Reader, "get locks"),
             Route::List => (Role::Reader, "list locks"),
             Route::LeaseGet => (Role::Reader, "get leases"),
@@ -642,7 +643,8 @@ mod tests {
         assert!(Caller::Anyone.check_namespace("x").is_ok());
         for route in Route::ALL {
             let needed = Role::needed_for(route);
-            assert_eq!(needed.is_none(), route == Route::Healthz, "{route}");
+            let probe = matches!(route, Route::Healthz | Route::Livez | Route::Readyz);
+            assert_eq!(needed.is_none(), probe, "{route}");
         }
     }
 

@@ -15,6 +15,10 @@
 //! key_file = "/etc/lockd/etcd.key"       #   and its key (both or neither)
 //! user = "lockd"                         # etcd user, for a cluster with auth enabled
 //! password_file = "/etc/lockd/etcd.pw"   # its password (one line); or LOCKD_ETCD_PASSWORD
+//! compaction_interval_ms = 60000         # compact etcd's history this often; 0: never (etcd's own, or an operator's)
+//! compaction_retention_ms = 300000       # keep this much history (longer than any host's watch lags)
+//! compaction_min_revisions = 10000       # and at least this many revisions
+//! quota_backend_bytes = 2147483648       # the members' --quota-backend-bytes (reported; etcd 3.6+ says its own)
 //! ```
 //!
 //! A password never goes in lockd.toml: a `password` key in `[etcd]` is
@@ -48,6 +52,9 @@
 //! [components.edge-jobs]                 # per spin.toml component id
 //! namespace = "jobs"                     # default: the component id
 //!
+//! [server]                               # `serve` and `up`
+//! shutdown_timeout_ms = 10000            # SIGTERM/SIGINT: drain within this, then exit anyway (exit 1)
+//!
 //! [tls]                                  # `serve` and `up`: HTTPS only, HTTP/1.1 and HTTP/2
 //! cert = "/etc/lockd/server.pem"         # PEM chain, the server's own certificate first
 //! key = "/etc/lockd/server.key"          # its PEM private key (PKCS#8, PKCS#1 or SEC1)
@@ -77,7 +84,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use lockd_core::{Limits, LockDelays, LockService, Quotas};
-use lockd_etcd::{ClientCert, EtcdUser};
+use lockd_etcd::{ClientCert, Compaction, EtcdUser};
 use serde::Deserialize;
 
 use crate::auth::LiveCredentials;
@@ -117,6 +124,39 @@ pub struct LockdConfig {
     /// The listener's TLS files (`lockd serve`, `lockd up`).
     #[serde(default)]
     pub tls: TlsConfig,
+    /// How the server runs and stops (`lockd serve`, `lockd up`).
+    #[serde(default)]
+    pub server: ServerConfig,
+}
+
+/// `[server]`: how `lockd serve` and `lockd up` run and stop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The bound on a shutdown (SIGTERM, SIGINT): queued waiters are
+    /// answered, requests in flight finish and the store syncs within it,
+    /// or the server exits anyway (exit 1). `--shutdown-timeout` replaces
+    /// it. Default [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::serve::DEFAULT_SHUTDOWN_TIMEOUT).
+    pub shutdown_timeout_ms: Option<u64>,
+}
+
+/// The shortest shutdown bound: answering queued waiters and closing
+/// connections takes a moment.
+pub const MIN_SHUTDOWN_TIMEOUT_MS: u64 = 100;
+
+impl ServerConfig {
+    /// The bound on a shutdown; refused, naming the key, below
+    /// [`MIN_SHUTDOWN_TIMEOUT_MS`].
+    pub fn shutdown_timeout(&self) -> anyhow::Result<Duration> {
+        match self.shutdown_timeout_ms {
+            None => Ok(crate::serve::DEFAULT_SHUTDOWN_TIMEOUT),
+            Some(ms) if ms < MIN_SHUTDOWN_TIMEOUT_MS => anyhow::bail!(
+                "[server] shutdown_timeout_ms is {ms}; it must be at least \
+                 {MIN_SHUTDOWN_TIMEOUT_MS} (queued waiters are answered within it)"
+            ),
+            Some(ms) => Ok(Duration::from_millis(ms)),
+        }
+    }
 }
 
 /// `[dapr]`: how locks taken through Dapr's lock API behave.
@@ -197,6 +237,16 @@ pub struct EtcdConfig {
     /// password goes instead; never read, never shown.
     #[serde(default)]
     password: Option<serde::de::IgnoredAny>,
+    /// How often this host compacts etcd's history (at least 100); 0 turns
+    /// its compaction off ([`lockd_etcd::Compaction`]).
+    pub compaction_interval_ms: Option<u64>,
+    /// How much of etcd's history a compaction keeps (at least 1).
+    pub compaction_retention_ms: Option<u64>,
+    /// The latest revisions a compaction always keeps.
+    pub compaction_min_revisions: Option<u64>,
+    /// The members' `--quota-backend-bytes`, reported in `/metrics` (at
+    /// least 1).
+    pub quota_backend_bytes: Option<u64>,
 }
 
 /// The environment variable holding the etcd user's password, when
@@ -206,6 +256,9 @@ pub const ETCD_PASSWORD_ENV: &str = "LOCKD_ETCD_PASSWORD";
 /// The shortest session lease etcd-backed lockd accepts: a keep-alive must
 /// fit comfortably inside it.
 const MIN_SESSION_TTL_MS: u64 = 2_000;
+
+/// The shortest interval between compactions of etcd's history (0 aside).
+const MIN_COMPACTION_INTERVAL_MS: u64 = 100;
 
 impl EtcdConfig {
     /// `store` with these settings applied if it is an etcd store. Other
@@ -278,8 +331,61 @@ impl EtcdConfig {
             }
         };
         options.user = self.user(env_password)?;
+        options.compaction = self.compaction()?;
+        if let Some(bytes) = self.quota_backend_bytes {
+            if bytes == 0 {
+                anyhow::bail!("[etcd] quota_backend_bytes must be at least 1 (etcd's default is 2 GiB, 2147483648)");
+            }
+            options.quota_backend_bytes = bytes;
+        }
         options.check()?;
         Ok(StoreSpec::Etcd(options))
+    }
+
+    /// The compaction the `compaction_*` keys describe, from
+    /// [`Compaction::default`]; `None` when `compaction_interval_ms` is 0,
+    /// and then the other keys are refused (they would do nothing).
+    fn compaction(&self) -> anyhow::Result<Option<Compaction>> {
+        let mut compaction = Compaction::default();
+        match self.compaction_interval_ms {
+            Some(0) => {
+                let set = [
+                    (
+                        "compaction_retention_ms",
+                        self.compaction_retention_ms.is_some(),
+                    ),
+                    (
+                        "compaction_min_revisions",
+                        self.compaction_min_revisions.is_some(),
+                    ),
+                ];
+                if let Some((key, _)) = set.iter().find(|(_, set)| *set) {
+                    anyhow::bail!(
+                        "[etcd] {key} is set but compaction_interval_ms = 0 turns compaction \
+                         off: remove one of them"
+                    );
+                }
+                return Ok(None);
+            }
+            Some(ms) if ms < MIN_COMPACTION_INTERVAL_MS => anyhow::bail!(
+                "[etcd] compaction_interval_ms is {ms}; it must be at least \
+                 {MIN_COMPACTION_INTERVAL_MS}, or 0 to turn compaction off"
+            ),
+            Some(ms) => compaction.interval = Duration::from_millis(ms),
+            None => {}
+        }
+        match self.compaction_retention_ms {
+            Some(0) => anyhow::bail!(
+                "[etcd] compaction_retention_ms must be at least 1: it is how much history \
+                 every host's watches may still read (default 300000, 5 min)"
+            ),
+            Some(ms) => compaction.retention = Duration::from_millis(ms),
+            None => {}
+        }
+        if let Some(revisions) = self.compaction_min_revisions {
+            compaction.min_revisions = revisions;
+        }
+        Ok(Some(compaction))
     }
 
     /// The etcd user and its password, from `password_file` or
@@ -680,6 +786,127 @@ mod tests {
                 .unwrap(),
             StoreSpec::Memory
         );
+    }
+
+    #[test]
+    fn etcd_compaction_and_quota_keys_set_the_etcd_options() {
+        let options = |text: &str| {
+            let table = toml::from_str::<LockdConfig>(text).unwrap().etcd;
+            etcd_options(table.apply(etcd_spec()).unwrap())
+        };
+        // Unset: the defaults, compaction on.
+        let defaults = options("");
+        assert_eq!(defaults.compaction, Some(Compaction::default()));
+        assert_eq!(defaults.quota_backend_bytes, 2 << 30);
+        let set = options(
+            "[etcd]\ncompaction_interval_ms = 15000\ncompaction_retention_ms = 120000\n\
+             compaction_min_revisions = 500\nquota_backend_bytes = 8589934592",
+        );
+        assert_eq!(
+            set.compaction,
+            Some(Compaction {
+                interval: Duration::from_secs(15),
+                retention: Duration::from_secs(120),
+                min_revisions: 500,
+            })
+        );
+        assert_eq!(set.quota_backend_bytes, 8 << 30);
+        // One key: the others keep their defaults.
+        let one = options("[etcd]\ncompaction_min_revisions = 0");
+        assert_eq!(
+            one.compaction,
+            Some(Compaction {
+                min_revisions: 0,
+                ..Compaction::default()
+            })
+        );
+        // 0 turns lockd's compaction off.
+        assert_eq!(
+            options("[etcd]\ncompaction_interval_ms = 0").compaction,
+            None
+        );
+    }
+
+    #[test]
+    fn bad_etcd_compaction_and_quota_values_are_refused_naming_the_key() {
+        let refusal = |text: &str| {
+            let table = toml::from_str::<LockdConfig>(text).unwrap().etcd;
+            table.apply(etcd_spec()).unwrap_err().to_string()
+        };
+        for (text, needles) in [
+            (
+                "[etcd]\ncompaction_interval_ms = 99",
+                &["compaction_interval_ms is 99", "at least 100", "0 to turn"][..],
+            ),
+            (
+                "[etcd]\ncompaction_retention_ms = 0",
+                &["compaction_retention_ms must be at least 1"],
+            ),
+            (
+                "[etcd]\nquota_backend_bytes = 0",
+                &["quota_backend_bytes must be at least 1"],
+            ),
+            (
+                "[etcd]\ncompaction_interval_ms = 0\ncompaction_retention_ms = 1000",
+                &[
+                    "compaction_retention_ms is set",
+                    "compaction_interval_ms = 0",
+                ],
+            ),
+            (
+                "[etcd]\ncompaction_interval_ms = 0\ncompaction_min_revisions = 5",
+                &["compaction_min_revisions is set"],
+            ),
+        ] {
+            let m = refusal(text);
+            for needle in needles {
+                assert!(m.contains(needle), "{text}: {m}");
+            }
+        }
+        // Wrong types and typos are the parser's refusals, naming the key.
+        for (text, needle) in [
+            (
+                "[etcd]\ncompaction_interval_ms = -1",
+                "compaction_interval_ms",
+            ),
+            (
+                "[etcd]\nquota_backend_bytes = \"2GiB\"",
+                "quota_backend_bytes",
+            ),
+            ("[etcd]\ncompaction_interval = 5", "compaction_interval"),
+        ] {
+            let m = toml::from_str::<LockdConfig>(text).unwrap_err().to_string();
+            assert!(m.contains(needle), "{text}: {m}");
+        }
+        // Other stores ignore the table, as they ignore its other keys.
+        let table = toml::from_str::<LockdConfig>("[etcd]\nquota_backend_bytes = 0")
+            .unwrap()
+            .etcd;
+        assert_eq!(table.apply(StoreSpec::Memory).unwrap(), StoreSpec::Memory);
+    }
+
+    #[test]
+    fn server_table_bounds_the_shutdown() {
+        let bound = |text: &str| {
+            toml::from_str::<LockdConfig>(text)
+                .unwrap()
+                .server
+                .shutdown_timeout()
+        };
+        assert_eq!(bound("").unwrap(), Duration::from_secs(10));
+        assert_eq!(
+            bound("[server]\nshutdown_timeout_ms = 2500").unwrap(),
+            Duration::from_millis(2500)
+        );
+        let short = bound("[server]\nshutdown_timeout_ms = 99")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            short.contains("[server] shutdown_timeout_ms is 99") && short.contains("at least 100"),
+            "{short}"
+        );
+        let typo = toml::from_str::<LockdConfig>("[server]\nshutdown_timeout = 5").unwrap_err();
+        assert!(typo.to_string().contains("shutdown_timeout"), "{typo}");
     }
 
     fn https_spec() -> StoreSpec {

@@ -1,16 +1,18 @@
 //! [`bind`] and [`serve`]: one HTTP listener for lockd's own routes (the
-//! REST API, `/metrics`, `/healthz`, `/openapi.json`, the web page) and the
-//! routes other crates mount on it ([`Mount`]), plus the listeners they
-//! serve beside it ([`SideListener`]); both are added through an
-//! [`Extension`]. With `[tls]` files ([`crate::tls`]) every listener
-//! speaks HTTPS only, the server's own HTTP/2 or HTTP/1.1 by ALPN; without,
-//! the server's own speaks plain HTTP/1.1.
+//! REST API, `/metrics`, `/healthz`, `/livez` and `/readyz` ([`ready`]),
+//! `/openapi.json`, the web page) and the routes other crates mount on it
+//! ([`Mount`]), plus the listeners they serve beside it
+//! ([`SideListener`]); both are added through an [`Extension`]. With
+//! `[tls]` files ([`crate::tls`]) every listener speaks HTTPS only, the
+//! server's own HTTP/2 or HTTP/1.1 by ALPN; without, the server's own
+//! speaks plain HTTP/1.1. A server stops by draining ([`drain`]): queued
+//! waiters are answered, requests in flight finish, the store syncs.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use hyper::body::Incoming;
@@ -20,11 +22,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lockd_core::LockService;
 use tracing::Instrument as _;
 
+pub mod drain;
 mod extension;
+pub mod ready;
+mod starting;
 
+pub use drain::{Drained, DEFAULT_SHUTDOWN_TIMEOUT, SHUTTING_DOWN};
 pub use extension::{
     Accepted, BoxFuture, Context, Extended, Extension, Mount, Precedence, SideListener,
 };
+
+use self::drain::Connections;
 
 use crate::api::{Api, ApiOptions, PeerAddr};
 use crate::auth::LiveCredentials;
@@ -86,12 +94,16 @@ impl std::fmt::Debug for ServeOptions {
 /// A bound, ready server: its sockets are listening and every extension is
 /// prepared.
 pub struct Server {
-    listener: tokio::net::TcpListener,
+    listener: Arc<tokio::net::TcpListener>,
     addr: SocketAddr,
     service: LockService,
     router: Arc<Router>,
     side_listeners: Vec<(tokio::net::TcpListener, Arc<dyn SideListener>)>,
     tls: Option<Arc<Tls>>,
+    /// The bound on a shutdown (`[server] shutdown_timeout_ms`).
+    shutdown_timeout: Duration,
+    /// The open connections of the server's listener.
+    connections: Arc<Connections>,
 }
 
 impl std::fmt::Debug for Server {
@@ -102,8 +114,11 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// Opens the store, prepares the extensions and binds the sockets: the
-/// server's listener, then each side listener.
+/// Binds the server's listener, opens the store and prepares the
+/// extensions, then binds each side listener. While the store opens (the
+/// embedded store's recovery reads all of it) and the extensions prepare,
+/// the listener answers probes already ([`starting`]): `/livez` 200,
+/// `/readyz` 503 `recovering`, anything else 503 `unavailable`.
 pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let ServeOptions {
         listen,
@@ -114,9 +129,16 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         extensions,
     } = options;
     let credentials = config.auth.credentials(auth_token.as_deref())?;
+    let shutdown_timeout = config.server.shutdown_timeout()?;
     // The certificate is checked before the store opens: a bad file is the
     // error to report, not a side effect after locks were recovered.
     let tls = Tls::load(&config.tls)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let listener = Arc::new(listener);
+    let starting = starting::serve(listener.clone(), tls.clone());
     let service = config.open_service(&store).await?;
     let api = Arc::new(Api::with_options(
         service.clone(),
@@ -146,10 +168,6 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         }
         sides.extend(extended.side_listeners);
     }
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
-    let addr = listener.local_addr()?;
     let mut side_listeners = Vec::new();
     for side in sides {
         let at = side.addr();
@@ -158,6 +176,7 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
             .with_context(|| format!("binding {at} ({})", side.what()))?;
         side_listeners.push((bound, side));
     }
+    starting.end().await;
     Ok(Server {
         listener,
         addr,
@@ -165,6 +184,8 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
         router: Arc::new(router),
         side_listeners,
         tls,
+        shutdown_timeout,
+        connections: Arc::default(),
     })
 }
 
@@ -201,27 +222,63 @@ impl Server {
         self.tls.clone()
     }
 
-    /// Serves until `shutdown` completes. Prints the side listeners, the
-    /// mounted routes and then `lockd listening on http://ADDR` (`https://`
-    /// with TLS; tests wait for that line).
+    /// The bound on its shutdown (`[server] shutdown_timeout_ms`).
+    pub fn shutdown_timeout(&self) -> Duration {
+        self.shutdown_timeout
+    }
+
+    /// Serves until `shutdown` completes, then drains ([`drain`]). Prints
+    /// the side listeners, the mounted routes and then `lockd listening on
+    /// http://ADDR` (`https://` with TLS; tests wait for that line).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let addr = self.addr;
-        let side_tasks: Vec<_> = self
-            .side_listeners
+        self.run_draining(shutdown).await.map(drop)
+    }
+
+    /// [`Server::run`], answering what the drain did: whether it finished
+    /// within its bound ([`Drained::within_bound`]).
+    pub async fn run_draining(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<Drained> {
+        let side_tasks = self.start_side_listeners();
+        self.announce();
+        let handle = handler(self.router.clone(), self.connections.clone());
+        // The listeners close when their loops end: new connections are
+        // refused from then on.
+        accept_loop(self.listener, self.tls.clone(), shutdown, handle).await;
+        for task in side_tasks {
+            task.abort();
+        }
+        let started = Instant::now();
+        let bound = self.shutdown_timeout;
+        drain::begin(&self.service, &self.connections, bound);
+        Ok(drain::finish(&self.service, &self.connections, started, bound).await)
+    }
+
+    /// Starts accepting on the side listeners, printing each one's banner.
+    fn start_side_listeners(&mut self) -> Vec<tokio::task::JoinHandle<()>> {
+        let tls = self.tls.clone();
+        std::mem::take(&mut self.side_listeners)
             .into_iter()
             .filter_map(|(listener, side)| {
                 let at = listener.local_addr().ok()?;
-                println!("  {}", side.banner(at, self.tls.is_some()));
+                println!("  {}", side.banner(at, tls.is_some()));
                 let handle = move |accepted: Accepted, peer| side.serve_connection(accepted, peer);
-                let tls = self.tls.clone();
+                let never = std::future::pending();
+                let listener = Arc::new(listener);
                 Some(tokio::spawn(accept_loop(
                     listener,
-                    tls,
-                    std::future::pending(),
+                    tls.clone(),
+                    never,
                     handle,
                 )))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Prints the mounted routes and then `lockd listening on ...`.
+    fn announce(&self) {
+        let addr = self.addr;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         for mount in self.router.before_own.iter().chain(&self.router.after_own) {
             for line in mount.banner() {
@@ -231,26 +288,45 @@ impl Server {
         println!("  {scheme}://{addr}/ui/ -> the web page (locks and events, live)");
         println!("lockd listening on {scheme}://{addr}");
         tracing::info!(%addr, tls = self.tls.is_some(), "serving");
-        let router = self.router.clone();
-        let handle = move |accepted: Accepted, peer| {
-            let router = router.clone();
-            async move {
-                match accepted {
-                    Accepted::Plain(stream) => {
-                        serve_connection(TokioIo::new(stream), false, false, router, peer).await;
-                    }
-                    Accepted::Tls(done) => {
-                        let io = TokioIo::new(done.stream);
-                        serve_connection(io, true, done.http2, router, peer).await;
-                    }
+    }
+}
+
+/// How the server's listener handles a connection: counted in
+/// `connections`, its requests answered by `responder` until it closes or
+/// the connections are asked to close.
+fn handler<R: Respond>(
+    responder: Arc<R>,
+    connections: Arc<Connections>,
+) -> impl Fn(Accepted, SocketAddr) -> BoxFuture<'static, ()> + Clone + Send + 'static {
+    move |accepted: Accepted, peer| {
+        let responder = responder.clone();
+        let open = connections.open();
+        let stopping = connections.stopping();
+        Box::pin(async move {
+            let _open = open;
+            match accepted {
+                Accepted::Plain(stream) => {
+                    let io = TokioIo::new(stream);
+                    serve_connection(io, (false, false), responder, peer, stopping).await;
+                }
+                Accepted::Tls(done) => {
+                    let io = TokioIo::new(done.stream);
+                    serve_connection(io, (true, done.http2), responder, peer, stopping).await;
                 }
             }
-        };
-        accept_loop(self.listener, self.tls.clone(), shutdown, handle).await;
-        for task in side_tasks {
-            task.abort();
-        }
-        Ok(())
+        })
+    }
+}
+
+/// Who answers the requests of the server's listener: the [`Router`], and
+/// while the server starts, `starting::Starting`.
+trait Respond: Send + Sync + 'static {
+    fn respond(&self, req: Request<Incoming>) -> impl Future<Output = Response<Body>> + Send;
+}
+
+impl Respond for Router {
+    fn respond(&self, req: Request<Incoming>) -> impl Future<Output = Response<Body>> + Send {
+        self.route(req)
     }
 }
 
@@ -260,7 +336,7 @@ impl Server {
 /// server's and the side listeners) accepts here, so they share the
 /// certificate, its reloads and the handshake timeout.
 async fn accept_loop<H, F>(
-    listener: tokio::net::TcpListener,
+    listener: Arc<tokio::net::TcpListener>,
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
     handle: H,
@@ -303,26 +379,28 @@ async fn accept_loop<H, F>(
     }
 }
 
-/// Serves the requests of one connection (HTTP/2 if `http2`, else
-/// HTTP/1.1) until it closes. Its errors (a client hanging up) concern
-/// that client only.
-async fn serve_connection<I>(
+/// Serves the requests of one connection (over TLS and HTTP/2 as
+/// `(over_tls, http2)` say, else HTTP/1.1) until it closes, or, once
+/// `stopping` completes, until its request in flight is answered
+/// (HTTP/1.1: no keep-alive; HTTP/2: GOAWAY). Its errors (a client
+/// hanging up) concern that client only.
+async fn serve_connection<I, R: Respond>(
     io: I,
-    over_tls: bool,
-    http2: bool,
-    router: Arc<Router>,
+    (over_tls, http2): (bool, bool),
+    responder: Arc<R>,
     peer: SocketAddr,
+    stopping: impl Future<Output = ()>,
 ) where
     I: Read + Write + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        let router = router.clone();
+        let responder = responder.clone();
         // Refusals log who asked (crate::api::PeerAddr).
         req.extensions_mut().insert(PeerAddr(peer));
         if over_tls {
             req.extensions_mut().insert(OverTls);
         }
-        async move { Ok::<_, Infallible>(router.route(req).await) }
+        async move { Ok::<_, Infallible>(responder.respond(req).await) }
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let mut builder = if http2 {
@@ -339,7 +417,16 @@ async fn serve_connection<I>(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEAD_BYTES as u32);
-    if let Err(e) = builder.serve_connection(io, service).await {
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = stopping => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = ended {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
@@ -353,7 +440,8 @@ pub async fn serve(
 }
 
 /// Whether `path` is lockd's own: the REST API's (anything under `/v1/`
-/// included), `/metrics`, `/healthz`, `/openapi.json` or the web page's. A
+/// included), `/metrics`, `/healthz`, `/livez`, `/readyz`, `/openapi.json`
+/// or the web page's. A
 /// mount asked after lockd's own routes never gets such a path.
 pub fn is_own_path(path: &str) -> bool {
     Api::owns(path) || ui::owns(path)
@@ -376,6 +464,8 @@ impl Router {
     /// nothing but the span.
     async fn route(&self, req: Request<Incoming>) -> Response<Body> {
         let started = std::time::Instant::now();
+        // A 503 from /readyz is an answer, not a failure.
+        let probe = req.uri().path() == lockd_api::Route::Readyz.path();
         let span = tracing::info_span!(
             "request",
             method = %req.method(),
@@ -388,7 +478,7 @@ impl Router {
         let response = self.dispatch(req).instrument(span.clone()).await;
         let status = response.status().as_u16();
         let elapsed_us = started.elapsed().as_micros() as u64;
-        if status >= 500 {
+        if status >= 500 && !probe {
             tracing::warn!(parent: &span, status, elapsed_us, "request failed");
         } else {
             tracing::debug!(parent: &span, status, elapsed_us, "request");

@@ -138,6 +138,12 @@ pub struct ServeArgs {
     /// TLS) [default: `[tls] client_ca`].
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// The bound on a shutdown (SIGTERM, Ctrl-C): queued waiters are
+    /// answered `unavailable`, requests in flight finish and the store
+    /// syncs within it, or lockd exits 1 anyway [default: `[server]
+    /// shutdown_timeout_ms` in lockd.toml, else 10s].
+    #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
+    pub shutdown_timeout: Option<u64>,
 }
 
 impl ServeArgs {

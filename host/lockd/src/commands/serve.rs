@@ -2,7 +2,9 @@
 //! ([`lockd_server::serve`]), with Dapr's and Kahuna's APIs mounted on the
 //! same listener ([`lockd_compat`]), and a Spin manifest's HTTP components
 //! with `--manifest` ([`lockd_components::serve`]). Also the serving loop
-//! `lockd up` shares.
+//! `lockd up` shares, and how it stops: on SIGTERM or Ctrl-C the server
+//! drains ([`lockd_server::serve::drain`]) within a bound, and a watchdog
+//! ends the process at the bound whatever is left ([`shutdown_begins`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,8 +16,8 @@ use clap::Args;
 use lockd_compat::Compat;
 use lockd_components::serve::SpinApp;
 use lockd_server::auth::LiveCredentials;
-use lockd_server::config::{reload_tokens, LockdConfig};
-use lockd_server::serve::{Extension, ServeOptions};
+use lockd_server::config::{reload_tokens, LockdConfig, MIN_SHUTDOWN_TIMEOUT_MS};
+use lockd_server::serve::{Drained, Extension, ServeOptions};
 use lockd_server::tls::Tls;
 
 use crate::cli::flags::ServeArgs;
@@ -35,56 +37,122 @@ pub struct ServeCommand {
     common: ServeArgs,
 }
 
+/// The exit code of a shutdown that passed its bound: requests still in
+/// flight were cut, or the store did not close in time.
+pub const EXIT_SHUTDOWN_PAST_BOUND: i32 = 1;
+
 impl ServeCommand {
-    /// Exits 0 after Ctrl-C or SIGTERM, 2 when the server cannot start.
+    /// Exits 0 after Ctrl-C or SIGTERM (1 if the shutdown passed its
+    /// bound), 2 when the server cannot start.
     pub fn execute(self) -> i32 {
         serve_until_signal(self.listen, self.manifest, self.common)
     }
 }
 
 /// `lockd serve` and `lockd up`: serves on a runtime of its own until Ctrl-C
-/// or SIGTERM (exit 0); exit 2 when the server cannot start (a TLS file that
-/// cannot be used included). SIGHUP reads the TLS files and lockd.toml's
-/// `[[auth.tokens]]` again ([`Reload`]).
+/// or SIGTERM, then drains: exit 0 once done within the bound
+/// (`--shutdown-timeout`, `[server] shutdown_timeout_ms`), else
+/// [`EXIT_SHUTDOWN_PAST_BOUND`]; exit 2 when the server cannot start (a TLS
+/// file that cannot be used included). SIGHUP reads the TLS files and
+/// lockd.toml's `[[auth.tokens]]` again ([`Reload`]).
 pub fn serve_until_signal(listen: SocketAddr, manifest: Option<PathBuf>, args: ServeArgs) -> i32 {
     runtime::block_on(async {
-        let started = async {
-            let tls_flags = args.tls_flags();
-            let config_file = LockdConfig::file_in_use(args.store.config.as_deref());
-            let (mut config, store) = args.store.resolve()?;
-            config.tls = config.tls.overridden_by(tls_flags);
-            let auth_token = args.auth_token.filter(|t| !t.is_empty());
-            // Both watched before the address is announced (see
-            // `shutdown_signal`).
-            let shutdown = shutdown_signal();
-            let hangup = watch_hangup(config.tls.cert.is_some() || config_file.is_some());
-            let options = ServeOptions {
-                listen,
-                store,
-                config,
-                auth_token: auth_token.clone(),
-                events_heartbeat: Duration::from_millis(args.events_heartbeat),
-                extensions: extensions(manifest, args.dapr_grpc_listen),
-            };
-            let server = lockd_server::bind(options).await?;
-            if let Some(hangup) = hangup {
-                let reload = Reload {
-                    tls: server.tls(),
-                    tokens: config_file.map(|file| (file, auth_token, server.credentials())),
-                };
-                tokio::spawn(reload.on_every(hangup));
+        match serve(listen, manifest, args).await {
+            Ok(drained) if drained.within_bound() => 0,
+            Ok(_) => {
+                tracing::error!(
+                    code = EXIT_SHUTDOWN_PAST_BOUND,
+                    "the shutdown passed its bound; exiting with code {EXIT_SHUTDOWN_PAST_BOUND}"
+                );
+                EXIT_SHUTDOWN_PAST_BOUND
             }
-            server.run(shutdown).await
-        }
-        .await;
-        match started {
-            Ok(()) => 0,
             Err(e) => {
                 eprintln!("lockd: {e:#}");
                 2
             }
         }
     })
+}
+
+/// Binds, serves until the first SIGTERM or Ctrl-C, and drains.
+async fn serve(
+    listen: SocketAddr,
+    manifest: Option<PathBuf>,
+    args: ServeArgs,
+) -> anyhow::Result<Drained> {
+    let tls_flags = args.tls_flags();
+    let config_file = LockdConfig::file_in_use(args.store.config.as_deref());
+    let (mut config, store) = args.store.resolve()?;
+    config.tls = config.tls.overridden_by(tls_flags);
+    if let Some(ms) = args.shutdown_timeout {
+        if ms < MIN_SHUTDOWN_TIMEOUT_MS {
+            anyhow::bail!(
+                "--shutdown-timeout is {ms}ms; it must be at least {MIN_SHUTDOWN_TIMEOUT_MS}ms"
+            );
+        }
+        config.server.shutdown_timeout_ms = Some(ms);
+    }
+    let bound = config.server.shutdown_timeout()?;
+    let auth_token = args.auth_token.filter(|t| !t.is_empty());
+    // Both watched before the address is announced (see
+    // `shutdown_signal`).
+    let signal = shutdown_signal();
+    let shutdown = async move {
+        signal.await;
+        shutdown_begins(bound);
+    };
+    let hangup = watch_hangup(config.tls.cert.is_some() || config_file.is_some());
+    let options = ServeOptions {
+        listen,
+        store,
+        config,
+        auth_token: auth_token.clone(),
+        events_heartbeat: Duration::from_millis(args.events_heartbeat),
+        extensions: extensions(manifest, args.dapr_grpc_listen),
+    };
+    let server = lockd_server::bind(options).await?;
+    if let Some(hangup) = hangup {
+        let reload = Reload {
+            tls: server.tls(),
+            tokens: config_file.map(|file| (file, auth_token, server.credentials())),
+        };
+        tokio::spawn(reload.on_every(hangup));
+    }
+    server.run_draining(shutdown).await
+}
+
+/// Where the process begins to stop, once the first SIGTERM or Ctrl-C
+/// arrived: the server drains next (it logs what it does). This is the
+/// place for a service manager's notice (systemd's `STOPPING=1`). From now
+/// on a watchdog ends the process at `bound` with
+/// [`EXIT_SHUTDOWN_PAST_BOUND`] if it is still running (the drain itself
+/// ends by the bound; closing the store after it may not), and a second
+/// signal ends it at once with the same code.
+fn shutdown_begins(bound: Duration) {
+    let watchdog = std::thread::Builder::new()
+        .name("lockd-shutdown-watchdog".to_string())
+        .spawn(move || {
+            std::thread::sleep(bound);
+            tracing::error!(
+                bound_ms = bound.as_millis() as u64,
+                code = EXIT_SHUTDOWN_PAST_BOUND,
+                "the shutdown did not finish within its bound; exiting now with code \
+                 {EXIT_SHUTDOWN_PAST_BOUND} (changes acknowledged to clients were durable already)"
+            );
+            std::process::exit(EXIT_SHUTDOWN_PAST_BOUND);
+        });
+    if let Err(e) = watchdog {
+        tracing::warn!(error = %e, "cannot start the shutdown's watchdog; the drain is bounded still");
+    }
+    let again = shutdown_signal();
+    tokio::spawn(async move {
+        again.await;
+        tracing::error!(
+            code = EXIT_SHUTDOWN_PAST_BOUND,
+            "a second signal: exiting now with code {EXIT_SHUTDOWN_PAST_BOUND}"
+        );
+        std::process::exit(EXIT_SHUTDOWN_PAST_BOUND);
+    });
 }
 
 /// What `lockd serve` and `lockd up` add to the server: a manifest's HTTP

@@ -27,8 +27,9 @@ pub struct UpCommand {
 }
 
 impl UpCommand {
-    /// Exits 0 after Ctrl-C or SIGTERM, 2 when a build command fails or the
-    /// server cannot start.
+    /// Exits 0 after Ctrl-C or SIGTERM (1 if the shutdown passed its
+    /// bound, as `lockd serve`), 2 when a build command fails or the server
+    /// cannot start.
     pub fn execute(self) -> i32 {
         // The builds run before any runtime exists: they only wait for
         // child processes.

@@ -39,8 +39,9 @@ use lockd_core::{Durability, LockError, LockOptions, LockService};
 
 use self::access::{namespace, record_namespace, Asker};
 use self::reply::{answer, call, failure, text, Refused};
-use crate::auth::{Caller, Credential, Credentials, LiveCredentials};
+use crate::auth::{Caller, Credential, Credentials, LiveCredentials, Role};
 use crate::body::Body;
+use crate::serve::ready::ReadyCheck;
 
 pub use access::PeerAddr;
 pub use reply::error_response;
@@ -94,6 +95,8 @@ pub struct Api {
     heartbeat: Duration,
     /// Event streams open now (`lockd_event_streams`).
     event_streams: Arc<AtomicU64>,
+    /// The last readiness check of the store (`/readyz`, `/metrics`).
+    ready: ReadyCheck,
 }
 
 impl Api {
@@ -123,6 +126,7 @@ impl Api {
                 .filter(|every| !every.is_zero())
                 .unwrap_or(HEARTBEAT),
             event_streams: Arc::default(),
+            ready: ReadyCheck::default(),
         }
     }
 
@@ -171,10 +175,11 @@ impl Api {
         let path = req.uri().path().to_string();
         let route = Route::from_path(&path);
         let peer = access::peer_of(&req);
-        // Everything but /healthz needs a token, unknown paths included, so
-        // an unauthenticated caller learns nothing about the routes.
+        // Everything but the probes (/healthz, /livez, /readyz) needs a
+        // token, unknown paths included, so an unauthenticated caller
+        // learns nothing about the routes.
         let tokens = self.credentials.current();
-        let caller = if route == Some(Route::Healthz) {
+        let caller = if route.is_some_and(|r| Role::needed_for(r).is_none()) {
             Caller::Anyone
         } else {
             match access::authenticate(&tokens, &req, route, peer) {
@@ -234,11 +239,9 @@ impl Api {
             Route::List => answer(self.list(a, req.uri().query().unwrap_or("")).await),
             Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""))),
             Route::Namespaces => answer(self.namespaces(a).await),
-            Route::Metrics => answer(Ok(text(
-                StatusCode::OK,
-                METRICS_CONTENT_TYPE,
-                self.metrics(),
-            ))),
+            Route::Metrics => self.metrics_with_readiness().await,
+            Route::Livez => answer(Ok(StatusReply { status: Status::Ok })),
+            Route::Readyz => answer(Ok(self.ready.check(&self.service).await.reply())),
             Route::Healthz => answer(
                 self.service
                     .health()
@@ -413,6 +416,7 @@ impl Api {
             scope,
             self.heartbeat,
             self.event_streams.clone(),
+            self.service.closed(),
         );
         let mut response = Response::new(body);
         let headers = response.headers_mut();
@@ -455,6 +459,14 @@ impl Api {
         }
         rows.sort_by(|x, y| x.name.cmp(&y.name));
         Ok(NamespacesReply::new(rows))
+    }
+
+    /// `/metrics`: [`Api::metrics`] and whether the server is ready
+    /// (`lockd_ready`, `lockd_not_ready`).
+    async fn metrics_with_readiness(&self) -> Response<Body> {
+        let mut out = self.metrics();
+        self.ready.check(&self.service).await.render(&mut out);
+        answer(Ok(text(StatusCode::OK, METRICS_CONTENT_TYPE, out)))
     }
 
     /// `/metrics`: the service's metrics, the open event streams and the

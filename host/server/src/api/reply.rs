@@ -13,7 +13,7 @@ use hyper::{Request, Response, StatusCode};
 use lockd_api::{
     BusyReply, ErrorReply, FoundReply, FreeReply, GetReply, GrantReply, LeaderReply,
     LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply, LeaseRevokedReply, ListReply,
-    NamespacesReply, ReleasedReply, Status, StatusReply,
+    NamespacesReply, ReadyReply, ReleasedReply, Status, StatusReply,
 };
 use lockd_core::LockError;
 use serde::de::DeserializeOwned;
@@ -91,6 +91,7 @@ answer_with_its_status!(
     LeaseFoundReply,
     NamespacesReply,
     LeaderReply,
+    ReadyReply,
 );
 
 /// `get`: the holders, or 404 `not_found` for a free name.

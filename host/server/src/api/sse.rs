@@ -39,20 +39,25 @@ const LAGGED_GRACE: Duration = Duration::from_secs(10);
 
 /// The body of one event stream over `events`, filtered by `query` and, for
 /// a scoped token, by its namespaces. `open` counts the live streams
-/// (`lockd_event_streams`).
+/// (`lockd_event_streams`). The stream ends once `closed` completes (the
+/// server shuts down).
 pub fn stream(
     events: broadcast::Receiver<LockEvent>,
     query: EventQuery,
     scope: Option<Scope>,
     heartbeat: Duration,
     open: Arc<AtomicU64>,
+    closed: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Body {
     let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT);
     open.fetch_add(1, Ordering::Relaxed);
     let guard = OpenStream(open);
     tokio::spawn(async move {
         let _guard = guard;
-        forward(events, query, scope, heartbeat, tx).await;
+        tokio::select! {
+            () = forward(events, query, scope, heartbeat, tx) => {}
+            () = closed => {}
+        }
     });
     ChannelBody(rx).boxed_unsync()
 }
