@@ -19,6 +19,9 @@ pub enum Route {
     /// `POST /v1/locks/force-unlock`:
     /// `ForceUnlockRequest`.
     ForceUnlock,
+    /// `POST /v1/admin/snapshot`, no body: a snapshot of the server's redb
+    /// store, its file's bytes (`application/octet-stream`).
+    Snapshot,
     /// `GET /v1/events`, Server-Sent Events: `EventQuery`.
     Events,
     /// `GET /v1/namespaces`: the namespaces the caller may see, with
@@ -79,13 +82,14 @@ impl fmt::Display for Method {
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 21] = [
+    pub const ALL: [Route; 22] = [
         Route::Lock,
         Route::Unlock,
         Route::Extend,
         Route::Get,
         Route::List,
         Route::ForceUnlock,
+        Route::Snapshot,
         Route::Events,
         Route::Namespaces,
         Route::LeaseGrant,
@@ -112,6 +116,7 @@ impl Route {
             Route::Get => "/v1/locks/get",
             Route::List => "/v1/locks",
             Route::ForceUnlock => "/v1/locks/force-unlock",
+            Route::Snapshot => "/v1/admin/snapshot",
             Route::Events => "/v1/events",
             Route::Namespaces => "/v1/namespaces",
             Route::LeaseGrant => "/v1/leases/grant",
@@ -138,6 +143,7 @@ impl Route {
             | Route::Extend
             | Route::Get
             | Route::ForceUnlock
+            | Route::Snapshot
             | Route::LeaseGrant
             | Route::LeaseRefresh
             | Route::LeaseRevoke

@@ -4,7 +4,9 @@
 //! [`cli`]. The work is the libraries': the REST server (`lockd-server`),
 //! which `lockd serve` and `lockd up` assemble with Dapr's and Kahuna's APIs
 //! (`lockd-compat`) and a manifest's components (`lockd-components`, which
-//! also runs and composes components for `lockd run` and `lockd plug`).
+//! also runs and composes components for `lockd run` and `lockd plug`), and
+//! the redb store's (`lockd-redb`), which `lockd snapshot` and `lockd store
+//! check` call.
 
 mod cli;
 mod commands;
@@ -30,6 +32,8 @@ use commands::proclaim::ProclaimCommand;
 use commands::run::RunCommand;
 use commands::sem::SemCommand;
 use commands::serve::ServeCommand;
+use commands::snapshot::SnapshotCommand;
+use commands::store::StoreCommand;
 use commands::token::TokenCommand;
 use commands::unlock::UnlockCommand;
 use commands::up::UpCommand;
@@ -86,14 +90,22 @@ enum Command {
     Elect(ElectCommand),
     Leader(LeaderCommand),
     Proclaim(ProclaimCommand),
+    Snapshot(SnapshotCommand),
+    Store(StoreCommand),
 }
 
 impl Command {
     fn execute(self) -> i32 {
         match self {
             Command::Run(command) => command.execute(),
-            Command::Serve(command) => command.execute(),
-            Command::Up(command) => command.execute(),
+            Command::Serve(command) => {
+                lockd_server::api::serve_snapshots();
+                command.execute()
+            }
+            Command::Up(command) => {
+                lockd_server::api::serve_snapshots();
+                command.execute()
+            }
             Command::Plug(command) => command.execute(),
             Command::Lock(command) => command.execute(),
             Command::Unlock(command) => command.execute(),
@@ -111,6 +123,8 @@ impl Command {
             Command::Elect(command) => command.execute(),
             Command::Leader(command) => command.execute(),
             Command::Proclaim(command) => command.execute(),
+            Command::Snapshot(command) => command.execute(),
+            Command::Store(command) => command.execute(),
         }
     }
 }

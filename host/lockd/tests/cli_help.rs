@@ -8,7 +8,7 @@ mod lockd_server;
 use crate::lockd_server::{lockd, Run};
 
 /// Every command `lockd --help` lists, in its order.
-const COMMANDS: [&str; 19] = [
+const COMMANDS: [&str; 21] = [
     "run",
     "serve",
     "up",
@@ -27,6 +27,8 @@ const COMMANDS: [&str; 19] = [
     "elect",
     "leader",
     "proclaim",
+    "snapshot",
+    "store",
     "help",
 ];
 
@@ -82,6 +84,8 @@ fn the_overview_is_one_short_line_per_command() {
         ("lease", &["grant", "refresh", "revoke", "get", "help"][..]),
         ("sem", &["acquire", "release", "extend", "get", "help"]),
         ("token", &["new", "help"]),
+        ("snapshot", &["save", "restore", "help"]),
+        ("store", &["check", "help"]),
     ] {
         let text = help(&[command, "--help"]);
         assert_eq!(listed_commands(&text), subcommands, "{text}");

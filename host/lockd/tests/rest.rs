@@ -778,13 +778,14 @@ fn openapi_json_is_the_checked_in_document() {
 // OpenAPI agreement
 
 /// Every route the server answers, as (method, path).
-const SERVER_ROUTES: [(&str, &str); 21] = [
+const SERVER_ROUTES: [(&str, &str); 22] = [
     ("post", "/v1/locks/lock"),
     ("post", "/v1/locks/unlock"),
     ("post", "/v1/locks/extend"),
     ("post", "/v1/locks/get"),
     ("get", "/v1/locks"),
     ("post", "/v1/locks/force-unlock"),
+    ("post", "/v1/admin/snapshot"),
     ("get", "/v1/events"),
     ("get", "/v1/namespaces"),
     ("post", "/v1/leases/grant"),
@@ -1050,6 +1051,18 @@ fn probes(method: &str, path: &str, server: &Server) -> Vec<Probe> {
                 with_body_no_token,
             ]
         }
+        // The server of this test keeps its locks in memory, which has no
+        // snapshot: tests/snapshot_cli.rs takes one of a redb store.
+        ("post", "/v1/admin/snapshot") => vec![
+            Probe {
+                what: "a memory store's snapshot",
+                query: "",
+                body: None,
+                token: Some(TOKEN),
+                valid: true,
+            },
+            no_token("no token"),
+        ],
         ("get", "/v1/events") => vec![
             Probe {
                 what: "every namespace",

@@ -86,6 +86,7 @@ impl Role {
             Route::Proclaim => (Role::Locker, "proclaim"),
             Route::Resign => (Role::Locker, "resign"),
             Route::ForceUnlock => (Role::Admin, "force-unlock"),
+            Route::Snapshot => (Role::Admin, "take snapshots"),
         })
     }
 }

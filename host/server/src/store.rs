@@ -61,7 +61,9 @@ impl StoreSpec {
                 let recovery = tokio::task::spawn_blocking(move || {
                     // The engine spawns its purge task on the caller's runtime.
                     let _entered = runtime.enter();
-                    lockd_redb::open(file)
+                    // The store's handle goes to the API that serves it,
+                    // for snapshots (`crate::api::serve_snapshots`).
+                    lockd_redb::Store::open(file).map(crate::api::offer_for_snapshots)
                 });
                 let opened = match recovery.await {
                     Ok(opened) => opened,

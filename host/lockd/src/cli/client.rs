@@ -115,6 +115,30 @@ impl Client {
         Err(self.refused("events", &answer))
     }
 
+    /// `POST` to `route` without a body, for a route whose success is bytes
+    /// (`application/octet-stream`): `Ok` with the body of that answer, to
+    /// read as it comes, or `Err` with any other answer, lockd's.
+    pub fn post_for_bytes(
+        &self,
+        route: Route,
+    ) -> Result<Result<ureq::BodyReader<'static>, Answer>, Failure> {
+        let request = self.authorized(self.agent.post(format!("{}{}", self.server, route.path())));
+        let response = request.send_empty().map_err(|e| self.unreachable(e))?;
+        let bytes = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t.as_bytes() == b"application/octet-stream");
+        if response.status().as_u16() == 200 && bytes {
+            return Ok(Ok(response.into_body().into_reader()));
+        }
+        self.answer(route, Ok(response)).map(Err)
+    }
+
+    /// The server this client asks, as messages name it.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
     /// `POST` to `route` with `body` as JSON, answered.
     pub fn post(&self, route: Route, body: &impl Serialize) -> Result<Answer, Failure> {
         let path = route.path();

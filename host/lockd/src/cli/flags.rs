@@ -110,6 +110,27 @@ impl StoreArgs {
     }
 }
 
+/// The redb store file that `store` names (`--store`, else lockd.toml's
+/// `store`, else the default), for the offline `command`; exit 2 for a
+/// store that is not redb, or a lockd.toml that cannot be read.
+pub fn redb_path(store: StoreArgs, command: &str) -> Result<PathBuf, Failure> {
+    let (_, spec) = store.resolve().map_err(|e| fail(2, format!("{e:#}")))?;
+    match spec {
+        StoreSpec::Redb(path) => Ok(path),
+        StoreSpec::Memory => Err(fail(
+            2,
+            format!("{command} needs --store redb:PATH: a memory store keeps nothing"),
+        )),
+        StoreSpec::Etcd(_) => Err(fail(
+            2,
+            format!(
+                "{command} needs --store redb:PATH: an etcd store is backed up, restored and \
+                 checked with etcd's own tools (etcdctl snapshot save, etcdutl)"
+            ),
+        )),
+    }
+}
+
 /// Options `serve` and `up` share.
 #[derive(Args, Debug)]
 pub struct ServeArgs {

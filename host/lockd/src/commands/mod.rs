@@ -4,7 +4,8 @@
 //! `lockd-compat`, `lockd-components`) inside a runtime of their own;
 //! `plug` calls `lockd-components` directly; `token new` makes its token
 //! with `lockd-server`; the client commands, `exec` and `elect` speak the
-//! REST API through [`crate::cli::client`].
+//! REST API through [`crate::cli::client`]; `snapshot restore` and `store
+//! check` work on a stopped redb store with `lockd-redb`.
 
 #[cfg(unix)]
 pub mod elect;
@@ -22,6 +23,8 @@ pub mod proclaim;
 pub mod run;
 pub mod sem;
 pub mod serve;
+pub mod snapshot;
+pub mod store;
 pub mod token;
 pub mod unlock;
 pub mod up;

@@ -29,7 +29,7 @@ enum TokenAction {
         #[arg(long, value_delimiter = ',', required = true)]
         namespaces: Vec<String>,
         /// reader (get, list, events), locker (also lock, unlock, extend,
-        /// leases, exec) or admin (also force-unlock).
+        /// leases, exec) or admin (also force-unlock, snapshot save).
         #[arg(long)]
         role: String,
     },

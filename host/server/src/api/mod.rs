@@ -17,6 +17,7 @@
 //! against the caller's before it calls the service.
 
 mod access;
+mod admin;
 mod elections;
 mod reply;
 mod sse;
@@ -44,6 +45,8 @@ use crate::body::Body;
 use crate::serve::ready::ReadyCheck;
 
 pub use access::PeerAddr;
+pub(crate) use admin::offer as offer_for_snapshots;
+pub use admin::serve_snapshots;
 pub use reply::error_response;
 
 pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
@@ -90,6 +93,10 @@ impl Default for ApiOptions {
 #[derive(Debug)]
 pub struct Api {
     service: LockService,
+    /// The redb store `service` serves, which `POST /v1/admin/snapshot`
+    /// snapshots; `None` for another store, or where the process did not
+    /// turn on [`serve_snapshots`].
+    snapshots: Option<lockd_redb::Store>,
     credentials: LiveCredentials,
     /// How often an idle event stream sends a heartbeat comment.
     heartbeat: Duration,
@@ -119,6 +126,7 @@ impl Api {
     /// The API over `service`.
     pub fn with_options(service: LockService, options: ApiOptions) -> Self {
         Api {
+            snapshots: admin::claim(&service),
             service,
             credentials: LiveCredentials::new(options.credentials),
             // A zero period would make tokio's interval panic.
@@ -228,6 +236,7 @@ impl Api {
             Route::Extend => call(req, |r| self.extend(a, r)).await,
             Route::Get => call(req, |r| self.get(a, r)).await,
             Route::ForceUnlock => call(req, |r| self.force_unlock(a, r)).await,
+            Route::Snapshot => answer(admin::snapshot(self.snapshots.as_ref(), a).await),
             Route::LeaseGrant => call(req, |r| self.grant_lease(a, r)).await,
             Route::LeaseRefresh => call(req, |r| self.refresh_lease(a, r)).await,
             Route::LeaseRevoke => call(req, |r| self.revoke_lease(a, r)).await,
