@@ -136,9 +136,12 @@ pub struct ServerConfig {
     /// The bound on a shutdown (SIGTERM, SIGINT): queued waiters are
     /// answered, requests in flight finish and the store syncs within it,
     /// or the server exits anyway (exit 1). `--shutdown-timeout` replaces
-    /// it. Default [`DEFAULT_SHUTDOWN_TIMEOUT`](crate::serve::DEFAULT_SHUTDOWN_TIMEOUT).
+    /// it. Default [`DEFAULT_SHUTDOWN_TIMEOUT`].
     pub shutdown_timeout_ms: Option<u64>,
 }
+
+/// The default bound on a shutdown.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The shortest shutdown bound: answering queued waiters and closing
 /// connections takes a moment.
@@ -149,7 +152,7 @@ impl ServerConfig {
     /// [`MIN_SHUTDOWN_TIMEOUT_MS`].
     pub fn shutdown_timeout(&self) -> anyhow::Result<Duration> {
         match self.shutdown_timeout_ms {
-            None => Ok(crate::serve::DEFAULT_SHUTDOWN_TIMEOUT),
+            None => Ok(DEFAULT_SHUTDOWN_TIMEOUT),
             Some(ms) if ms < MIN_SHUTDOWN_TIMEOUT_MS => anyhow::bail!(
                 "[server] shutdown_timeout_ms is {ms}; it must be at least \
                  {MIN_SHUTDOWN_TIMEOUT_MS} (queued waiters are answered within it)"

@@ -28,8 +28,7 @@ use tokio::sync::{watch, Notify};
 /// down: its client should ask another server.
 pub const SHUTTING_DOWN: &str = "server shutting down; retry elsewhere";
 
-/// The default bound on a shutdown.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub use crate::config::DEFAULT_SHUTDOWN_TIMEOUT;
 
 /// Of the bound, the part kept for syncing the store (at most a fifth of
 /// it): requests in flight are cut this long before the bound.
