@@ -98,14 +98,8 @@ impl Command {
     fn execute(self) -> i32 {
         match self {
             Command::Run(command) => command.execute(),
-            Command::Serve(command) => {
-                lockd_server::api::serve_snapshots();
-                command.execute()
-            }
-            Command::Up(command) => {
-                lockd_server::api::serve_snapshots();
-                command.execute()
-            }
+            Command::Serve(command) => command.execute(),
+            Command::Up(command) => command.execute(),
             Command::Plug(command) => command.execute(),
             Command::Lock(command) => command.execute(),
             Command::Unlock(command) => command.execute(),

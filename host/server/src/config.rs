@@ -531,10 +531,22 @@ impl LockdConfig {
     /// locks (`run`, `serve`, `up`) opens its service here, so none of
     /// them ignores a setting.
     pub async fn open_service(&self, store: &StoreSpec) -> anyhow::Result<LockService> {
+        Ok(self.open_service_and_store(store).await?.0)
+    }
+
+    /// [`open_service`](Self::open_service), with the handle of a redb
+    /// store, through which a server takes snapshots (`None` for the other
+    /// stores).
+    pub async fn open_service_and_store(
+        &self,
+        store: &StoreSpec,
+    ) -> anyhow::Result<(LockService, Option<lockd_redb::Store>)> {
         let store = self.etcd.apply(store.clone())?;
-        Ok(LockService::new(store.open().await?, self.lock_limits())
+        let (backend, handle) = store.open_with_handle().await?;
+        let service = LockService::new(backend, self.lock_limits())
             .with_quotas(self.quotas())
-            .with_lock_delays(self.lock_delays()))
+            .with_lock_delays(self.lock_delays());
+        Ok((service, handle))
     }
 
     /// Reads `path` if given; otherwise `./lockd.toml` if it exists; otherwise

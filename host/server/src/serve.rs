@@ -139,12 +139,13 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let addr = listener.local_addr()?;
     let listener = Arc::new(listener);
     let starting = starting::serve(listener.clone(), tls.clone());
-    let service = config.open_service(&store).await?;
+    let (service, snapshots) = config.open_service_and_store(&store).await?;
     let api = Arc::new(Api::with_options(
         service.clone(),
         ApiOptions {
             credentials,
             events_heartbeat,
+            snapshots,
         },
     ));
     let context = Context {

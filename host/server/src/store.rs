@@ -53,17 +53,24 @@ impl StoreSpec {
     /// watches) then run on. A redb store's recovery reads the whole file,
     /// so it runs on a blocking thread, off the executor.
     pub async fn open(&self) -> anyhow::Result<Arc<dyn LockBackend>> {
+        Ok(self.open_with_handle().await?.0)
+    }
+
+    /// [`open`](Self::open), with the [`lockd_redb::Store`] handle of a
+    /// redb store (what snapshots are taken through); `None` for the other
+    /// stores.
+    pub async fn open_with_handle(
+        &self,
+    ) -> anyhow::Result<(Arc<dyn LockBackend>, Option<lockd_redb::Store>)> {
         Ok(match self {
-            StoreSpec::Memory => Engine::memory(),
+            StoreSpec::Memory => (Engine::memory(), None),
             StoreSpec::Redb(path) => {
                 let runtime = tokio::runtime::Handle::current();
                 let file = path.clone();
                 let recovery = tokio::task::spawn_blocking(move || {
                     // The engine spawns its purge task on the caller's runtime.
                     let _entered = runtime.enter();
-                    // The store's handle goes to the API that serves it,
-                    // for snapshots (`crate::api::serve_snapshots`).
-                    lockd_redb::Store::open(file).map(crate::api::offer_for_snapshots)
+                    lockd_redb::Store::open(file)
                 });
                 let opened = match recovery.await {
                     Ok(opened) => opened,
@@ -71,14 +78,19 @@ impl StoreSpec {
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                     Err(e) => anyhow::bail!("opening store {}: {e}", path.display()),
                 };
-                opened.with_context(|| format!("opening store {}", path.display()))?
+                let store = opened.with_context(|| format!("opening store {}", path.display()))?;
+                let engine: Arc<dyn LockBackend> = store.engine().clone();
+                (engine, Some(store))
             }
-            StoreSpec::Etcd(options) => Arc::new(
-                EtcdBackend::connect((**options).clone(), Arc::new(SystemClock))
-                    .await
-                    .with_context(|| {
-                        format!("opening store etcd:{}", options.endpoints.join(","))
-                    })?,
+            StoreSpec::Etcd(options) => (
+                Arc::new(
+                    EtcdBackend::connect((**options).clone(), Arc::new(SystemClock))
+                        .await
+                        .with_context(|| {
+                            format!("opening store etcd:{}", options.endpoints.join(","))
+                        })?,
+                ),
+                None,
             ),
         })
     }

@@ -13,16 +13,11 @@
 //!
 //! **The store's handle.** A snapshot is taken through the
 //! [`lockd_redb::Store`] the server opened, which the lock service does
-//! not expose. A process that serves turns on [`serve_snapshots`] before it
-//! opens its store; [`crate::store::StoreSpec::open`] then offers each redb
-//! store it opens ([`offer`]), and the [`Api`](super::Api) serving it
-//! claims it ([`claim`]), so the handle lives as long as that API does. A
-//! process that never turns it on keeps no handle beyond its lock service.
+//! not expose: the server passes it in [`ApiOptions::snapshots`](super::ApiOptions::snapshots)
+//! ([`crate::config::LockdConfig::open_service_and_store`]).
 
 use std::io::{self, Write};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -31,7 +26,6 @@ use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 use lockd_api::Status;
-use lockd_core::{Engine, LockBackend, LockService};
 use tokio::sync::{mpsc, oneshot};
 
 use super::access::Asker;
@@ -48,48 +42,6 @@ const CHUNK_BYTES: usize = 256 << 10;
 
 /// Chunks written ahead of the client before the snapshot waits for it.
 const CHUNKS_IN_FLIGHT: usize = 4;
-
-/// Whether redb stores opened from now on are offered to the API serving
-/// them ([`serve_snapshots`]).
-static KEEP: AtomicBool = AtomicBool::new(false);
-
-/// Redb stores opened and not yet claimed by their API.
-static OFFERED: Mutex<Vec<lockd_redb::Store>> = Mutex::new(Vec::new());
-
-/// Makes the redb store a server of this process opens from now on
-/// snapshottable through its API (`POST /v1/admin/snapshot`): for a process
-/// that serves (`lockd serve`, `lockd up`). Without it the route answers
-/// that the store cannot be snapshotted. A process that opens stores
-/// without serving them (`lockd run`) leaves it off: a handle no API
-/// claims would keep its store open until the process exits.
-pub fn serve_snapshots() {
-    KEEP.store(true, Ordering::Relaxed);
-}
-
-/// The engine of the redb store `store`, which [`crate::store`] just
-/// opened; the store's handle waits for the API that serves it, if
-/// [`serve_snapshots`] is on.
-pub(crate) fn offer(store: lockd_redb::Store) -> Arc<Engine> {
-    let engine = store.engine().clone();
-    if KEEP.load(Ordering::Relaxed) {
-        OFFERED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(store);
-    }
-    engine
-}
-
-/// The offered redb store whose engine `service` calls, taken from the
-/// offers: the one whose events are the service's.
-pub(super) fn claim(service: &LockService) -> Option<lockd_redb::Store> {
-    let events = service.events()?;
-    let mut offered = OFFERED.lock().unwrap_or_else(PoisonError::into_inner);
-    let at = offered.iter().position(|store| {
-        LockBackend::events(store.engine().as_ref()).is_some_and(|e| e.same_channel(&events))
-    })?;
-    Some(offered.swap_remove(at))
-}
 
 /// `POST /v1/admin/snapshot`: the snapshot of `store` as a stream of its
 /// bytes, for an admin token (the route's role, checked before) over every

@@ -45,8 +45,6 @@ use crate::body::Body;
 use crate::serve::ready::ReadyCheck;
 
 pub use access::PeerAddr;
-pub(crate) use admin::offer as offer_for_snapshots;
-pub use admin::serve_snapshots;
 pub use reply::error_response;
 
 pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
@@ -69,6 +67,9 @@ pub struct ApiOptions {
     /// that proxies and clients see it alive; [`HEARTBEAT`] by default and
     /// if zero.
     pub events_heartbeat: Duration,
+    /// The redb store the service serves, which `POST /v1/admin/snapshot`
+    /// snapshots; `None` for another store (the route then says so).
+    pub snapshots: Option<lockd_redb::Store>,
 }
 
 impl std::fmt::Debug for ApiOptions {
@@ -76,6 +77,10 @@ impl std::fmt::Debug for ApiOptions {
         f.debug_struct("ApiOptions")
             .field("credentials", &self.credentials)
             .field("events_heartbeat", &self.events_heartbeat)
+            .field(
+                "snapshots",
+                &self.snapshots.as_ref().map(|s| s.path().to_path_buf()),
+            )
             .finish()
     }
 }
@@ -85,6 +90,7 @@ impl Default for ApiOptions {
         ApiOptions {
             credentials: Credentials::default(),
             events_heartbeat: HEARTBEAT,
+            snapshots: None,
         }
     }
 }
@@ -94,8 +100,7 @@ impl Default for ApiOptions {
 pub struct Api {
     service: LockService,
     /// The redb store `service` serves, which `POST /v1/admin/snapshot`
-    /// snapshots; `None` for another store, or where the process did not
-    /// turn on [`serve_snapshots`].
+    /// snapshots; `None` for another store.
     snapshots: Option<lockd_redb::Store>,
     credentials: LiveCredentials,
     /// How often an idle event stream sends a heartbeat comment.
@@ -126,7 +131,7 @@ impl Api {
     /// The API over `service`.
     pub fn with_options(service: LockService, options: ApiOptions) -> Self {
         Api {
-            snapshots: admin::claim(&service),
+            snapshots: options.snapshots,
             service,
             credentials: LiveCredentials::new(options.credentials),
             // A zero period would make tokio's interval panic.
