@@ -108,7 +108,7 @@ pub enum OpenError {
     #[error(
         "lock store {path} is corrupted or not a lockd store ({finding}). Its records were left \
          as they were: move it and its -wal directory aside to start empty (persistent locks in \
-         it are then lost), or restore them from a backup (lockd check lists everything wrong)"
+         it are then lost), or restore them from a backup (lockd store check lists everything wrong)"
     )]
     Corrupt {
         /// The store file.
@@ -311,7 +311,7 @@ impl RedbJournal {
         let mut db = recovery::open_database(&path, &path, true)?;
         recovery::check_format(&db, &path)?;
         if !recovery::verify_integrity(&mut db, &path)? {
-            tracing::warn!(path = %path.display(), "redb repaired the store file's own bookkeeping at open (lockd check lists what it found)");
+            tracing::warn!(path = %path.display(), "redb repaired the store file's own bookkeeping at open (lockd store check lists what it found)");
         }
         recovery::init_tables(&db).map_err(|bad| refuse(&path, bad.at(&path)))?;
         let dir = log::dir_of(&path);

@@ -110,7 +110,7 @@ pub enum SnapshotError {
         detail: String,
     },
     /// redb failed reading the store, or a record in it cannot be read: a
-    /// snapshot of it would not restore. `lockd check` on the stopped
+    /// snapshot of it would not restore. `lockd store check` on the stopped
     /// store lists what is wrong.
     #[error("cannot snapshot lock store {path}: {finding}")]
     Corrupt {
