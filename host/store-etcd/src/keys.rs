@@ -135,6 +135,12 @@ impl Layout {
         format!("{}/.why", self.prefix).into_bytes()
     }
 
+    /// `<prefix>/.format`: the format version of everything under the
+    /// prefix (see `store::check_format`).
+    pub(crate) fn format_key(&self) -> Vec<u8> {
+        format!("{}/.format", self.prefix).into_bytes()
+    }
+
     /// What `key` is: a lock, a lease, the marker, or something else.
     pub(crate) fn classify(&self, key: &[u8]) -> Target {
         if key == self.marker_key().as_slice() {
@@ -280,6 +286,7 @@ mod tests {
         assert_eq!(l.classify(&q), Target::Other);
         assert_eq!(l.classify(b"/lockd/.why"), Target::Marker);
         assert_eq!(l.classify(b"/lockd/.whyx"), Target::Other);
+        assert_eq!(l.classify(&l.format_key()), Target::Other);
         assert_eq!(l.classify(b"/lockd/.leases/ns"), Target::Other);
         assert!(l.marker_key().starts_with(&l.all()));
         assert_eq!(l.session_of(b"/lockd/.sessions/7f3a"), Some(0x7f3a));

@@ -4,8 +4,17 @@
 use lockd_core::{Claim, Durability, Grant, Holding, LeaseInfo, LockError, LockInfo};
 use serde::{Deserialize, Serialize};
 
-/// Format version of the records.
-const VERSION: u8 = 1;
+/// Format version of the records, and of the prefix that holds them
+/// ([`FormatRecord`]).
+pub(crate) const VERSION: u8 = 1;
+
+/// The value of the prefix's format key: the format of every record under
+/// it. A lockd that writes records of a new format raises it, so an older
+/// lockd refuses the prefix at start instead of misreading them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FormatRecord {
+    pub v: u8,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -139,6 +139,7 @@ impl Inner {
         );
         let layout = Layout::new(&options.prefix);
         check_permission(&etcd, &layout).await?;
+        check_format(&etcd, &layout).await?;
         let etcd_leases = EtcdLeases::open(
             &etcd,
             options.session_ttl_secs(),
@@ -613,6 +614,45 @@ async fn preflight(options: &EtcdOptions, access: &Access) -> Result<(), LockErr
     } else {
         LockError::Unavailable(message)
     })
+}
+
+/// Reads the prefix's format key, writing this version's where there is
+/// none (a new prefix, or one written before lockd kept the key: its
+/// records are format 1, which this version reads), and refuses a prefix of
+/// a newer format, naming both versions, before anything is written there.
+async fn check_format(etcd: &Etcd, layout: &Layout) -> Result<(), LockError> {
+    let key = layout.format_key();
+    let ours = crate::record::FormatRecord {
+        v: crate::record::VERSION,
+    };
+    let txn = Txn::new()
+        .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+        .and_then(vec![TxnOp::put(
+            key.clone(),
+            crate::record::to_json(&ours),
+            None,
+        )])
+        .or_else(vec![TxnOp::get(key.clone(), None)]);
+    // Idempotent: it writes only where the key is absent.
+    let resp = etcd.read_txn("format check", txn).await?;
+    if resp.succeeded() {
+        return Ok(());
+    }
+    let found = crate::rpc::gets(&resp)
+        .first()
+        .and_then(|get| get.kvs().first())
+        .map(|kv| crate::record::from_json::<crate::record::FormatRecord>(&key, kv.value()))
+        .transpose()?;
+    match found {
+        Some(theirs) if theirs.v > ours.v => Err(LockError::InvalidArgument(format!(
+            "etcd key {} says lockd's records there have format version {}; this lockd reads \
+             up to {}: run the lockd that wrote them, or a newer one",
+            String::from_utf8_lossy(&key),
+            theirs.v,
+            ours.v
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checks that lockd may read and write every key under its prefix, so a

@@ -103,3 +103,30 @@ async fn a_watch_from_a_compacted_revision_returns_to_read_again() {
     // Its floor is gone with it.
     assert_eq!(inner.ks.floors.oldest(), None);
 }
+
+/// The prefix's format key: written at the first start, kept at the next,
+/// and a newer format refuses the start naming both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_of_a_newer_format_is_refused_at_start() {
+    let etcd = EtcdCluster::start().expect("start etcd");
+    let mut raw = Client::connect(etcd.endpoints(), None).await.unwrap();
+    drop(store(&etcd).await);
+    let written = raw.get("/lockd/.format", None).await.unwrap();
+    assert_eq!(written.kvs()[0].value(), br#"{"v":1}"#);
+    drop(store(&etcd).await);
+    raw.put("/lockd/.format", r#"{"v":3}"#, None).await.unwrap();
+    let mut options = EtcdOptions::new(etcd.endpoints());
+    options.compaction = None;
+    let refused = Inner::connect(options, Arc::new(ManualClock::new(START_MS)))
+        .await
+        .err()
+        .expect("a newer format is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("format version 3") && message.contains("reads up to 1"),
+        "{message}"
+    );
+    // Nothing was written over it.
+    let kept = raw.get("/lockd/.format", None).await.unwrap();
+    assert_eq!(kept.kvs()[0].value(), br#"{"v":3}"#);
+}
