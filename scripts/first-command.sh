@@ -47,6 +47,9 @@ echo "first-command: protoc is out of reach (the build must use the vendored one
 
 # --- the first command -----------------------------------------------------------
 log="$work/up.log"
+# Created before the server starts: the loop below reads it at once, maybe
+# before the background shell has opened it.
+: >"$log"
 start=$(date +%s)
 echo "first-command: cargo run -p lockd -- up --build"
 env -u PROTOC PATH="$hidden_path" LOCKD_LISTEN=127.0.0.1:0 LOCKD_STORE="redb:$work/locks.redb" \
