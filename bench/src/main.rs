@@ -4,7 +4,7 @@
 //! compares figures taken on the same machine at the same time.
 //!
 //! ```text
-//! cargo run --release -p lockd-bench -- [--smoke] [--only b1,b2,...,b10] [--out FILE]
+//! cargo run --release -p lockd-bench -- [--smoke] [--only b1,b2,...,b11] [--out FILE]
 //! ```
 //!
 //! Prints the machine, the fsync regime and one markdown table per workload
@@ -12,13 +12,15 @@
 //! and 10M held locks, B6 etcd mode and its growth from 1 to 3 lockd hosts
 //! on a 3-member etcd, B7 portable: the capability composed with `lockd plug`, B8 the cost of
 //! keep-alive, B9 TLS: REST over HTTPS against plain HTTP and Redis over
-//! TLS, B10 shared locks, semaphores and leader failover on redb and etcd).
+//! TLS, B10 shared locks, semaphores and leader failover on redb and etcd,
+//! B11 bounded growth of a `lockd serve` under minutes of churn).
 //! `--smoke` runs everything with tiny counts in seconds, to keep the suite from
 //! rotting (CI); its figures mean nothing. `docs/benchmarks.md`
 //! holds the figures of full runs.
 
 mod b10_claims;
 mod b10_failover;
+mod b11_churn;
 mod b1_host_call;
 mod b2_durable;
 mod b3_edge;
@@ -76,6 +78,16 @@ struct Args {
     /// CANDIDATE TTL_MS`).
     #[arg(long, num_args = 1.., hide = true)]
     b10_child: Vec<String>,
+    /// B11's length in seconds (default 300; 3 in a smoke run).
+    #[arg(long, env = "LOCKD_BENCH_B11_SECONDS")]
+    b11_seconds: Option<u64>,
+    /// B11's sampling interval in seconds: a row each (default 10; 1 in a
+    /// smoke run).
+    #[arg(long, env = "LOCKD_BENCH_B11_INTERVAL")]
+    b11_interval: Option<u64>,
+    /// Internal: B11's child process (`serve STORE`).
+    #[arg(long, num_args = 1.., hide = true)]
+    b11_child: Vec<String>,
 }
 
 /// Sizes of a run.
@@ -100,6 +112,9 @@ pub struct Plan {
     /// B10's leader failover: rounds per store, and the leadership's TTL.
     pub b10_rounds: usize,
     pub b10_ttl_ms: u64,
+    /// B11's churn: how long, and a row every `b11_interval`.
+    pub b11_length: Duration,
+    pub b11_interval: Duration,
 }
 
 impl Plan {
@@ -120,6 +135,8 @@ impl Plan {
                 b10_callers: 4,
                 b10_rounds: 1,
                 b10_ttl_ms: 600,
+                b11_length: Duration::from_secs(3),
+                b11_interval: Duration::from_secs(1),
             }
         } else {
             Plan {
@@ -140,6 +157,8 @@ impl Plan {
                 b10_callers: 64,
                 b10_rounds: 8,
                 b10_ttl_ms: 2_000,
+                b11_length: Duration::from_secs(b11_churn::SECONDS),
+                b11_interval: Duration::from_secs(b11_churn::INTERVAL_SECONDS),
             }
         }
     }
@@ -288,6 +307,9 @@ fn main() -> anyhow::Result<()> {
     if !args.b10_child.is_empty() {
         return b10_failover::child_main(&args.b10_child);
     }
+    if !args.b11_child.is_empty() {
+        return b11_churn::child_main(&args.b11_child);
+    }
     let mut plan = Plan::new(args.smoke);
     if !args.b5_locks.is_empty() {
         anyhow::ensure!(
@@ -295,6 +317,12 @@ fn main() -> anyhow::Result<()> {
             "--b5-locks: every size must be at least 1 lock, as in --b5-locks 1000000,10000000"
         );
         plan.b5_locks = args.b5_locks.clone();
+    }
+    if let Some(seconds) = args.b11_seconds {
+        plan.b11_length = Duration::from_secs(seconds);
+    }
+    if let Some(seconds) = args.b11_interval {
+        plan.b11_interval = Duration::from_secs(seconds);
     }
     let wanted =
         |w: &str| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(w));
@@ -363,6 +391,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("b10") {
         emit(b10_claims::run(&ctx)?);
+    }
+    if wanted("b11") {
+        emit(b11_churn::run(&ctx)?);
     }
     if let Some(out) = &args.out {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;

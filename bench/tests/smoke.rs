@@ -29,6 +29,7 @@ fn smoke_run_prints_every_table() {
         "## B8 keep-alive cost",
         "## B9 TLS",
         "## B10 shared locks and semaphores",
+        "## B11 churn",
     ] {
         assert!(report.contains(section), "no {section:?} in:\n{report}");
     }
@@ -49,6 +50,9 @@ fn smoke_run_prints_every_table() {
         // B4's and B9's split of CPU between server and load generator.
         "| server CPU per pair | client CPU per pair |",
         "| etcd | kill -9 → next leader's grant |",
+        // B11's rows of the server's figures, and its verdict.
+        "| elapsed | pairs/s | mix rounds/s | redb file |",
+        "- Verdict, median of the last third",
     ] {
         assert!(report.contains(part), "no {part:?} in:\n{report}");
     }
