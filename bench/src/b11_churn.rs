@@ -335,6 +335,8 @@ struct Sample {
 #[derive(Clone, Copy, Default)]
 struct Disk {
     redb: u64,
+    /// The redb file's length (its allocated blocks may be fewer).
+    redb_len: u64,
     wal: u64,
     /// The oldest and newest segment in the log directory.
     oldest: Option<u64>,
@@ -343,8 +345,10 @@ struct Disk {
 
 impl Disk {
     fn read(store: &Path) -> anyhow::Result<Disk> {
+        let file = std::fs::metadata(store)?;
         let mut disk = Disk {
-            redb: std::fs::metadata(store)?.blocks() * 512,
+            redb: file.blocks() * 512,
+            redb_len: file.len(),
             ..Disk::default()
         };
         let dir = lockd_redb::log_dir(store);
@@ -543,8 +547,13 @@ fn sample(
     Ok(samples)
 }
 
+/// A size in MB, or in kB below one MB (a store file of a few pages).
 fn mb(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+    if bytes < 1_000_000 {
+        format!("{:.0} kB", bytes as f64 / 1e3)
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    }
 }
 
 /// A sample's cells, in the table's order.
@@ -626,11 +635,12 @@ fn report(
     let _ = writeln!(
         out,
         "\n- In all: {} pairs ({}/s), {} mix rounds, {checkpointed} log segments checkpointed. \
-         After the server stopped: redb file {}, -wal dir {}.",
+         After the server stopped: redb file {} on disk ({} long), -wal dir {}.",
         count(pairs as f64),
         count(pairs as f64 / secs.max(1e-9)),
         count(rounds as f64),
         mb(after_close.redb),
+        mb(after_close.redb_len),
         mb(after_close.wal),
     );
     out += &verdict(&samples);
