@@ -697,8 +697,21 @@ impl Engine {
 
     fn release_now(&self, key: &Key, owner: &str, token: u64) {
         let (mut guard, hash) = self.shard(key);
-        let shard = &mut *guard;
         let now = self.clock.now_ms();
+        self.release_in_shard(&mut guard, key, hash, owner, token, now);
+    }
+
+    /// [`release_now`](Self::release_now) under the shard mutex the caller
+    /// holds.
+    fn release_in_shard(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        hash: u64,
+        owner: &str,
+        token: u64,
+        now: u64,
+    ) {
         let Some(at) = self.settle_all(shard, key, hash, now) else {
             self.release_in_group(shard, key, owner, token, now);
             return;

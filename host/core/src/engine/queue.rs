@@ -237,10 +237,20 @@ impl Drop for Waiting<'_> {
         let now = self.engine.clock.now_ms();
         self.engine
             .leave_queue(&mut guard, self.key, hash, self.id, now);
-        drop(guard);
+        // A grant handed over before the waiter left is released under the
+        // same mutex: released after it, a call of the same owner could
+        // take it meanwhile as its own (a re-lock keeps the token) and be
+        // answered a grant that is then released, with a token older than
+        // grants made since.
         if let Ok(Ok(handoff)) = self.rx.try_recv() {
-            self.engine
-                .release_now(self.key, self.owner, handoff.grant.fencing_token);
+            self.engine.release_in_shard(
+                &mut guard,
+                self.key,
+                hash,
+                self.owner,
+                handoff.grant.fencing_token,
+                now,
+            );
         }
     }
 }
