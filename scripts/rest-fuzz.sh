@@ -39,7 +39,9 @@ printf '[limits]\nmax_wait_ms = %s\n' "$max_wait_ms" >"$work/lockd.toml"
         printf 'checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]\n\n'
     done
 } >"$work/schemathesis.toml"
-target/debug/lockd serve --store memory --listen 127.0.0.1:0 --auth-token "$token" \
+# The embedded store, as `lockd serve` runs by default: the snapshot route
+# answers a snapshot only there.
+target/debug/lockd serve --store "redb:$work/locks.redb" --listen 127.0.0.1:0 --auth-token "$token" \
     --config "$work/lockd.toml" >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$log" "$work"' EXIT
