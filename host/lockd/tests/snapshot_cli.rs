@@ -233,7 +233,7 @@ fn a_snapshot_taken_under_load_restores_every_holder_and_tokens_go_on_rising() {
     assert!(
         line.starts_with(&format!("saved snapshot {} of ", file.display()))
             && line.contains(" lock records, ")
-            && line.contains(" shared/semaphore/election holders, 1 leases, highest token "),
+            && line.contains(" shared, permit and leader holders, 1 leases, highest token "),
         "{line}"
     );
     let bytes: u64 = line

@@ -101,7 +101,7 @@ impl fmt::Display for CheckReport {
         }
         writeln!(
             f,
-            "  {} lock records, {} shared/semaphore/election holders, {} leases",
+            "  {} lock records, {} shared, permit and leader holders, {} leases",
             self.locks, self.shares, self.leases
         )?;
         match self.segments {

@@ -126,7 +126,7 @@ fn save(file: &Path, conn: Conn) -> Result<i32, Failure> {
     };
     match format {
         Format::Text => println!(
-            "saved snapshot {} of {}: {} lock records, {} shared/semaphore/election holders, \
+            "saved snapshot {} of {}: {} lock records, {} shared, permit and leader holders, \
              {} leases, highest token {}, {} bytes",
             file.display(),
             saved.taken_at,

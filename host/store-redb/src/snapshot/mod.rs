@@ -77,7 +77,7 @@ impl fmt::Display for SnapshotReport {
         )?;
         writeln!(
             f,
-            "  {} lock records, {} shared/semaphore/election holders, {} leases",
+            "  {} lock records, {} shared, permit and leader holders, {} leases",
             self.locks, self.shares, self.leases
         )?;
         writeln!(

@@ -116,7 +116,7 @@ impl fmt::Display for RestoreReport {
         }
         write!(
             f,
-            "  {} lock records, {} shared/semaphore/election holders, {} leases\n  tokens: \
+            "  {} lock records, {} shared, permit and leader holders, {} leases\n  tokens: \
              the snapshot's reservation {}, highest in a record {}, ceiling at the cut {}",
             self.locks,
             self.shares,
@@ -558,7 +558,7 @@ fn holds(db: &redb::ReadOnlyDatabase) -> Result<Option<String>, Bad> {
     let mut held = Vec::new();
     for (table, what) in [
         (codec::LOCKS, "lock records"),
-        (codec::SHARES, "shared/semaphore/election holders"),
+        (codec::SHARES, "shared, permit and leader holders"),
         (codec::LEASES, "leases"),
     ] {
         match txn.open_table(table) {
