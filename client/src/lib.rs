@@ -1,0 +1,1 @@
+//! `lockd-native-client`: an async Rust client for lockd's REST API.
