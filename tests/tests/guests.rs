@@ -28,7 +28,7 @@ mod lockd_client_p3;
 use lockd_client_p3::lockd_client_p3;
 mod p3;
 #[allow(unused_imports)]
-use p3::{python_p3, rust_p3, rust_p3_cli};
+use p3::{python_p3, rust_p3, rust_p3_claims, rust_p3_cli};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

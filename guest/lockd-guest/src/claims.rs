@@ -224,20 +224,7 @@ impl Hold {
         Ok(Hold { inner })
     }
 
-    /// The fencing token of this grant.
-    pub fn fencing_token(&self) -> u64 {
-        self.inner.fencing_token()
-    }
-
-    /// When it ends unless extended: Unix epoch milliseconds.
-    pub fn expires_at_ms(&self) -> u64 {
-        self.inner.expires_at_ms()
-    }
-
-    /// The owner string the host generated for this hold.
-    pub fn owner(&self) -> String {
-        self.inner.owner()
-    }
+    grant_accessors!("hold");
 
     /// Whether this hold still holds its grant (asks the host).
     pub fn is_held(&self) -> bool {

@@ -28,8 +28,10 @@
 //! [`Guard`] does.
 //!
 //! With the feature `p3`, the module `p3` is the async API for WASI 0.3
-//! components (`lockd:lock@0.2.0`): `p3::lock`, `p3::Guard` whose `lost()`
-//! is a future, and the rest awaited.
+//! components (`lockd:lock@0.2.0`) under the same names: `p3::lock`,
+//! `p3::Guard`, `p3::Lease`, `p3::lock_shared`, `p3::acquire_permit`,
+//! `p3::Hold`, `p3::Leadership` and the rest, awaited, each `lost()` a
+//! future.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -78,6 +80,31 @@
 
 use std::fmt;
 use std::time::Duration;
+
+/// The accessors of a held grant whose owner the host generated (a guard or
+/// a hold, in either API): the resource answers them itself, without the
+/// store, so every wrapper's `inner` forwards them alike. `$what` names the
+/// holder in the docs.
+macro_rules! grant_accessors {
+    ($what:literal) => {
+        #[doc = concat!("The fencing token of this ", $what, "'s grant.")]
+        pub fn fencing_token(&self) -> u64 {
+            self.inner.fencing_token()
+        }
+
+        /// When it ends unless extended: Unix epoch milliseconds.
+        pub fn expires_at_ms(&self) -> u64 {
+            self.inner.expires_at_ms()
+        }
+
+        #[doc = concat!("The owner string the host generated for this ", $what, ".")]
+        /// Other callers see it in [`LockInfo::owner`](crate::LockInfo::owner)
+        /// and [`Error::Busy`](crate::Error::Busy).
+        pub fn owner(&self) -> String {
+            self.inner.owner()
+        }
+    };
+}
 
 mod claims;
 mod elections;
@@ -356,21 +383,7 @@ impl Guard {
         self.inner.subscribe_lost()
     }
 
-    /// The fencing token of this grant.
-    pub fn fencing_token(&self) -> u64 {
-        self.inner.fencing_token()
-    }
-
-    /// When the lease ends unless extended: Unix epoch milliseconds.
-    pub fn expires_at_ms(&self) -> u64 {
-        self.inner.expires_at_ms()
-    }
-
-    /// The owner string the host generated for this guard. Other callers see
-    /// it in [`LockInfo::owner`] and [`Error::Busy`].
-    pub fn owner(&self) -> String {
-        self.inner.owner()
-    }
+    grant_accessors!("guard");
 
     /// Whether this guard still holds the lock: not released, not expired,
     /// and not taken over by someone else after expiry.

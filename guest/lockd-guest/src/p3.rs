@@ -3,10 +3,16 @@
 //! store is an `async fn`, so a task awaiting a lock parks alone while the
 //! instance's other tasks go on, and a [`Guard`]'s loss is a future.
 //!
-//! Also [`Leadership`] (its `lost()` a future) and [`LeaderWatch`] (its
-//! `changed()` an `async fn`). The types are the crate's own ([`Error`],
-//! [`Grant`], [`LockInfo`], [`LockOptions`], [`crate::LeaderInfo`],
-//! [`crate::HoldOptions`]), so code can move between the versions. Dropping an
+//! Beside [`lock`], [`unlock`], [`extend`], [`get`] and [`Guard`], the rest
+//! of the 0.2 API under the same names: [`Lease`], read-write locks
+//! ([`lock_shared`], [`Hold::shared`], [`Hold::exclusive`]), semaphores
+//! ([`acquire_permit`], [`Hold::permit`]), [`describe`], [`Leadership`] and
+//! [`LeaderWatch`] (its `changed()` an `async fn`). Each `lost()` is a
+//! future of a [`LostReason`] where the 0.2 API answers a pollable. The
+//! types are the crate's own ([`Error`], [`Grant`], [`LockInfo`],
+//! [`LockOptions`], [`crate::LeaseOptions`], [`crate::HoldOptions`],
+//! [`crate::HoldMode`], [`crate::NameState`], [`crate::LeaderInfo`]), so
+//! code can move between the versions. Dropping an
 //! awaited call (racing it against a timeout, or the request going away)
 //! cancels it: the host leaves the queue and gives back a lock granted
 //! meanwhile.
@@ -35,11 +41,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{to_millis, Durability, Error, Grant, LockInfo, LockOptions};
-
-mod elections;
-
-pub use elections::{leader, LeaderWatch, Leadership};
+use crate::{to_millis, Durability, Error, Grant, HoldOptions, LockInfo, LockOptions};
 
 /// The `wit-bindgen` bindings of `lockd:lock/imports@0.2.0`. Private: the
 /// API below converts to the crate's types.
@@ -101,6 +103,15 @@ impl From<wit_types::Error> for Error {
     }
 }
 
+/// A guard's (and a hold's) options: the crate's [`HoldOptions`].
+fn hold_options_to_wit(options: HoldOptions) -> wit_guards::GuardOptions {
+    wit_guards::GuardOptions {
+        wait_ms: to_millis(options.wait),
+        durability: durability_to_wit(options.durability),
+        keep_alive: options.keep_alive,
+    }
+}
+
 fn lock_options_to_wit(options: LockOptions) -> wit_locks::LockOptions {
     wit_locks::LockOptions {
         wait_ms: to_millis(options.wait),
@@ -120,14 +131,7 @@ pub async fn lock(
     ttl: Duration,
     options: LockOptions,
 ) -> Result<Grant, Error> {
-    let grant = wit_locks::lock(
-        name.to_string(),
-        owner.to_string(),
-        to_millis(ttl),
-        lock_options_to_wit(options),
-    )
-    .await?;
-    Ok(grant_from_wit(grant))
+    claims::take(name, owner, Claim::Exclusive, ttl, options).await
 }
 
 /// Releases `name` if `owner` holds it: [`crate::unlock`], awaited.
@@ -159,6 +163,67 @@ pub async fn get(name: &str) -> Result<Option<LockInfo>, Error> {
     Ok(wit_locks::get(name.to_string()).await?.map(info_from_wit))
 }
 
+/// A resource's `lost` future as this API answers it: the bindings' reader
+/// type stays private.
+async fn lost_future(lost: wit_bindgen::FutureReader<LostReason>) -> LostReason {
+    lost.await
+}
+
+/// The calls a held grant of `lockd:lock@0.2.0` (a guard or a hold) makes
+/// of the store, and its loss as a future: both resources answer them
+/// alike, so both wrappers forward them here. `$what` names the holder in
+/// the docs.
+macro_rules! held_calls {
+    ($what:literal) => {
+        #[doc = concat!("Whether this ", $what, " still holds its grant: not released,")]
+        /// not expired, not force-released (asks the store; false when the
+        /// store cannot answer).
+        pub async fn is_held(&self) -> bool {
+            self.inner.is_held().await
+        }
+
+        /// Moves the expiry to now + `ttl`; the fencing token does not change.
+        /// `ttl` is sent as whole milliseconds, saturating at `u32::MAX`.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::NotHeld`] or [`Error::NotOwner`] if it already expired
+        /// (and perhaps was taken by another owner).
+        pub async fn extend(&self, ttl: Duration) -> Result<Grant, Error> {
+            Ok(grant_from_wit(self.inner.extend(to_millis(ttl)).await?))
+        }
+
+        #[doc = concat!("Releases it now and reports the outcome, which dropping the ", $what)]
+        /// cannot do.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::NotHeld`] or [`Error::NotOwner`] if it had already
+        /// expired; [`Error::Unavailable`] if the store could not record it.
+        pub async fn release(self) -> Result<(), Error> {
+            Ok(self.inner.release().await?)
+        }
+
+        #[doc = concat!("A future that resolves once this ", $what, " no longer holds, with")]
+        /// the reason: [`LostReason::Expired`] (TTL ran out, or keep-alive
+        /// could not renew in time), [`LostReason::EndedElsewhere`] (an
+        /// operator force-released it), [`LostReason::Released`] (released or
+        /// dropped here). It borrows nothing; each call makes a new one.
+        pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
+            lost_future(self.inner.lost())
+        }
+    };
+}
+
+mod claims;
+mod elections;
+mod leases;
+
+use claims::Claim;
+pub use claims::{acquire_permit, describe, lock_shared, Hold};
+pub use elections::{leader, LeaderWatch, Leadership};
+pub use leases::Lease;
+
 /// A held lock whose owner the host generated, released when dropped (or
 /// when the instance ends, even by a trap); the TTL remains the safety net.
 /// [`crate::Guard`] for WASI 0.3: its calls are awaited and its loss is a
@@ -175,12 +240,17 @@ impl Guard {
         options: LockOptions,
         keep_alive: bool,
     ) -> Result<Guard, Error> {
-        let options = wit_guards::GuardOptions {
-            wait_ms: to_millis(options.wait),
-            durability: durability_to_wit(options.durability),
+        let options = HoldOptions {
+            wait: options.wait,
+            durability: options.durability,
             keep_alive,
         };
-        let inner = wit_guards::Guard::acquire(name.to_string(), to_millis(ttl), options).await?;
+        let inner = wit_guards::Guard::acquire(
+            name.to_string(),
+            to_millis(ttl),
+            hold_options_to_wit(options),
+        )
+        .await?;
         Ok(Guard { inner })
     }
 
@@ -210,55 +280,6 @@ impl Guard {
         Guard::take(name, ttl, options, true).await
     }
 
-    /// A future that resolves once this guard no longer holds its lock,
-    /// with the reason: [`LostReason::Expired`] (TTL ran out, or keep-alive
-    /// could not renew in time), [`LostReason::EndedElsewhere`] (an operator
-    /// force-released it), [`LostReason::Released`] (released or dropped
-    /// here). It does not borrow the guard; each call makes a new one.
-    pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
-        let lost = self.inner.lost();
-        async move { lost.await }
-    }
-
-    /// The fencing token of this grant.
-    pub fn fencing_token(&self) -> u64 {
-        self.inner.fencing_token()
-    }
-
-    /// When the lease ends unless extended: Unix epoch milliseconds.
-    pub fn expires_at_ms(&self) -> u64 {
-        self.inner.expires_at_ms()
-    }
-
-    /// The owner string the host generated for this guard.
-    pub fn owner(&self) -> String {
-        self.inner.owner()
-    }
-
-    /// Whether this guard still holds the lock (asks the store; false when
-    /// the store cannot answer).
-    pub async fn is_held(&self) -> bool {
-        self.inner.is_held().await
-    }
-
-    /// Moves the expiry to now + `ttl`; the fencing token does not change.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] or [`Error::NotOwner`] if the lease already
-    /// expired.
-    pub async fn extend(&self, ttl: Duration) -> Result<Grant, Error> {
-        Ok(grant_from_wit(self.inner.extend(to_millis(ttl)).await?))
-    }
-
-    /// Releases the lock now and reports the outcome, which dropping the
-    /// guard cannot do.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`] or [`Error::NotOwner`] if the lease had already
-    /// expired; [`Error::Unavailable`] if the store could not record it.
-    pub async fn release(self) -> Result<(), Error> {
-        Ok(self.inner.release().await?)
-    }
+    grant_accessors!("guard");
+    held_calls!("guard");
 }

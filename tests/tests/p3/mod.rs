@@ -7,7 +7,8 @@
 //! (drops) leaves no waiter and no holder behind; a guard's `lost` future
 //! resolves on expiry and on force-unlock, a lease's on revoke; shared
 //! locks, semaphore permits and holds; elections (`elections.rs`); the
-//! Rust SDK's async API (`sdk.rs`).
+//! Rust SDK's async API (`sdk.rs`, and `claims.rs` for its leases,
+//! read-write locks, semaphores and holds, run as a command).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -18,10 +19,12 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+mod claims;
 mod cli;
 mod elections;
 mod sdk;
 
+pub(crate) use claims::rust_p3_claims;
 pub(crate) use cli::{python_p3, rust_p3_cli};
 
 mod bindings {

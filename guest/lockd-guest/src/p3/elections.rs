@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::raw::lockd::lock::elections as wit_elections;
-use super::{durability_from_wit, durability_to_wit, grant_from_wit, LostReason};
+use super::{durability_from_wit, durability_to_wit, grant_from_wit, lost_future, LostReason};
 use crate::{to_millis, Error, Grant, HoldOptions, LeaderInfo};
 
 fn leader_from_wit(leader: wit_elections::LeaderInfo) -> LeaderInfo {
@@ -122,8 +122,7 @@ impl Leadership {
     /// reason (as [`super::Guard::lost`]). It does not borrow the
     /// leadership.
     pub fn lost(&self) -> impl Future<Output = LostReason> + 'static {
-        let lost = self.inner.lost();
-        async move { lost.await }
+        lost_future(self.inner.lost())
     }
 }
 
