@@ -57,7 +57,7 @@ mod words;
 pub use decode::{decode, DecodeError, Problem, Refusal, Reply};
 pub use query::{EventQuery, ListQuery};
 pub use reply::{
-    BusyReply, ErrorReply, Event, FoundReply, FreeReply, GetReply, GrantReply, Holding,
+    BusyReply, ErrorReply, Event, FoundReply, FreeReply, GapEvent, GetReply, GrantReply, Holding,
     LaggedEvent, LeaderReply, LeaseFoundReply, LeaseGrantedReply, LeaseRefreshedReply,
     LeaseRevokedReply, ListReply, ListedLock, NamespaceSummary, NamespacesReply, ReadyReply,
     ReleasedReply, StatusReply,

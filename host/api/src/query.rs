@@ -50,13 +50,17 @@ impl ListQuery {
     }
 }
 
-/// The query of `GET /v1/events`: `?namespace=&prefix=&access_token=`.
+/// The query of `GET /v1/events`: `?namespace=&prefix=&after=&access_token=`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EventQuery {
     /// Only events of this namespace; every namespace if `None`.
     pub namespace: Option<String>,
     /// Only events whose name starts with this; all if `None`.
     pub prefix: Option<String>,
+    /// Resume after this event position (an event's SSE `id:`, as the
+    /// `Last-Event-ID` header also gives it): the events after it first,
+    /// or a `gap` event when the server cannot tell them.
+    pub after: Option<String>,
     /// The bearer token, for clients that cannot send headers (a browser's
     /// `EventSource`); the `Authorization` header wins when both are given.
     pub access_token: Option<String>,
@@ -71,6 +75,7 @@ impl EventQuery {
             &mut [
                 ("namespace", &mut parsed.namespace),
                 ("prefix", &mut parsed.prefix),
+                ("after", &mut parsed.after),
                 ("access_token", &mut parsed.access_token),
             ],
         )?;
@@ -82,7 +87,11 @@ impl EventQuery {
     pub fn path(&self) -> String {
         with_query(
             Route::Events,
-            &[("namespace", &self.namespace), ("prefix", &self.prefix)],
+            &[
+                ("namespace", &self.namespace),
+                ("prefix", &self.prefix),
+                ("after", &self.after),
+            ],
         )
     }
 }
@@ -222,11 +231,12 @@ mod tests {
         let q = EventQuery {
             namespace: Some("ns".to_string()),
             prefix: None,
+            after: Some("41.2".to_string()),
             access_token: Some("s3cret".to_string()),
         };
-        assert_eq!(q.path(), "/v1/events?namespace=ns");
+        assert_eq!(q.path(), "/v1/events?namespace=ns&after=41.2");
         assert_eq!(
-            EventQuery::parse("namespace=ns&access_token=s3cret").unwrap(),
+            EventQuery::parse("namespace=ns&after=41.2&access_token=s3cret").unwrap(),
             q
         );
         assert!(EventQuery::parse("prefix=%zz")
@@ -234,7 +244,7 @@ mod tests {
             .contains("bad percent-encoding"));
         assert_eq!(
             EventQuery::parse("names=x").unwrap_err(),
-            "unknown query parameter \"names\"; expected namespace, prefix or access_token"
+            "unknown query parameter \"names\"; expected namespace, prefix, after or access_token"
         );
     }
 }

@@ -389,6 +389,35 @@ impl LaggedEvent {
     }
 }
 
+/// The first event of a stream asked to resume after a position it cannot
+/// replay from (`event: gap`): events after that position may be missing.
+/// The store keeps no history that its hosts share (redb, memory), or etcd
+/// compacted it away. The stream goes on with the events from now on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapEvent {
+    /// `gap`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The position the client asked to resume after.
+    pub after: String,
+    /// Why the events after it cannot be told.
+    pub reason: String,
+}
+
+impl GapEvent {
+    /// The SSE event name, and the `type` of its data.
+    pub const NAME: &'static str = "gap";
+
+    /// The event of a stream that cannot resume after `after`, and why.
+    pub fn new(after: impl Into<String>, reason: impl Into<String>) -> Self {
+        GapEvent {
+            kind: GapEvent::NAME.to_string(),
+            after: after.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +443,10 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&LaggedEvent::new(3)).unwrap(),
             r#"{"type":"lagged","missed":3}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&GapEvent::new("41.2", "compacted")).unwrap(),
+            r#"{"type":"gap","after":"41.2","reason":"compacted"}"#
         );
         let event = Event {
             kind: EventWord::HandedOff,

@@ -223,6 +223,13 @@ pub trait LockBackend: Send + Sync + 'static {
         None
     }
 
+    /// The store's shared history of events, from which a stream resumes
+    /// on another host (docs/reference.md#events), or `None` (the default)
+    /// for a store whose events no other host can replay.
+    fn event_history(&self) -> Option<std::sync::Arc<dyn crate::EventHistory>> {
+        None
+    }
+
     /// How long grants were held, per namespace (`lockd_hold_seconds`), for
     /// a store that measures it as it ends them; called at scrape time.
     /// `None` (the default): the store does not, and

@@ -55,7 +55,7 @@ pub use backend::{BoxFuture, LockBackend};
 pub use clock::{deadline, Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineOptions};
 pub use error::{ErrorKind, LockError};
-pub use events::{EventSender, EVENT_BUFFER};
+pub use events::{EventHistory, EventPosition, EventSender, PositionedEvent, EVENT_BUFFER};
 pub use ids::random_id;
 pub use journal::{
     Journal, JournalOp, LeaseRecord, NullJournal, Record, Recovered, Ticket, TicketSender,

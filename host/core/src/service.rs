@@ -775,6 +775,12 @@ impl LockService {
     pub fn events(&self) -> Option<tokio::sync::broadcast::Receiver<LockEvent>> {
         self.backend.events()
     }
+
+    /// The store's shared history of events, if it has one; see
+    /// [`LockBackend::event_history`].
+    pub fn event_history(&self) -> Option<Arc<dyn crate::EventHistory>> {
+        self.backend.event_history()
+    }
 }
 
 /// Follows a store's events: records how long each grant was held (if

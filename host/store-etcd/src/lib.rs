@@ -432,6 +432,12 @@ impl LockBackend for EtcdBackend {
         Some(self.inner.subscribe())
     }
 
+    /// The events' etcd revisions, shared by every host on the same etcd
+    /// and prefix, from which a stream resumes on any of them.
+    fn event_history(&self) -> Option<Arc<dyn lockd_core::EventHistory>> {
+        Some(self.inner.history())
+    }
+
     fn namespaces(&self) -> BoxFuture<'_, Result<Vec<NamespaceStats>, LockError>> {
         Box::pin(self.inner.namespaces())
     }

@@ -87,6 +87,7 @@ impl LeaderCommand {
         let query = EventQuery {
             namespace: Some(self.namespace.namespace.clone()),
             prefix: Some(self.name.clone()),
+            after: None,
             access_token: None,
         };
         let mut shown = None;

@@ -40,6 +40,7 @@ impl WatchCommand {
         let query = EventQuery {
             namespace: self.namespace,
             prefix: self.prefix.filter(|p| !p.is_empty()),
+            after: None,
             access_token: None,
         };
         let format = self.conn.format;

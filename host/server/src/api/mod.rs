@@ -251,7 +251,7 @@ impl Api {
             Route::Resign => call(req, |r| elections::resign(&self.service, a, r)).await,
             Route::Leader => call(req, |r| elections::leader(&self.service, a, r)).await,
             Route::List => answer(self.list(a, req.uri().query().unwrap_or("")).await),
-            Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""))),
+            Route::Events => answer(self.events(a, req.uri().query().unwrap_or(""), &req)),
             Route::Namespaces => answer(self.namespaces(a).await),
             Route::Metrics => self.metrics_with_readiness().await,
             Route::Livez => answer(Ok(StatusReply { status: Status::Ok })),
@@ -410,24 +410,34 @@ impl Api {
 
     /// `GET /v1/events`: a stream that runs until the client hangs up, the
     /// client falls behind (`lagged`) or the store goes away.
-    fn events(&self, a: Asker<'_>, query: &str) -> Result<Response<Body>, Refused> {
+    fn events<B>(
+        &self,
+        a: Asker<'_>,
+        query: &str,
+        req: &Request<B>,
+    ) -> Result<Response<Body>, Refused> {
         let query = EventQuery::parse(query).map_err(Refused::InvalidArgument)?;
         if let Some(namespace) = &query.namespace {
             record_namespace(namespace);
             a.check_namespace(namespace)?;
         }
-        let Some(events) = self.service.events() else {
-            return Err(Refused::Said(
-                Status::Unavailable,
-                "this store publishes no events".to_string(),
-            ));
+        let after = sse::resume_after(&query, req.headers()).map_err(Refused::InvalidArgument)?;
+        // A store with a shared history gives positions and replays.
+        let source = match self.service.event_history() {
+            Some(history) => sse::Source::Shared(history),
+            None => sse::Source::Local(self.service.events().ok_or_else(|| {
+                Refused::Said(
+                    Status::Unavailable,
+                    "this store publishes no events".to_string(),
+                )
+            })?),
         };
         // A scoped token's stream carries its namespaces only, filter or not.
         let scope = a.caller.scope().cloned();
         let body = sse::stream(
-            events,
-            query,
-            scope,
+            source,
+            after,
+            sse::Filter { query, scope },
             self.heartbeat,
             self.event_streams.clone(),
             self.service.closed(),

@@ -19,6 +19,8 @@
 //!   wait in the queue;
 //! - `observe`: [`Observer`], the events watch and the sweeper of expired
 //!   keys.
+//! - `replay`: the shared history of events, from which a client's stream
+//!   resumes on another host.
 //!
 //! [`Inner`] owns the parts and answers the backend's calls: it keeps this
 //! process's order of calls on a name (`local.rs`), logs store failures,
@@ -31,6 +33,7 @@ mod lockd_lease;
 mod namespaces;
 mod observe;
 mod queue;
+mod replay;
 #[cfg(test)]
 mod tests;
 mod txn;
@@ -541,6 +544,11 @@ impl Inner {
     /// A new subscriber to the backend's events.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
         self.observer.subscribe()
+    }
+
+    /// The backend's shared history of events (`replay.rs`).
+    pub(crate) fn history(&self) -> Arc<dyn lockd_core::EventHistory> {
+        self.observer.clone()
     }
 
     /// The counts of the previous refresh; starts another in the background.

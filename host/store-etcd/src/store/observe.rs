@@ -18,7 +18,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, Event, EventType, GetOptions, KeyValue, Txn, TxnOp, WatchOptions,
 };
-use lockd_core::{EventSender, LockError, LockEvent};
+use lockd_core::{EventPosition, EventSender, LockError, LockEvent, PositionedEvent, EVENT_BUFFER};
 use tokio::sync::broadcast;
 
 use super::keyspace::Keyspace;
@@ -55,6 +55,13 @@ pub(super) struct Observer {
     events: EventSender,
     /// Expiries of the lock and lease keys, for the sweeper.
     deadlines: Deadlines,
+    /// The same events with their positions (`replay.rs`), for streams
+    /// that may resume on another host.
+    pub(super) positioned: broadcast::Sender<PositionedEvent>,
+    /// The revision up to which every change was published. Held while a
+    /// revision's events are sent and while subscribing, so that a
+    /// subscriber gets exactly the events after the revision it is told.
+    pub(super) published: std::sync::Mutex<u64>,
 }
 
 impl Observer {
@@ -64,7 +71,14 @@ impl Observer {
             queue,
             events: EventSender::default(),
             deadlines: Deadlines::default(),
+            positioned: broadcast::Sender::new(EVENT_BUFFER),
+            published: std::sync::Mutex::new(0),
         }
+    }
+
+    /// The keyspace, for the replay of past events.
+    pub(super) fn keyspace(&self) -> &Keyspace {
+        &self.ks
     }
 
     /// A new subscriber to the backend's events.
@@ -128,6 +142,7 @@ impl Observer {
     /// once the watch lags past its retention window.
     pub(super) async fn watch(self: Arc<Self>, mut revision: i64) {
         let floor = self.ks.floors.hold(revision + 1);
+        self.advance(revision);
         let mut pause = WATCH_RETRY;
         loop {
             let seen = revision;
@@ -146,6 +161,7 @@ impl Observer {
                     match self.scan().await {
                         Ok(r) => {
                             revision = r;
+                            self.advance(r);
                             floor.set(r + 1);
                         }
                         Err(e) => {
@@ -212,6 +228,7 @@ impl Observer {
                         // the changes since `revision` follow it.)
                         if let Some(h) = resp.header() {
                             *revision = (*revision).max(h.revision());
+                            self.advance(*revision);
                         }
                     }
                     self.publish(resp.events(), revision);
@@ -227,60 +244,79 @@ impl Observer {
     /// keeps the expiry index.
     fn publish(&self, events: &[Event], revision: &mut i64) {
         let now = self.ks.clock.now_ms();
-        let marker = self.ks.layout.marker_key();
-        let mut rest = events;
-        while let Some(first) = rest.first() {
-            let at = revision_of(first);
-            let n = rest
-                .iter()
-                .position(|e| revision_of(e) != at)
-                .unwrap_or(rest.len());
-            let (group, next) = rest.split_at(n);
-            // The marker, written in the same transaction, says why.
-            let why = group.iter().find_map(|e| {
-                let kv = e.kv().filter(|kv| kv.key() == marker.as_slice())?;
-                (e.event_type() == EventType::Put)
-                    .then(|| Why::from_marker(kv.value()))
-                    .flatten()
-            });
+        for (at, why, group) in revisions(events, &self.ks.layout.marker_key()) {
+            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            let positioned = self.positioned.receiver_count() > 0;
+            let mut index = 0;
             for e in group {
-                self.publish_one(e, why, now);
+                self.index_expiry(e);
+                for event in self.events_of(e, why, now) {
+                    if positioned {
+                        let position = EventPosition::at(at.unsigned_abs(), index);
+                        let _ = self.positioned.send(PositionedEvent {
+                            position,
+                            event: event.clone(),
+                        });
+                    }
+                    index += 1;
+                    self.events.emit(|| event);
+                }
             }
+            *published = (*published).max(at.unsigned_abs());
             *revision = (*revision).max(at);
-            rest = next;
         }
     }
 
-    fn publish_one(&self, e: &Event, why: Option<Why>, now: u64) {
+    /// Records that every change up to `revision` was published.
+    fn advance(&self, revision: i64) {
+        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        *published = (*published).max(revision.unsigned_abs());
+    }
+
+    /// Keeps the expiry index of the key `e` changed.
+    fn index_expiry(&self, e: &Event) {
         let Some(kv) = e.kv() else { return };
+        let put = e.event_type() == EventType::Put;
+        let due = match self.ks.layout.classify(kv.key()) {
+            Target::Lock(_) => put
+                .then(|| Name::from_kv(kv).ok())
+                .flatten()
+                .and_then(|n| n.due()),
+            Target::Lease(_) => put
+                .then(|| from_json::<LeaseRecord>(kv.key(), kv.value()).ok())
+                .flatten()
+                .map(|l| l.expires_at_ms),
+            Target::Marker | Target::Other => return,
+        };
+        match due {
+            Some(at) => self.deadlines.set(kv.key(), at),
+            None => self.deadlines.remove(kv.key()),
+        }
+    }
+
+    /// The events of one change `e`, in a revision marked `why`, seen at
+    /// `now`: the same on every host, bar the kinds that depend on the
+    /// clock (an end past its expiry is `expired`).
+    pub(super) fn events_of(&self, e: &Event, why: Option<Why>, now: u64) -> Vec<LockEvent> {
+        let Some(kv) = e.kv() else { return Vec::new() };
         let put = e.event_type() == EventType::Put;
         match self.ks.layout.classify(kv.key()) {
             Target::Lock(key) => {
                 let new = put.then(|| Name::from_kv(kv).ok()).flatten();
-                match new.as_ref().and_then(Name::due) {
-                    Some(at) => self.deadlines.set(kv.key(), at),
-                    None => self.deadlines.remove(kv.key()),
-                }
                 let prev = e.prev_kv().and_then(|p| Name::from_kv(p).ok());
                 let before = prev.as_ref().map_or(&[][..], |n| &n.grants[..]);
                 let after = new.as_ref().map_or(&[][..], |n| &n.grants[..]);
-                for event in lock_events(&key, before, after, why, now) {
-                    self.events.emit(|| event);
-                }
+                lock_events(&key, before, after, why, now)
             }
             Target::Lease(lease) => {
                 let read = |kv: &KeyValue| from_json::<LeaseRecord>(kv.key(), kv.value()).ok();
                 let new = put.then(|| read(kv)).flatten();
-                match &new {
-                    Some(l) => self.deadlines.set(kv.key(), l.expires_at_ms),
-                    None => self.deadlines.remove(kv.key()),
-                }
                 let prev = e.prev_kv().and_then(read);
-                if let Some(event) = lease_event(&lease, prev.as_ref(), new.as_ref(), why, now) {
-                    self.events.emit(|| event);
-                }
+                lease_event(&lease, prev.as_ref(), new.as_ref(), why, now)
+                    .into_iter()
+                    .collect()
             }
-            Target::Marker | Target::Other => {}
+            Target::Marker | Target::Other => Vec::new(),
         }
     }
 
@@ -357,6 +393,34 @@ impl Observer {
             Target::Marker | Target::Other => Ok(()),
         }
     }
+}
+
+/// `events` (whole revisions, in order) cut into revisions: each one's
+/// number, the reason its marker (written in the same transaction as
+/// `marker`) gives, and its changes.
+pub(super) fn revisions<'a>(
+    events: &'a [Event],
+    marker: &[u8],
+) -> Vec<(i64, Option<Why>, &'a [Event])> {
+    let mut cut = Vec::new();
+    let mut rest = events;
+    while let Some(first) = rest.first() {
+        let at = revision_of(first);
+        let n = rest
+            .iter()
+            .position(|e| revision_of(e) != at)
+            .unwrap_or(rest.len());
+        let (group, next) = rest.split_at(n);
+        let why = group.iter().find_map(|e| {
+            let kv = e.kv().filter(|kv| kv.key() == marker)?;
+            (e.event_type() == EventType::Put)
+                .then(|| Why::from_marker(kv.value()))
+                .flatten()
+        });
+        cut.push((at, why, group));
+        rest = next;
+    }
+    cut
 }
 
 /// The revision of the change an event reports (a delete's too).
