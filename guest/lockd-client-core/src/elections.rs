@@ -7,7 +7,7 @@ use std::cell::RefCell;
 
 use lockd_api::{GrantReply, LeaderReply, Route, Status, StatusReply};
 
-use crate::call::{self, config};
+use crate::call::{self, config, Retry};
 use crate::grants::{GiveBack, HeldGrant};
 use crate::held::Held;
 use crate::locks::fresh_id;
@@ -55,6 +55,8 @@ impl HeldGrant {
             &request,
             Status::Acquired,
             options.wait_ms,
+            // A campaign by the leader is a re-lock (C2).
+            Retry::Safe,
         )
         .await?;
         Ok(HeldGrant::new(
@@ -72,8 +74,17 @@ impl HeldGrant {
         }
         let config = config(io)?;
         let request = wire::proclaim_request(config, &self.name, &self.owner, self.token, value);
-        let _: StatusReply =
-            call::post(io, config, Route::Proclaim, &request, Status::Proclaimed, 0).await?;
+        // A repeat may land after a newer value the guest proclaimed.
+        let _: StatusReply = call::post(
+            io,
+            config,
+            Route::Proclaim,
+            &request,
+            Status::Proclaimed,
+            0,
+            Retry::Never,
+        )
+        .await?;
         Ok(())
     }
 }

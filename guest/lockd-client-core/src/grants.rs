@@ -5,7 +5,7 @@
 
 use lockd_api::{LockClaim, Route, Status, StatusReply};
 
-use crate::call::{self, config};
+use crate::call::{self, config, Retry};
 use crate::held::{Held, Life};
 use crate::locks::{self, fresh_id};
 use crate::types::{Error, Grant, GuardOptions};
@@ -116,8 +116,17 @@ impl Held for HeldGrant {
             GiveBack::Resign => {
                 let config = config(io)?;
                 let request = wire::resign_request(config, &self.name, &self.owner, self.token);
-                let _: StatusReply =
-                    call::post(io, config, Route::Resign, &request, Status::Resigned, 0).await?;
+                // It names its grant by token, as an unlock does (C5).
+                let _: StatusReply = call::post(
+                    io,
+                    config,
+                    Route::Resign,
+                    &request,
+                    Status::Resigned,
+                    0,
+                    Retry::Safe,
+                )
+                .await?;
                 Ok(())
             }
         }

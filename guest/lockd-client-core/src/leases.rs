@@ -7,7 +7,7 @@ use lockd_api::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::call::{self, config};
+use crate::call::{self, config, Retry};
 use crate::held::{Held, Life};
 use crate::types::{Error, Grant, LeaseOptions};
 use crate::{locks, no_keep_alive, wire, Io};
@@ -31,8 +31,17 @@ impl HeldLease {
         }
         let config = config(io)?;
         let request = wire::lease_grant_request(config, ttl_ms, options.durability);
-        let granted: LeaseGrantedReply =
-            call::post(io, config, Route::LeaseGrant, &request, Status::Granted, 0).await?;
+        // A repeat would mint a second lease.
+        let granted: LeaseGrantedReply = call::post(
+            io,
+            config,
+            Route::LeaseGrant,
+            &request,
+            Status::Granted,
+            0,
+            Retry::Never,
+        )
+        .await?;
         Ok(HeldLease {
             id: granted.lease_id,
             life: Life::new(granted.expires_at_ms),
@@ -47,8 +56,17 @@ impl HeldLease {
     pub async fn lock(&self, io: &impl Io, name: String, wait_ms: u32) -> Result<Grant, Error> {
         let config = config(io)?;
         let request = wire::lease_lock_request(config, &self.id, name, wait_ms);
-        let reply: GrantReply =
-            call::post(io, config, Route::Lock, &request, Status::Acquired, wait_ms).await?;
+        // The lease's id is the owner: a repeat is a re-lock (C2, C16).
+        let reply: GrantReply = call::post(
+            io,
+            config,
+            Route::Lock,
+            &request,
+            Status::Acquired,
+            wait_ms,
+            Retry::Safe,
+        )
+        .await?;
         Ok(wire::grant(&reply))
     }
 
@@ -113,7 +131,9 @@ impl Held for HeldLease {
     }
 }
 
-/// A call that names one lease: refresh, revoke or get.
+/// A call that names one lease: refresh, revoke or get. Each is safe to
+/// repeat: the id is never reused, a refresh sets the expiry from now, and
+/// a repeated revoke finds the lease gone.
 async fn lease_call<T: DeserializeOwned>(
     io: &impl Io,
     route: Route,
@@ -122,5 +142,5 @@ async fn lease_call<T: DeserializeOwned>(
 ) -> Result<T, Error> {
     let config = config(io)?;
     let request = wire::lease_request(config, id);
-    call::post(io, config, route, &request, success, 0).await
+    call::post(io, config, route, &request, success, 0, Retry::Safe).await
 }

@@ -8,8 +8,11 @@
 //!
 //! Here, written once:
 //!
-//! - the configuration from `LOCKD_URL`, `LOCKD_NAMESPACE` and
-//!   `LOCKD_AUTH_TOKEN` ([`Config`]);
+//! - the configuration from `LOCKD_URL` (one host or several),
+//!   `LOCKD_NAMESPACE` and `LOCKD_AUTH_TOKEN` ([`Config`]);
+//! - failover: a call goes to the host that answered last, and on to the
+//!   next one when it was not sent, not applied, or is safe to repeat
+//!   (`call`'s documentation has the rule);
 //! - the REST requests (`lockd-api`'s types) and the reading of their
 //!   replies, treated as hostile, into values or the [`Error`] of the same
 //!   name as the WIT's;
@@ -30,6 +33,7 @@
 
 mod call;
 mod config;
+mod convert_macro;
 mod elections;
 mod grants;
 mod held;
@@ -45,7 +49,7 @@ use std::future::Future;
 
 pub use lockd_api::{DurabilityWord, HeldMode, LockClaim, Route};
 
-pub use config::Config;
+pub use config::{Config, Server};
 pub use elections::{leader, LeaderWatch, LEADER_POLL_MS};
 pub use grants::HeldGrant;
 pub use held::Held;
@@ -69,19 +73,21 @@ pub trait Io {
     /// call answers.
     fn config(&self) -> &Result<Config, String>;
 
-    /// `POST` `body` to `{LOCKD_URL}` + `route`'s path with
-    /// [`Config::headers`]: the reply's HTTP status and body, or why there
-    /// is none (an `unavailable` message).
+    /// `POST` `body` to `server` + `route`'s path ([`Server::path`]) with
+    /// [`Config::headers`]: the reply's HTTP status, body, and
+    /// [`transport::NOT_APPLIED_HEADER`], or why there is none and whether
+    /// the server may have taken the request ([`transport::NoReply`]).
     ///
     /// `wait_ms` is how long the server may legitimately take before it
     /// answers (a waiting `lock`).
     fn post(
         &self,
         config: &Config,
+        server: &Server,
         route: Route,
         body: Vec<u8>,
         wait_ms: u32,
-    ) -> impl Future<Output = Result<(u16, Vec<u8>), String>>;
+    ) -> impl Future<Output = Result<transport::HttpReply, transport::NoReply>>;
 
     /// 16 random bytes, for an owner or candidate nobody can guess.
     fn random_bytes(&self) -> Vec<u8>;

@@ -3,7 +3,7 @@
 
 use lockd_api::{FoundReply, FreeReply, GrantReply, LockClaim, Route, Status, StatusReply};
 
-use crate::call::{self, config};
+use crate::call::{self, config, Retry};
 use crate::types::{Error, Grant, LockInfo, LockOptions, NameState};
 use crate::{wire, Io};
 
@@ -26,6 +26,8 @@ pub async fn lock(
         &request,
         Status::Acquired,
         options.wait_ms,
+        // A re-lock by the same owner answers the same grant (C2).
+        Retry::Safe,
     )
     .await?;
     Ok(wire::grant(&reply))
@@ -40,8 +42,23 @@ pub async fn unlock(
 ) -> Result<(), Error> {
     let config = config(io)?;
     let request = wire::unlock_request(config, name, owner, fencing_token);
-    let _: StatusReply =
-        call::post(io, config, Route::Unlock, &request, Status::Unlocked, 0).await?;
+    // With its token it frees that grant only (C5); without, a repeat could
+    // free a later grant of the same owner.
+    let retry = if fencing_token.is_some() {
+        Retry::Safe
+    } else {
+        Retry::Never
+    };
+    let _: StatusReply = call::post(
+        io,
+        config,
+        Route::Unlock,
+        &request,
+        Status::Unlocked,
+        0,
+        retry,
+    )
+    .await?;
     Ok(())
 }
 
@@ -49,8 +66,16 @@ pub async fn unlock(
 pub async fn extend(io: &impl Io, name: &str, owner: &str, ttl_ms: u32) -> Result<Grant, Error> {
     let config = config(io)?;
     let request = wire::extend_request(config, name, owner, ttl_ms);
-    let reply: GrantReply =
-        call::post(io, config, Route::Extend, &request, Status::Extended, 0).await?;
+    let reply: GrantReply = call::post(
+        io,
+        config,
+        Route::Extend,
+        &request,
+        Status::Extended,
+        0,
+        Retry::Safe,
+    )
+    .await?;
     Ok(wire::grant(&reply))
 }
 

@@ -13,15 +13,15 @@ use lockd_api::{DecodeError, FreeReply, Refusal, Reply, Route, Status, MAX_BODY_
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::config::Config;
 use crate::types::{Error, LockInfo};
 
 /// Longest piece of an unexpected reply quoted in an error message.
 const QUOTE_BYTES: usize = 200;
 
-/// A reply as it came: its HTTP status and body.
+/// A reply as it came: its HTTP status and body, and the host that gave it
+/// (for messages).
 pub(crate) struct Answer<'c> {
-    pub(crate) config: &'c Config,
+    pub(crate) url: &'c str,
     pub(crate) route: Route,
     pub(crate) http: u16,
     pub(crate) body: Vec<u8>,
@@ -81,7 +81,7 @@ impl Answer<'_> {
             // A server that answers `unlocked` to a `lock` is not one to trust.
             return Err(Error::Unavailable(format!(
                 "the lockd server at {} answered {:?} where {:?} was due",
-                self.config.url,
+                self.url,
                 status.as_str(),
                 success.as_str()
             )));
@@ -100,7 +100,7 @@ impl Answer<'_> {
     fn unexpected(&self, what: &str) -> Error {
         Error::Unavailable(format!(
             "the lockd server at {} answered {} with HTTP {} and {what}: {}",
-            self.config.url,
+            self.url,
             self.route,
             self.http,
             quote(&self.body)
@@ -130,13 +130,13 @@ impl Answer<'_> {
             Status::Unauthorized => Error::Denied(format!(
                 "the lockd server at {} refused the bearer token (HTTP {}): {}; \
                  set LOCKD_AUTH_TOKEN to the server's token",
-                self.config.url, self.http, error.message
+                self.url, self.http, error.message
             )),
             // The token is known but scoped elsewhere: the message says
             // which token lacks what.
             Status::Forbidden => Error::Denied(format!(
                 "the lockd server at {} refused the request (HTTP {}): {}",
-                self.config.url, self.http, error.message
+                self.url, self.http, error.message
             )),
             // `not_found` with a message: the path is no route (a LOCKD_URL
             // with a wrong path), which must not read as "free".
@@ -147,7 +147,7 @@ impl Answer<'_> {
 
 /// The start of an unexpected body, for a message: lossy UTF-8, cut at
 /// [`QUOTE_BYTES`].
-fn quote(body: &[u8]) -> String {
+pub(crate) fn quote(body: &[u8]) -> String {
     let cut = &body[..body.len().min(QUOTE_BYTES)];
     let mut text = format!("{:?}", String::from_utf8_lossy(cut));
     if body.len() > QUOTE_BYTES {

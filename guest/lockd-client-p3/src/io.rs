@@ -9,8 +9,8 @@ use std::pin::pin;
 use std::sync::OnceLock;
 use std::task::Poll;
 
-use lockd_client_core::transport::{self, Timeouts};
-use lockd_client_core::{Config, Io, LostReason, Route, Runtime};
+use lockd_client_core::transport::{self, HttpReply, NoReply, Timeouts};
+use lockd_client_core::{not_sent_code, Config, Io, LostReason, Route, Runtime, Server};
 use wit_bindgen::{FutureWriter, StreamResult};
 
 use crate::bindings::exports::lockd::lock::types;
@@ -42,11 +42,12 @@ impl Io for Http {
     fn post(
         &self,
         config: &Config,
+        server: &Server,
         route: Route,
         body: Vec<u8>,
         wait_ms: u32,
-    ) -> impl Future<Output = Result<(u16, Vec<u8>), String>> {
-        post(config, route, body, wait_ms)
+    ) -> impl Future<Output = Result<HttpReply, NoReply>> {
+        post(config, server, route, body, wait_ms)
     }
 
     fn random_bytes(&self) -> Vec<u8> {
@@ -96,11 +97,13 @@ pub(crate) fn lost_future() -> (
 /// [`Io::post`], awaited.
 async fn post(
     config: &Config,
+    server: &Server,
     route: Route,
     body: Vec<u8>,
     wait_ms: u32,
-) -> Result<(u16, Vec<u8>), String> {
-    let headers = Fields::from_list(&config.headers()).map_err(|e| transport::bad_headers(&e))?;
+) -> Result<HttpReply, NoReply> {
+    let headers = Fields::from_list(&config.headers())
+        .map_err(|e| NoReply::Local(transport::bad_headers(&e)))?;
     let options = RequestOptions::new();
     // A host that does not support a timeout refuses to set it; the request
     // then runs under the host's own timeouts.
@@ -119,8 +122,8 @@ async fn post(
         trailers_reader,
         Some(options),
     );
-    let path = config.path(route);
-    let scheme = if config.https {
+    let path = server.path(route);
+    let scheme = if server.https {
         Scheme::Https
     } else {
         Scheme::Http
@@ -128,10 +131,10 @@ async fn post(
     let set = request
         .set_method(&Method::Post)
         .and_then(|()| request.set_scheme(Some(&scheme)))
-        .and_then(|()| request.set_authority(Some(&config.authority)))
+        .and_then(|()| request.set_authority(Some(&server.authority)))
         .and_then(|()| request.set_path_with_query(Some(&path)));
     if set.is_err() {
-        return Err(transport::bad_request(config, &path));
+        return Err(NoReply::NotSent(transport::bad_request(server, &path)));
     }
     // The body is written while `send` runs: the host reads it only once
     // the request is on its way.
@@ -146,12 +149,19 @@ async fn post(
         }
     };
     let (response, written) = join(client::send(request), write).await;
-    let response = response.map_err(|e| cannot_reach(config, &e))?;
+    let response = response.map_err(|e| no_reply(server, &e, &written))?;
     let status = response.get_status_code();
-    let reply = read_body(response)
+    let not_applied =
+        transport::not_applied(&response.get_headers().get(transport::NOT_APPLIED_HEADER));
+    let body = read_body(response)
         .await
-        .map_err(|e| transport::cannot_read(config, route, &e))?;
-    transport::answer(config, status, reply, written)
+        .map_err(|e| NoReply::Unknown(transport::cannot_read(server, route, &e)))?;
+    let reply = HttpReply {
+        status,
+        body,
+        not_applied,
+    };
+    transport::answer(server, reply, written)
 }
 
 /// The whole reply body, at most [`transport::append`]'s cap.
@@ -199,7 +209,19 @@ async fn join<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     .await
 }
 
+/// A request that got no HTTP reply: not sent if the code says it never
+/// left, or if its body was not taken in full (the server cannot have had
+/// the whole request); else its outcome is unknown.
+fn no_reply(server: &Server, e: &ErrorCode, written: &Result<(), String>) -> NoReply {
+    let message = cannot_reach(server, e);
+    match written {
+        _ if not_sent_code!(e, ErrorCode) => NoReply::NotSent(message),
+        Err(unwritten) => NoReply::NotSent(format!("{message} ({unwritten})")),
+        Ok(()) => NoReply::Unknown(message),
+    }
+}
+
 /// The message for a request that got no HTTP reply.
-fn cannot_reach(config: &Config, e: &ErrorCode) -> String {
-    transport::cannot_reach(config, e, matches!(e, ErrorCode::HttpRequestDenied))
+fn cannot_reach(server: &Server, e: &ErrorCode) -> String {
+    transport::cannot_reach(server, e, matches!(e, ErrorCode::HttpRequestDenied))
 }

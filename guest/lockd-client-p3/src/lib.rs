@@ -18,8 +18,9 @@
 //! does). Build: `bash guest/build-all.sh lockd-client-p3` writes
 //! `target/guests/lockd-client-p3.wasm`.
 //!
-//! Configuration (`LOCKD_URL`, `LOCKD_NAMESPACE`, `LOCKD_AUTH_TOKEN`), the
-//! REST calls, the mapping of replies to errors, owners and candidates, the
+//! Configuration (`LOCKD_URL`, one host or several, `LOCKD_NAMESPACE`,
+//! `LOCKD_AUTH_TOKEN`), failover between the hosts (keep-alive renewals
+//! included), the REST calls, the mapping of replies to errors, owners and candidates, the
 //! state of each resource and its watcher are `guest/lockd-client-core`'s,
 //! shared with `guest/lockd-client`. Here are only the bindings and the
 //! exports (this file and `resources.rs`), the conversions between the

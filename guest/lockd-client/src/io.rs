@@ -7,8 +7,8 @@ use std::pin::pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
-use lockd_client_core::transport::{self, Timeouts};
-use lockd_client_core::{Config, Io, Route};
+use lockd_client_core::transport::{self, HttpReply, NoReply, Timeouts};
+use lockd_client_core::{not_sent_code, Config, Io, Route, Server};
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
@@ -39,12 +39,13 @@ impl Io for Http {
     fn post(
         &self,
         config: &Config,
+        server: &Server,
         route: Route,
         body: Vec<u8>,
         wait_ms: u32,
-    ) -> impl Future<Output = Result<(u16, Vec<u8>), String>> {
+    ) -> impl Future<Output = Result<HttpReply, NoReply>> {
         // Sent and answered now: the future is ready.
-        std::future::ready(post(config, route, &body, wait_ms))
+        std::future::ready(post(config, server, route, &body, wait_ms))
     }
 
     fn random_bytes(&self) -> Vec<u8> {
@@ -78,15 +79,17 @@ pub(crate) fn ready_in(ms: u64) -> Pollable {
 /// [`Io::post`], blocking until the reply.
 fn post(
     config: &Config,
+    server: &Server,
     route: Route,
     body: &[u8],
     wait_ms: u32,
-) -> Result<(u16, Vec<u8>), String> {
-    let server = &config.url;
-    let headers = Fields::from_list(&config.headers()).map_err(|e| transport::bad_headers(&e))?;
+) -> Result<HttpReply, NoReply> {
+    let url = &server.url;
+    let headers = Fields::from_list(&config.headers())
+        .map_err(|e| NoReply::Local(transport::bad_headers(&e)))?;
     let request = OutgoingRequest::new(headers);
-    let path = config.path(route);
-    let scheme = if config.https {
+    let path = server.path(route);
+    let scheme = if server.https {
         Scheme::Https
     } else {
         Scheme::Http
@@ -94,10 +97,10 @@ fn post(
     let set = request
         .set_method(&Method::Post)
         .and_then(|()| request.set_scheme(Some(&scheme)))
-        .and_then(|()| request.set_authority(Some(&config.authority)))
+        .and_then(|()| request.set_authority(Some(&server.authority)))
         .and_then(|()| request.set_path_with_query(Some(&path)));
     if set.is_err() {
-        return Err(transport::bad_request(config, &path));
+        return Err(NoReply::NotSent(transport::bad_request(server, &path)));
     }
     let options = RequestOptions::new();
     // A host that does not support a timeout refuses to set it; the request
@@ -109,9 +112,11 @@ fn post(
 
     let outgoing = request
         .body()
-        .map_err(|()| "the host gave no request body".to_owned())?;
-    let future =
-        outgoing_handler::handle(request, Some(options)).map_err(|e| cannot_reach(config, &e))?;
+        .map_err(|()| NoReply::Local("the host gave no request body".to_owned()))?;
+    // `handle` refusing the request means nothing was sent, whatever the
+    // code.
+    let future = outgoing_handler::handle(request, Some(options))
+        .map_err(|e| NoReply::NotSent(cannot_reach(server, &e)))?;
 
     // Write the body after `handle`, so that a host that streams it never
     // waits on a connection that is not open yet. A failed write is kept:
@@ -121,17 +126,31 @@ fn post(
     future.subscribe().block();
     let response = match future.get() {
         Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(e))) => return Err(cannot_reach(config, &e)),
-        Some(Err(())) | None => return Err(format!("no reply from the lockd server at {server}")),
+        Some(Ok(Err(e))) => return Err(no_reply(server, &e, &written)),
+        Some(Err(())) | None => {
+            return Err(NoReply::Unknown(format!(
+                "no reply from the lockd server at {url}"
+            )))
+        }
     };
     let status = response.status();
-    let incoming = response
-        .consume()
-        .map_err(|()| format!("the reply from the lockd server at {server} has no body"))?;
-    let reply = read_body(&incoming).map_err(|e| transport::cannot_read(config, route, &e));
+    let not_applied =
+        transport::not_applied(&response.headers().get(transport::NOT_APPLIED_HEADER));
+    let incoming = response.consume().map_err(|()| {
+        NoReply::Unknown(format!(
+            "the reply from the lockd server at {url} has no body"
+        ))
+    })?;
+    let body = read_body(&incoming)
+        .map_err(|e| NoReply::Unknown(transport::cannot_read(server, route, &e)));
     // The stream is gone; ending the body releases it before the response.
     drop(IncomingBody::finish(incoming));
-    transport::answer(config, status, reply?, written)
+    let reply = HttpReply {
+        status,
+        body: body?,
+        not_applied,
+    };
+    transport::answer(server, reply, written)
 }
 
 /// Writes and finishes the request body.
@@ -173,7 +192,19 @@ fn stream_error(e: &StreamError) -> String {
     }
 }
 
+/// A request that got no HTTP reply: not sent if the code says it never
+/// left, or if its body was not handed over in full (the server cannot
+/// have had the whole request); else its outcome is unknown.
+fn no_reply(server: &Server, e: &ErrorCode, written: &Result<(), String>) -> NoReply {
+    let message = cannot_reach(server, e);
+    match written {
+        _ if not_sent_code!(e, ErrorCode) => NoReply::NotSent(message),
+        Err(unwritten) => NoReply::NotSent(format!("{message} ({unwritten})")),
+        Ok(()) => NoReply::Unknown(message),
+    }
+}
+
 /// The message for a request that got no HTTP reply.
-fn cannot_reach(config: &Config, e: &ErrorCode) -> String {
-    transport::cannot_reach(config, e, matches!(e, ErrorCode::HttpRequestDenied))
+fn cannot_reach(server: &Server, e: &ErrorCode) -> String {
+    transport::cannot_reach(server, e, matches!(e, ErrorCode::HttpRequestDenied))
 }

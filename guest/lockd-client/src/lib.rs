@@ -39,12 +39,22 @@
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `LOCKD_URL` | required: the server, `http://HOST:PORT[/PATH]` or `https://...` (a bare `HOST:PORT` is `http://`). A path is a prefix for the routes, for a server behind a proxy. |
+//! | `LOCKD_URL` | required: the server, `http://HOST:PORT[/PATH]` or `https://...` (a bare `HOST:PORT` is `http://`), or several hosts of one cluster separated by commas, all `http://` or all `https://`. A path is a prefix for the routes, for a server behind a proxy. |
 //! | `LOCKD_NAMESPACE` | the namespace of every lock (default `default`) |
 //! | `LOCKD_AUTH_TOKEN` | sent as `Authorization: Bearer <token>` when set |
 //!
-//! Without `LOCKD_URL` (or with one that is not an HTTP URL) every call
-//! answers `unavailable` with a message that names the variable. The host
+//! Without `LOCKD_URL` (or with an entry that is not an HTTP URL, or
+//! `http://` and `https://` mixed) every call answers `unavailable` with a
+//! message that names the variable and the entry.
+//!
+//! With several hosts a call goes to the one that answered last, and on to
+//! the next when the request was not sent (refused, DNS, TLS handshake) or
+//! a draining host marked its 503 not applied; a request sent without a
+//! reply goes on only if it is safe to repeat (a `lock` by the same owner,
+//! an `unlock` with its token, `extend`, reads), else it answers
+//! `unavailable` saying the outcome is unknown. Each host is tried at most
+//! once per call (`lockd-client-core`'s `call` module has the rule). The
+//! host
 //! must also let the component reach the server (in Spin,
 //! `allowed_outbound_hosts = ["http://127.0.0.1:7450"]`; a refusal is
 //! `unavailable` with a hint).
