@@ -1,13 +1,14 @@
 //! The rules the code keeps as it grows (docs/internals.md, "Code rules"),
 //! checked over the whole tree so that a change which breaks one fails here:
-//! - no function (free, method or trait default) in `host/*/src` over
-//!   [`MAX_FUNCTION_LINES`] lines, tests inside `src` included;
-//! - no `json!` in production code of `host/*/src` (typed `Serialize`
-//!   structs spell every reply; `#[cfg(test)]` items and the test support
-//!   crate may use it);
-//! - no `#[path]` attribute reaching into another crate, anywhere in `host/`
-//!   or `guest/` (two crates that share code share a crate);
-//! - no production crate (every `host/*` crate but the test support) over
+//! - no function (free, method or trait default) in `host/*/src` or the
+//!   native client's `client/src` over [`MAX_FUNCTION_LINES`] lines, tests
+//!   inside `src` included;
+//! - no `json!` in production code of those crates (typed `Serialize`
+//!   structs spell every reply and request; `#[cfg(test)]` items and the
+//!   test support crate may use it);
+//! - no `#[path]` attribute reaching into another crate, anywhere in `host/`,
+//!   `client/` or `guest/` (two crates that share code share a crate);
+//! - no production crate (every one of those but the test support) over
 //!   [`MAX_CRATE_LINES`] lines of Rust in its `src`, its unit tests not
 //!   counted.
 //!
@@ -28,6 +29,10 @@ const MAX_CRATE_LINES: usize = 8_000;
 
 /// Crates under `host/` that no production build links.
 const TEST_ONLY_CRATES: &[&str] = &["test-support"];
+
+/// Production crates at the top of the tree, held to the same rules as
+/// those under `host/`.
+const TOP_LEVEL_CRATES: &[&str] = &["client"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -58,7 +63,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The `src` folders of the crates under `host/`, by crate folder name.
+/// The `src` folders of the crates under `host/` and of
+/// [`TOP_LEVEL_CRATES`], by crate folder path (`host/core`, `client`).
 fn host_crates() -> Vec<(String, PathBuf)> {
     let mut crates: Vec<(String, PathBuf)> = std::fs::read_dir(repo().join("host"))
         .expect("host/ is readable")
@@ -66,11 +72,16 @@ fn host_crates() -> Vec<(String, PathBuf)> {
         .filter(|e| e.path().join("Cargo.toml").is_file())
         .map(|e| {
             (
-                e.file_name().to_string_lossy().into_owned(),
+                format!("host/{}", e.file_name().to_string_lossy()),
                 e.path().join("src"),
             )
         })
         .collect();
+    for name in TOP_LEVEL_CRATES {
+        let src = repo().join(name).join("src");
+        assert!(src.is_dir(), "{name}/src is missing");
+        crates.push((name.to_string(), src));
+    }
     crates.sort();
     crates
 }
@@ -232,6 +243,13 @@ fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
+/// Whether the crate at `name` (`host/test-support`) is linked by no
+/// production build.
+fn is_test_only(name: &str) -> bool {
+    name.strip_prefix("host/")
+        .is_some_and(|folder| TEST_ONLY_CRATES.contains(&folder))
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
@@ -272,7 +290,7 @@ fn no_function_in_host_src_is_over_the_limit() {
 fn no_json_macro_in_production_code() {
     let mut found = Vec::new();
     for (name, src) in host_crates() {
-        if TEST_ONLY_CRATES.contains(&name.as_str()) {
+        if is_test_only(&name) {
             continue;
         }
         for file in rust_files(&src) {
@@ -291,7 +309,7 @@ fn no_json_macro_in_production_code() {
 #[test]
 fn no_path_attribute_reaches_into_another_crate() {
     let mut found = Vec::new();
-    for top in ["host", "guest", "bench", "tests", "examples"] {
+    for top in ["host", "client", "guest", "bench", "tests", "examples"] {
         for file in rust_files(&repo().join(top)) {
             for path in cross_crate_paths(&read(&file)) {
                 found.push(format!("{}: #[path = {path:?}]", relative(&file)));
@@ -309,7 +327,7 @@ fn no_path_attribute_reaches_into_another_crate() {
 fn no_production_crate_is_over_the_limit() {
     let mut found = Vec::new();
     for (name, src) in host_crates() {
-        if TEST_ONLY_CRATES.contains(&name.as_str()) {
+        if is_test_only(&name) {
             continue;
         }
         let lines: usize = rust_files(&src)
@@ -318,7 +336,7 @@ fn no_production_crate_is_over_the_limit() {
             .map(|f| production_lines(&read(f)))
             .sum();
         if lines > MAX_CRATE_LINES {
-            found.push(format!("host/{name}: {lines} lines"));
+            found.push(format!("{name}: {lines} lines"));
         }
     }
     assert!(
@@ -395,4 +413,17 @@ fn a_crate_counts_its_code_and_not_its_tests() {
     assert!(!is_test_module_file(Path::new(
         "host/core/src/keepalive.rs"
     )));
+}
+
+#[test]
+fn the_native_client_is_checked_with_the_host_crates() {
+    let crates = host_crates();
+    let names: Vec<&str> = crates.iter().map(|(name, _)| name.as_str()).collect();
+    assert!(names.contains(&"client"), "{names:?}");
+    assert!(names.contains(&"host/core"), "{names:?}");
+    assert!(!is_test_only("client") && !is_test_only("host/core"));
+    assert!(is_test_only("host/test-support"));
+    // Its sources are really read: the transport's failover loop is there.
+    let (_, src) = crates.iter().find(|(name, _)| name == "client").unwrap();
+    assert!(rust_files(src).iter().any(|f| f.ends_with("transport.rs")));
 }
