@@ -30,6 +30,15 @@ impl Response {
         })
     }
 
+    /// Whether this is the `not_found` without a message with which `get`
+    /// and `leader` answer "nobody holds it" (a `not_found` with a message
+    /// is a path that is no route).
+    pub(crate) fn is_nothing_found(&self, route: Route) -> bool {
+        self.reply(route).is_ok_and(|reply| {
+            reply.status() == Status::NotFound && matches!(reply.refusal(), Ok(None))
+        })
+    }
+
     /// The body as `T` if its status word is `expected`; else the error the
     /// answer is ([`Response::refusal`]).
     pub fn expect<T: DeserializeOwned>(&self, route: Route, expected: Status) -> Result<T, Error> {
