@@ -267,7 +267,9 @@ impl Guard {
     }
 
     /// Releases it now: `unlock` with its token. `not_held` or `not_owner`
-    /// if it had already ended.
+    /// if it had already ended, which includes a first attempt whose answer
+    /// was lost on the way and that was sent again to another host: it is
+    /// released either way.
     pub async fn release(self) -> Result<(), Error> {
         self.hold.release().await.map(drop)
     }
