@@ -48,6 +48,10 @@
 //!
 //! [dapr]                                 # Dapr's lock API (docs/migrating.md#compatibility-routes)
 //! durability = "persistent"              # or "ephemeral": locks taken through it
+//! components = "/etc/lockd/dapr"         # Dapr component files: only the lock.* stores they declare
+//!
+//! [dapr.stores]                          # optional: a declared store's namespace (default: its name)
+//! orders = "jobs"
 //!
 //! [components.edge-jobs]                 # per spin.toml component id
 //! namespace = "jobs"                     # default: the component id
@@ -90,7 +94,9 @@ use serde::Deserialize;
 use crate::auth::LiveCredentials;
 use crate::store::{StoreSpec, DEFAULT_STORE};
 
+mod dapr;
 mod tokens;
+pub use dapr::DaprConfig;
 pub use tokens::{AuthConfig, NewToken, TokenConfig};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
@@ -159,23 +165,6 @@ impl ServerConfig {
             ),
             Some(ms) => Ok(Duration::from_millis(ms)),
         }
-    }
-}
-
-/// `[dapr]`: how locks taken through Dapr's lock API behave.
-#[derive(Clone, Copy, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DaprConfig {
-    /// Durability of the locks Dapr's clients take (Dapr's API has no
-    /// word for it); persistent when unset.
-    pub durability: Option<lockd_api::DurabilityWord>,
-}
-
-impl DaprConfig {
-    /// The durability of a Dapr `TryLock`.
-    pub fn durability(&self) -> lockd_core::Durability {
-        self.durability
-            .map_or(lockd_core::Durability::Persistent, Into::into)
     }
 }
 
@@ -629,15 +618,6 @@ pub fn reload_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dapr_durability_is_a_durability_word() {
-        let config: LockdConfig = toml::from_str("[dapr]\ndurability = \"ephemeral\"").unwrap();
-        assert_eq!(config.dapr.durability(), lockd_core::Durability::Ephemeral);
-        let typo = toml::from_str::<LockdConfig>("[dapr]\ndurability = \"forever\"").unwrap_err();
-        assert!(typo.to_string().contains("forever"), "{typo}");
-        assert!(toml::from_str::<LockdConfig>("[dapr]\ndurable = true").is_err());
-    }
 
     #[test]
     fn parses_every_section_and_rejects_typos() {
