@@ -3,8 +3,12 @@
 // serving Dapr's lock API. host/lockd/tests/dapr.rs runs it with NODE_PATH
 // pointing at the SDK scripts/install-dapr-sdks.sh installed, and:
 //   DAPR_HOST, DAPR_PORT  where lockd listens (HTTP, or gRPC with DAPR_PROTOCOL=grpc)
-//   STORE                 the lock store name (a lockd namespace)
+//   STORE                 the lock store name
 //   PREFIX                prefix of every resource id, unique per run
+//   UNDECLARED            if set, a store name no component declares: its lock
+//                         and unlock must fail first with Dapr's
+//                         ERR_LOCK_STORE_NOT_FOUND (HTTP 400, gRPC INVALID_ARGUMENT),
+//                         as the SDK surfaces it
 //   EXPECT_REFUSAL        if set, the HTTP status the first lock must fail with
 //                         (a token outside the store); checks only that
 // DAPR_HOST may be https://HOST (the SDK then speaks HTTPS); the SDK sends
@@ -14,6 +18,7 @@
 "use strict";
 const { DaprClient, CommunicationProtocolEnum } = require("@dapr/dapr");
 const { LockStatus } = require("@dapr/dapr/types/lock/UnlockResponse");
+const { Code } = require("@connectrpc/connect");
 
 const protocol =
   process.env.DAPR_PROTOCOL === "grpc" ? CommunicationProtocolEnum.GRPC : CommunicationProtocolEnum.HTTP;
@@ -49,11 +54,46 @@ async function refused(want) {
   await dapr.stop();
 }
 
+// What the SDK surfaces for Dapr's error: over HTTP an Error whose message is
+// JSON `{error, error_msg: <body>, status}`, over gRPC a ConnectError with the
+// status code and message. `[code, errorCode, message]`; `errorCode` is only
+// on HTTP.
+function daprError(e) {
+  if (protocol === CommunicationProtocolEnum.GRPC) {
+    return [Code[e.code], "", e.rawMessage];
+  }
+  const outer = JSON.parse(e.message);
+  const body = JSON.parse(outer.error_msg);
+  return [String(outer.status), body.errorCode, body.message];
+}
+
+async function undeclared(dapr, name) {
+  const want =
+    protocol === CommunicationProtocolEnum.GRPC
+      ? ["InvalidArgument", "", `lock store ${name} is not found`]
+      : ["400", "ERR_LOCK_STORE_NOT_FOUND", `lock store ${name} is not found`];
+  for (const [what, call] of [
+    ["lock", () => dapr.lock.lock(name, `${prefix}-undeclared`, "owner1", 10)],
+    ["unlock", () => dapr.lock.unlock(name, `${prefix}-undeclared`, "owner1")],
+  ]) {
+    let got = "no error";
+    try {
+      await call();
+    } catch (e) {
+      got = daprError(e);
+    }
+    check(`undeclared store: ${what} refused`, JSON.stringify(got), JSON.stringify(want));
+  }
+}
+
 async function main() {
   if (process.env.EXPECT_REFUSAL) {
     return refused(process.env.EXPECT_REFUSAL);
   }
   const dapr = client();
+  if (process.env.UNDECLARED) {
+    await undeclared(dapr, process.env.UNDECLARED);
+  }
   const r = `${prefix}-resource`;
   check("acquire", (await dapr.lock.lock(store, r, "owner1", 10)).success, true);
   check("acquire by another owner fails", (await dapr.lock.lock(store, r, "owner2", 10)).success, false);

@@ -4,8 +4,12 @@ serving Dapr's lock API. host/lockd/tests/dapr.rs runs it with the venv
 scripts/install-dapr-sdks.sh made, and:
   DAPR_HTTP_ENDPOINT  lockd's HTTP listener (the SDK waits for /v1.0/healthz/outbound)
   DAPR_GRPC_ENDPOINT  lockd's --dapr-grpc-listen address
-  STORE               the lock store name (a lockd namespace)
+  STORE               the lock store name
   PREFIX              prefix of every resource id, unique per run
+  UNDECLARED          if set, a store name no component declares: its TryLock and
+                      Unlock must fail first with Dapr's error for it
+                      (INVALID_ARGUMENT, "lock store NAME is not found"), as the
+                      SDK raises it
   EXPECT_REFUSAL      if set, the gRPC code the first TryLock must fail with
                       (a token outside the store); checks only that
 Prints one line per check, then `winner <owner>` of the contention check;
@@ -44,7 +48,24 @@ if refusal:
         check(f"refused: {refusal}", code, refusal)
     sys.exit(0)
 
+def undeclared(dapr, name):
+    import grpc
+    want = ("INVALID_ARGUMENT", f"lock store {name} is not found")
+    for what, call in (
+        ("lock", lambda: dapr.try_lock(name, f"{prefix}-undeclared", "owner1", 10)),
+        ("unlock", lambda: dapr.unlock(name, f"{prefix}-undeclared", "owner1")),
+    ):
+        try:
+            call()
+            got = ("OK", "")
+        except grpc.RpcError as e:
+            got = (e.code().name, e.details())
+        check(f"undeclared store: {what} refused", got, want)
+
+
 with DaprClient() as dapr:
+    if os.environ.get("UNDECLARED"):
+        undeclared(dapr, os.environ["UNDECLARED"])
     r = f"{prefix}-resource"
     check("acquire", dapr.try_lock(store, r, "owner1", 10).success, True)
     check("acquire by another owner fails", dapr.try_lock(store, r, "owner2", 10).success, False)

@@ -3,12 +3,18 @@
 //! checked in the order Dapr's runtime checks them, and the one table of
 //! Dapr's errors ([`DaprError`]), as Dapr's `pkg/messages` writes them.
 //!
-//! A Dapr lock is an ordinary lockd lock: the store name is the namespace,
-//! the resource id the name, the lock owner the owner. Only the re-lock
-//! differs: Dapr's `TryLock` is not reentrant, so the holder's own second
-//! `TryLock` fails ([`LockOptions::refuse_relock`]).
+//! A Dapr lock is an ordinary lockd lock: the store's namespace
+//! ([`LockStores`]: the store name, or the one lockd.toml gives a declared
+//! store) is the namespace, the resource id the name, the lock owner the
+//! owner. Only the re-lock differs: Dapr's `TryLock` is not reentrant, so
+//! the holder's own second `TryLock` fails
+//! ([`LockOptions::refuse_relock`]).
+
+use std::sync::Arc;
 
 use lockd_core::{Durability, LockError, LockOptions, LockService};
+
+use crate::dapr_components::{LockStores, Lookup};
 
 /// What `UnlockAlpha1` answers, with Dapr's numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,9 +39,13 @@ pub enum DaprError {
     /// `ERR_BODY_READ`, 400, `INVALID_ARGUMENT`: the body could not be read
     /// (over the size limit, or cut off).
     BodyRead(String),
-    /// `ERR_LOCK_STORE_NOT_FOUND`, 400, `INVALID_ARGUMENT`: the store name
-    /// is not a lockd namespace.
+    /// `ERR_LOCK_STORE_NOT_FOUND`, 400, `INVALID_ARGUMENT`: no component
+    /// declares the store (or, with none configured, its name is not a
+    /// lockd namespace).
     StoreNotFound(String),
+    /// `ERR_LOCK_STORE_NOT_CONFIGURED`, 500, `FAILED_PRECONDITION`: the
+    /// component files declare no lock store at all.
+    StoreNotConfigured(String),
     /// `ERR_TRY_LOCK`, 500, `INTERNAL`: the store failed or refused.
     TryLock(String),
     /// `ERR_UNLOCK`, 500, `INTERNAL`: the store failed.
@@ -49,6 +59,7 @@ impl DaprError {
             DaprError::Malformed(_) => "ERR_MALFORMED_REQUEST",
             DaprError::BodyRead(_) => "ERR_BODY_READ",
             DaprError::StoreNotFound(_) => "ERR_LOCK_STORE_NOT_FOUND",
+            DaprError::StoreNotConfigured(_) => "ERR_LOCK_STORE_NOT_CONFIGURED",
             DaprError::TryLock(_) => "ERR_TRY_LOCK",
             DaprError::Unlock(_) => "ERR_UNLOCK",
         }
@@ -58,7 +69,7 @@ impl DaprError {
     pub fn http_status(&self) -> u16 {
         match self {
             DaprError::Malformed(_) | DaprError::BodyRead(_) | DaprError::StoreNotFound(_) => 400,
-            DaprError::TryLock(_) | DaprError::Unlock(_) => 500,
+            DaprError::StoreNotConfigured(_) | DaprError::TryLock(_) | DaprError::Unlock(_) => 500,
         }
     }
 
@@ -68,6 +79,7 @@ impl DaprError {
             DaprError::Malformed(_) | DaprError::BodyRead(_) | DaprError::StoreNotFound(_) => {
                 tonic::Code::InvalidArgument
             }
+            DaprError::StoreNotConfigured(_) => tonic::Code::FailedPrecondition,
             DaprError::TryLock(_) | DaprError::Unlock(_) => tonic::Code::Internal,
         }
     }
@@ -78,6 +90,7 @@ impl DaprError {
             DaprError::Malformed(m)
             | DaprError::BodyRead(m)
             | DaprError::StoreNotFound(m)
+            | DaprError::StoreNotConfigured(m)
             | DaprError::TryLock(m)
             | DaprError::Unlock(m) => m,
         }
@@ -89,14 +102,40 @@ impl DaprError {
 pub struct DaprLocks {
     service: LockService,
     durability: Durability,
+    stores: Arc<LockStores>,
 }
 
 impl DaprLocks {
-    /// Dapr's lock API over `service`; its locks get `durability`.
+    /// Dapr's lock API over `service`, taking any store name as the
+    /// namespace of that name ([`LockStores::AnyName`]; see
+    /// [`DaprLocks::with_stores`]); its locks get `durability`.
     pub fn new(service: LockService, durability: Durability) -> Self {
         DaprLocks {
             service,
             durability,
+            stores: Arc::new(LockStores::AnyName),
+        }
+    }
+
+    /// These calls serving `stores` only.
+    pub fn with_stores(self, stores: LockStores) -> Self {
+        DaprLocks {
+            stores: Arc::new(stores),
+            ..self
+        }
+    }
+
+    /// The lock stores served.
+    pub fn stores(&self) -> &LockStores {
+        &self.stores
+    }
+
+    /// The namespace of `store`'s locks, if it is a lock store: the
+    /// namespace a caller's token must reach.
+    pub fn namespace_of<'a>(&'a self, store: &'a str) -> Option<&'a str> {
+        match self.stores.lookup(store) {
+            Lookup::Namespace(namespace) => Some(namespace),
+            Lookup::NotConfigured | Lookup::NotFound => None,
         }
     }
 
@@ -114,7 +153,7 @@ impl DaprLocks {
                 "ExpiryInSeconds is not positive in lock store {store}"
             )));
         }
-        self.validate(store, resource, owner)?;
+        let namespace = self.validate(store, resource, owner)?;
         let options = LockOptions {
             durability: self.durability,
             refuse_relock: true,
@@ -123,7 +162,7 @@ impl DaprLocks {
         let ttl_ms = u64::from(expiry_in_seconds.unsigned_abs()) * 1000;
         match self
             .service
-            .lock(store, resource, owner, ttl_ms, options)
+            .lock(namespace, resource, owner, ttl_ms, options)
             .await
         {
             Ok(_) => Ok(true),
@@ -142,8 +181,8 @@ impl DaprLocks {
         resource: &str,
         owner: &str,
     ) -> Result<UnlockStatus, DaprError> {
-        self.validate(store, resource, owner)?;
-        match self.service.unlock(store, resource, owner, None).await {
+        let namespace = self.validate(store, resource, owner)?;
+        match self.service.unlock(namespace, resource, owner, None).await {
             Ok(()) => Ok(UnlockStatus::Success),
             Err(LockError::NotHeld) => Ok(UnlockStatus::LockDoesNotExist),
             Err(LockError::NotOwner) => Ok(UnlockStatus::LockBelongsToOthers),
@@ -152,8 +191,20 @@ impl DaprLocks {
         }
     }
 
-    /// The checks Dapr makes before it asks a store, in its order.
-    fn validate(&self, store: &str, resource: &str, owner: &str) -> Result<(), DaprError> {
+    /// The checks Dapr makes before it asks a store, in its order
+    /// (daprd's `lockValidateRequest`); the namespace of `store`'s locks.
+    fn validate<'a>(
+        &'a self,
+        store: &'a str,
+        resource: &str,
+        owner: &str,
+    ) -> Result<&'a str, DaprError> {
+        let lookup = self.stores.lookup(store);
+        if lookup == Lookup::NotConfigured {
+            return Err(DaprError::StoreNotConfigured(format!(
+                "lock store {store} is not configured"
+            )));
+        }
         if resource.is_empty() {
             return Err(DaprError::Malformed(format!(
                 "ResourceId is empty in lock store {store}"
@@ -164,11 +215,19 @@ impl DaprLocks {
                 "LockOwner is empty in lock store {store}"
             )));
         }
-        self.service.check_namespace(store).map_err(|why| {
+        let Lookup::Namespace(namespace) = lookup else {
+            return Err(DaprError::StoreNotFound(format!(
+                "lock store {store} is not found"
+            )));
+        };
+        // A declared store's namespace was checked at start-up; any other
+        // name is checked here.
+        self.service.check_namespace(namespace).map_err(|why| {
             DaprError::StoreNotFound(format!(
-                "lock store {store} not found: a store name is a lockd namespace ({why})"
+                "lock store {store} is not found: a store name is a lockd namespace ({why})"
             ))
-        })
+        })?;
+        Ok(namespace)
     }
 }
 
@@ -200,6 +259,12 @@ mod tests {
                 "ERR_LOCK_STORE_NOT_FOUND",
                 400,
                 tonic::Code::InvalidArgument,
+            ),
+            (
+                DaprError::StoreNotConfigured(String::new()),
+                "ERR_LOCK_STORE_NOT_CONFIGURED",
+                500,
+                tonic::Code::FailedPrecondition,
             ),
             (
                 DaprError::TryLock(String::new()),

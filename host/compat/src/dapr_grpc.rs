@@ -30,6 +30,7 @@ use tonic::codegen::Service as _;
 use tonic::{Code, Status};
 
 use crate::dapr::{DaprError, DaprLocks};
+use crate::dapr_http::served;
 
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 mod proto {
@@ -38,8 +39,8 @@ mod proto {
 
 use proto::dapr_server::{Dapr, DaprServer};
 use proto::{
-    GetMetadataRequest, GetMetadataResponse, TryLockRequest, TryLockResponse, UnlockRequest,
-    UnlockResponse,
+    GetMetadataRequest, GetMetadataResponse, RegisteredComponents, TryLockRequest, TryLockResponse,
+    UnlockRequest, UnlockResponse,
 };
 
 /// The service's path prefix.
@@ -55,20 +56,25 @@ struct Handlers {
 }
 
 impl Handlers {
-    /// The API's check of a lock call in `store`: role `locker` over it.
+    /// The API's check of a lock call in `store`: role `locker` over its
+    /// namespace. A store that is not declared names no namespace: the
+    /// known token every call needs is enough to hear Dapr's error for it.
     async fn authorize<T>(
         &self,
         request: &tonic::Request<T>,
         method: &str,
         store: &str,
     ) -> Result<(), Status> {
+        let Some(namespace) = self.locks.namespace_of(store) else {
+            return Ok(());
+        };
         let mut probe = hyper::Request::new(());
         *probe.uri_mut() = format!("{SERVICE}{method}").parse().unwrap_or_default();
         *probe.headers_mut() = request.metadata().clone().into_headers();
         if let Some(peer) = request.extensions().get::<PeerAddr>() {
             probe.extensions_mut().insert(*peer);
         }
-        match self.api.authorize(&probe, Route::Lock, Some(store)) {
+        match self.api.authorize(&probe, Route::Lock, Some(namespace)) {
             Some(refused) => Err(status_of_refusal(refused).await),
             None => Ok(()),
         }
@@ -123,14 +129,20 @@ impl Dapr for Handlers {
         &self,
         _request: tonic::Request<GetMetadataRequest>,
     ) -> Result<tonic::Response<GetMetadataResponse>, Status> {
+        let stores = self.locks.stores();
         Ok(tonic::Response::new(GetMetadataResponse {
             id: "lockd".to_string(),
             runtime_version: concat!("lockd ", env!("CARGO_PKG_VERSION")).to_string(),
-            extended_metadata: [(
-                "lockd".to_string(),
-                "serves only Dapr's lock API (TryLockAlpha1, UnlockAlpha1)".to_string(),
-            )]
-            .into(),
+            registered_components: stores
+                .declared()
+                .map(|s| RegisteredComponents {
+                    name: s.name.clone(),
+                    r#type: s.component_type.clone(),
+                    version: s.version.clone(),
+                    capabilities: Vec::new(),
+                })
+                .collect(),
+            extended_metadata: [("lockd".to_string(), served(stores).to_string())].into(),
             ..GetMetadataResponse::default()
         }))
     }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use lockd_server::body::{full, read_body, Body};
 
 use crate::dapr::{DaprError, DaprLocks, UnlockStatus};
+use crate::dapr_components::LockStores;
 use crate::request::{body_words, decode_object, record};
 
 const LOCK_PREFIX: &str = "/v1.0-alpha1/lock/";
@@ -158,7 +159,7 @@ where
             record("POST /v1.0-alpha1/unlock/{storeName}", &store, "");
             unlock(dapr, &store, req).await
         }
-        DaprRoute::Metadata => Ok(json(StatusCode::OK, &metadata())),
+        DaprRoute::Metadata => Ok(json(StatusCode::OK, &metadata(dapr.stores()))),
         // Dapr answers its probes with 204.
         DaprRoute::Healthz => Ok(plain(StatusCode::NO_CONTENT, "")),
     };
@@ -254,12 +255,22 @@ fn error_response(e: &DaprError) -> Response<Body> {
 /// order).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct MetadataReply {
-    components: Vec<String>,
+struct MetadataReply<'a> {
+    components: Vec<ComponentReply<'a>>,
     enabled_features: Vec<String>,
     extended: ExtendedMetadata,
     id: &'static str,
     runtime_version: &'static str,
+}
+
+/// One registered component, as Dapr lists it: here, a declared lock
+/// store.
+#[derive(Debug, Serialize)]
+struct ComponentReply<'a> {
+    name: &'a str,
+    #[serde(rename = "type")]
+    component_type: &'a str,
+    version: &'a str,
 }
 
 /// `extended` of [`MetadataReply`].
@@ -268,17 +279,38 @@ struct ExtendedMetadata {
     lockd: &'static str,
 }
 
-/// `GET /v1.0/metadata`: who answers, and that it serves locks only.
-fn metadata() -> MetadataReply {
+/// `GET /v1.0/metadata`: who answers, that it serves locks only, and the
+/// lock stores declared.
+fn metadata(stores: &LockStores) -> MetadataReply<'_> {
     MetadataReply {
-        components: Vec::new(),
+        components: stores
+            .declared()
+            .map(|s| ComponentReply {
+                name: &s.name,
+                component_type: &s.component_type,
+                version: &s.version,
+            })
+            .collect(),
         enabled_features: Vec::new(),
         extended: ExtendedMetadata {
-            lockd: "serves only Dapr's lock API (TryLockAlpha1, UnlockAlpha1); any store name \
-                    that is a lockd namespace is a lock store",
+            lockd: served(stores),
         },
         id: "lockd",
         runtime_version: concat!("lockd ", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// What lockd serves of Dapr's API, for the metadata's `extended.lockd`.
+pub(super) fn served(stores: &LockStores) -> &'static str {
+    match stores {
+        LockStores::AnyName => {
+            "serves only Dapr's lock API (TryLockAlpha1, UnlockAlpha1); any store name \
+             that is a lockd namespace is a lock store"
+        }
+        LockStores::Declared(_) => {
+            "serves only Dapr's lock API (TryLockAlpha1, UnlockAlpha1), for the lock stores \
+             its Dapr component files declare"
+        }
     }
 }
 
@@ -348,6 +380,7 @@ impl<'de> Deserialize<'de> for ProtoInt32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dapr_components::LockStore;
 
     #[test]
     fn routes_take_one_store_segment() {
@@ -370,7 +403,7 @@ mod tests {
 
     #[test]
     fn metadata_is_daprs_shape() {
-        let json = serde_json::to_string(&metadata()).unwrap();
+        let json = serde_json::to_string(&metadata(&LockStores::AnyName)).unwrap();
         assert_eq!(
             json,
             concat!(
@@ -381,6 +414,31 @@ mod tests {
                 env!("CARGO_PKG_VERSION"),
                 r#""}"#
             )
+        );
+        let declared = LockStores::Declared(
+            [(
+                "orders".to_string(),
+                LockStore {
+                    name: "orders".to_string(),
+                    component_type: "lock.redis".to_string(),
+                    version: "v1".to_string(),
+                    namespace: "shop".to_string(),
+                    file: "c.yaml".into(),
+                },
+            )]
+            .into(),
+        );
+        let json = serde_json::to_value(metadata(&declared)).unwrap();
+        assert_eq!(
+            json["components"].to_string(),
+            r#"[{"name":"orders","type":"lock.redis","version":"v1"}]"#
+        );
+        assert!(
+            json["extended"]["lockd"]
+                .as_str()
+                .unwrap()
+                .contains("component files declare"),
+            "{json}"
         );
     }
 

@@ -12,14 +12,20 @@
 //! the server's one reader (`lockd_server::body`), whose errors each
 //! surface words as its system does.
 //!
+//! Dapr's lock stores are those Dapr component files declare
+//! ([`dapr_components`], `[dapr] components` in lockd.toml), or any store
+//! name when no folder is set.
+//!
 //! Requests pass the same token check as lockd's own routes
-//! ([`Api::authorize`]) as lock calls in their namespace: Dapr's store name
-//! (the gRPC listener checks it after decoding the call), or `default` for
-//! Kahuna's routes. Dapr's metadata needs only a known token, and its
-//! health probes none, as on Dapr.
+//! ([`Api::authorize`]) as lock calls in their namespace: a Dapr store's
+//! namespace (the gRPC listener checks it after decoding the call), or
+//! `default` for Kahuna's routes. Dapr's metadata, and a call to a store
+//! that is not declared (which then gets Dapr's error), need only a known
+//! token, and its health probes none, as on Dapr.
 #![deny(missing_docs)]
 
 pub mod dapr;
+pub mod dapr_components;
 pub mod dapr_grpc;
 mod dapr_http;
 mod kahuna;
@@ -37,6 +43,8 @@ use lockd_core::LockService;
 use lockd_server::api::{Api, DEFAULT_NAMESPACE};
 use lockd_server::body::{read_body, Body};
 use lockd_server::serve::{BoxFuture, Context, Extended, Extension, Mount, Precedence};
+
+use crate::dapr_components::LockStores;
 
 /// Dapr's and Kahuna's APIs as an [`Extension`] of lockd's server: their
 /// HTTP routes on its listener ([`Routes`]), and Dapr's gRPC API on a
@@ -56,11 +64,24 @@ impl Compat {
 
 impl Extension for Compat {
     fn prepare(self: Box<Self>, server: &Context<'_>) -> anyhow::Result<Extended> {
-        let routes = Routes::new(
-            server.service.clone(),
-            server.config.dapr.durability(),
-            server.api.clone(),
-        );
+        let dapr_config = &server.config.dapr;
+        let stores = LockStores::load(dapr_config, |namespace| {
+            server
+                .service
+                .check_namespace(namespace)
+                .map_err(|e| e.to_string())
+        })?;
+        let start_up = stores.start_up_line(dapr_config.components.as_deref());
+        if matches!(&stores, LockStores::Declared(declared) if declared.is_empty()) {
+            // Every Dapr lock call will fail: most likely not what the
+            // operator meant.
+            tracing::warn!("{start_up}");
+        } else {
+            tracing::info!("{start_up}");
+        }
+        let dapr = dapr::DaprLocks::new(server.service.clone(), dapr_config.durability())
+            .with_stores(stores);
+        let routes = Routes::new(server.service.clone(), dapr, server.api.clone());
         let side_listeners = match self.dapr_grpc_listen {
             Some(addr) => vec![
                 dapr_grpc::DaprGrpc::new(routes.dapr.clone(), server.api.clone()).listener(addr),
@@ -84,18 +105,10 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// The compatibility routes over `service`; Dapr's locks get
-    /// `dapr_durability`, and `api` checks every caller's token.
-    pub fn new(
-        service: LockService,
-        dapr_durability: lockd_core::Durability,
-        api: Arc<Api>,
-    ) -> Self {
-        Routes {
-            dapr: dapr::DaprLocks::new(service.clone(), dapr_durability),
-            service,
-            api,
-        }
+    /// The compatibility routes over `service`, Dapr's through `dapr`;
+    /// `api` checks every caller's token.
+    pub fn new(service: LockService, dapr: dapr::DaprLocks, api: Arc<Api>) -> Self {
+        Routes { dapr, service, api }
     }
 
     /// Whether `path` is a compatibility route. None of them is one of
@@ -116,7 +129,12 @@ impl Routes {
         let refusal = if kahuna::owns(&path) {
             api.authorize(&req, Route::Lock, Some(DEFAULT_NAMESPACE))
         } else if let Some(store) = dapr_http::store_of(&path) {
-            api.authorize(&req, Route::Lock, Some(&store))
+            match self.dapr.namespace_of(&store) {
+                Some(namespace) => api.authorize(&req, Route::Lock, Some(namespace)),
+                // Dapr's error for a store that is not declared needs
+                // only a known token: it names no namespace.
+                None => api.check_known_token(&req),
+            }
         } else if req.method() == hyper::Method::GET && dapr_http::is_health_probe(&path) {
             None
         } else {

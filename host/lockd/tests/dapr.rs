@@ -1,9 +1,11 @@
 //! Dapr's lock API, proven with Dapr's real SDKs (installed pinned by
 //! scripts/install-dapr-sdks.sh): the JavaScript SDK over HTTP and gRPC, the
 //! Python SDK over gRPC, each running Dapr's lock-store conformance checks
-//! (tests/dapr/) against a real `lockd serve`; Dapr's errors for bad input,
-//! with the store left unchanged; Dapr and native owners excluding each
-//! other; the token check on both listeners.
+//! (tests/dapr/) against a real `lockd serve` whose lock stores Dapr
+//! component files declare (examples/dapr-components), a store none
+//! declares getting Dapr's error; Dapr's errors for bad input, with the
+//! store left unchanged; Dapr and native owners excluding each other; the
+//! token check on both listeners.
 
 mod lockd_server;
 
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::lockd_server::{closed_port, raw_request, request, Reply, Server};
+use crate::lockd_server::{closed_port, lockd_in_dir, raw_request, request, Reply, Server};
 use serde_json::{json, Value};
 
 /// The SDKs: `(node_modules, python)`, installed once per test process.
@@ -47,6 +49,38 @@ fn serve_with_grpc(extra: &[&str]) -> (Server, String) {
     (Server::start_in(None, &args, &[]), grpc)
 }
 
+/// The lock store examples/dapr-components declares in lockd.toml's
+/// `[dapr.stores]` namespace [`SDK_NAMESPACE`]; it also declares
+/// `jobs-lock`, and a state store and a resiliency policy lockd ignores.
+const DECLARED_STORE: &str = "lockstore";
+const SDK_NAMESPACE: &str = "dapr-sdk";
+
+/// lockd.toml serving the lock stores of examples/dapr-components, with
+/// `extra` appended.
+fn declared_config(extra: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let components = repo().join("examples/dapr-components");
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        format!(
+            "[dapr]\ncomponents = {:?}\n[dapr.stores]\n{DECLARED_STORE} = {SDK_NAMESPACE:?}\n{extra}",
+            components.display().to_string()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// [`serve_with_grpc`] in a directory whose lockd.toml is
+/// [`declared_config`]; the directory lives as long as the server.
+fn serve_declared_with_grpc() -> (Server, String, tempfile::TempDir) {
+    let dir = declared_config("");
+    let grpc = format!("127.0.0.1:{}", closed_port());
+    let args = ["--store", "memory", "--dapr-grpc-listen", &grpc];
+    let server = Server::start_in(Some(dir.path()), &args, &[]);
+    (server, grpc, dir)
+}
+
 /// Runs a program of tests/dapr; its output if it exits 0.
 fn run(mut cmd: Command) -> String {
     let out = cmd.output().unwrap();
@@ -59,21 +93,27 @@ fn run(mut cmd: Command) -> String {
     stdout
 }
 
-fn js(server: &Server, protocol: &str, port: &str, prefix: &str) -> String {
+/// The JavaScript checks against the declared store, the store
+/// `undeclared` refused first.
+fn js(protocol: &str, port: &str, prefix: &str, undeclared: &str) -> Command {
     let mut cmd = Command::new("node");
     cmd.arg(repo().join("tests/dapr/conformance.cjs"))
         .env("NODE_PATH", &sdks().0)
         .env("DAPR_HOST", "127.0.0.1")
         .env("DAPR_PORT", port)
         .env("DAPR_PROTOCOL", protocol)
-        .env("STORE", "dapr-js")
+        .env("STORE", DECLARED_STORE)
         .env("PREFIX", prefix)
+        .env("UNDECLARED", undeclared)
         .env_remove("DAPR_API_TOKEN");
-    let _ = server;
-    run(cmd)
+    cmd
 }
 
 fn python(server: &Server, grpc: &str, program: &str, env: &[(&str, &str)]) -> String {
+    run(python_command(server, grpc, program, env))
+}
+
+fn python_command(server: &Server, grpc: &str, program: &str, env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(&sdks().1);
     cmd.arg(repo().join("tests/dapr").join(program))
         .env("DAPR_HTTP_ENDPOINT", &server.url)
@@ -81,7 +121,12 @@ fn python(server: &Server, grpc: &str, program: &str, env: &[(&str, &str)]) -> S
         .env("DAPR_HEALTH_TIMEOUT", "10")
         .env_remove("DAPR_API_TOKEN")
         .envs(env.iter().copied());
-    run(cmd)
+    cmd
+}
+
+/// The count of passed checks in a program's output.
+fn passed(output: &str) -> usize {
+    output.lines().filter(|l| l.starts_with("ok ")).count()
 }
 
 /// The contention check's winner holds the lock in lockd, as an ordinary
@@ -113,23 +158,16 @@ fn assert_winner_holds(server: &Server, output: &str, store: &str, prefix: &str)
 
 #[test]
 fn javascript_sdk_passes_the_lock_conformance_checks_over_http_and_grpc() {
-    let (server, grpc) = serve_with_grpc(&[]);
+    let (server, grpc, _dir) = serve_declared_with_grpc();
     let http_port = server.addr.port().to_string();
-    let out = js(&server, "http", &http_port, "http");
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
-        10,
-        "{out}"
-    );
-    assert_winner_holds(&server, &out, "dapr-js", "http");
+    let out = run(js("http", &http_port, "http", "lockstor"));
+    assert_eq!(passed(&out), 12, "{out}");
+    assert_winner_holds(&server, &out, SDK_NAMESPACE, "http");
     let grpc_port = grpc.rsplit(':').next().unwrap();
-    let out = js(&server, "grpc", grpc_port, "grpc");
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
-        10,
-        "{out}"
-    );
-    assert_winner_holds(&server, &out, "dapr-js", "grpc");
+    // The namespace a declared store maps to is no store name.
+    let out = run(js("grpc", grpc_port, "grpc", SDK_NAMESPACE));
+    assert_eq!(passed(&out), 12, "{out}");
+    assert_winner_holds(&server, &out, SDK_NAMESPACE, "grpc");
 }
 
 /// Negative control: the JavaScript checks fail when the store does not
@@ -160,19 +198,49 @@ fn javascript_checks_fail_against_a_store_that_breaks_them() {
 
 #[test]
 fn python_sdk_passes_the_lock_conformance_checks_over_grpc() {
-    let (server, grpc) = serve_with_grpc(&[]);
-    let env = [("STORE", "dapr-py"), ("PREFIX", "py")];
+    let (server, grpc, _dir) = serve_declared_with_grpc();
+    // A component that is not a lock store is no lock store.
+    let env = [
+        ("STORE", DECLARED_STORE),
+        ("PREFIX", "py"),
+        ("UNDECLARED", "statestore"),
+    ];
     let out = python(&server, &grpc, "conformance.py", &env);
-    assert_eq!(
-        out.lines().filter(|l| l.starts_with("ok ")).count(),
-        10,
-        "{out}"
-    );
-    assert_winner_holds(&server, &out, "dapr-py", "py");
-    // Dapr's errors and UNIMPLEMENTED for the rest of Dapr's API.
-    let out = python(&server, &grpc, "grpc_edges.py", &[]);
+    assert_eq!(passed(&out), 12, "{out}");
+    assert_winner_holds(&server, &out, SDK_NAMESPACE, "py");
+    // Dapr's errors and UNIMPLEMENTED for the rest of Dapr's API, on the
+    // other declared store.
+    let out = python(&server, &grpc, "grpc_edges.py", &[("STORE", "jobs-lock")]);
     assert!(out.contains("ok lock without an owner"), "{out}");
-    assert_store_empty(&server, "edges");
+    assert_store_empty(&server, "jobs-lock");
+}
+
+/// Negative control: the SDK checks of an undeclared store fail against a
+/// server that takes any store name (no `[dapr] components`).
+#[test]
+fn undeclared_store_checks_fail_against_a_server_that_takes_any_store() {
+    let (server, grpc) = serve_with_grpc(&[]);
+    let expect_failure = |mut cmd: Command| {
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        assert!(
+            stdout.contains("FAIL undeclared store: lock refused"),
+            "{stdout}"
+        );
+    };
+    expect_failure(js(
+        "http",
+        &server.addr.port().to_string(),
+        "neg-js",
+        "typo",
+    ));
+    let env = [
+        ("STORE", "any"),
+        ("PREFIX", "neg-py"),
+        ("UNDECLARED", "typo"),
+    ];
+    expect_failure(python_command(&server, &grpc, "conformance.py", &env));
 }
 
 #[test]
@@ -306,7 +374,7 @@ fn bad_input_gets_daprs_errors_and_changes_nothing() {
         &reply,
         400,
         "ERR_LOCK_STORE_NOT_FOUND",
-        &format!("lock store {long} not found"),
+        &format!("lock store {long} is not found: a store name is a lockd namespace"),
     );
     let reply = dapr_post(
         &server,
@@ -318,7 +386,7 @@ fn bad_input_gets_daprs_errors_and_changes_nothing() {
         &reply,
         400,
         "ERR_LOCK_STORE_NOT_FOUND",
-        &format!("lock store {long} not found"),
+        &format!("lock store {long} is not found: a store name is a lockd namespace"),
     );
     // Over the body limit.
     let big = vec![b' '; 2 << 20];
@@ -762,4 +830,194 @@ fn javascript_sdk_over_https_with_a_scoped_token() {
         &[("PREFIX", "jsno"), ("EXPECT_REFUSAL", "403")],
     );
     assert!(out.contains("ok refused: 403"), "{out}");
+}
+
+/// A Dapr HTTP lock call with a `dapr-api-token`.
+fn dapr_with_token(server: &Server, op: &str, store: &str, token: &str, body: &Value) -> Reply {
+    let body = body.to_string();
+    raw_request(
+        server.addr,
+        &format!(
+            "POST /v1.0-alpha1/{op}/{store} HTTP/1.1\r\nHost: lockd\r\ndapr-api-token: {token}\r\nContent-Length: {}",
+            body.len()
+        ),
+        body.into_bytes(),
+    )
+}
+
+/// With `[dapr] components`, only the declared lock stores are served, in
+/// their namespaces; any other store name gets daprd's own error, checked
+/// in daprd's order, after a known token; the metadata lists the stores;
+/// the start-up log says what lockd does.
+#[test]
+fn only_declared_stores_are_served_and_others_get_daprs_error() {
+    use ::lockd_server::auth::{digest, to_hex};
+    let token = |name: &str, secret: &str, namespace: &str| {
+        format!(
+            "[[auth.tokens]]\nname = {name:?}\nsha256 = {:?}\nnamespaces = [{namespace:?}]\nrole = \"locker\"\n",
+            to_hex(&digest(secret))
+        )
+    };
+    let dir = declared_config(
+        &(token("sdk", "sdk-token-51c2", SDK_NAMESPACE)
+            + &token("named", "named-token-9e07", DECLARED_STORE)),
+    );
+    let log = dir.path().join("lockd.log");
+    let server = Server::start_logging_to(&log, Some(dir.path()), &["--store", "memory"]);
+    let lock = json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 10});
+    let ok = dapr_with_token(&server, "lock", DECLARED_STORE, "sdk-token-51c2", &lock);
+    assert_eq!(ok.json, json!({"success": true}), "{}", ok.body);
+    let got = request(
+        "POST",
+        &server.url,
+        "/v1/locks/get",
+        Some(&json!({"namespace": SDK_NAMESPACE, "name": "r"}).to_string()),
+        Some("sdk-token-51c2"),
+    );
+    assert_eq!(got.json["owner"], "o", "{}", got.body);
+    // The token check is on the store's namespace, not on its name.
+    let refused = dapr_with_token(&server, "lock", DECLARED_STORE, "named-token-9e07", &lock);
+    assert_eq!(refused.code, 403, "{}", refused.body);
+    // Undeclared: a typo, a namespace, a component that is no lock store.
+    for store in ["lockstor", SDK_NAMESPACE, "statestore"] {
+        for op in ["lock", "unlock"] {
+            let reply = dapr_with_token(&server, op, store, "named-token-9e07", &lock);
+            assert_eq!(reply.code, 400, "{op} {store}: {}", reply.body);
+            assert_eq!(
+                reply.json,
+                json!({"errorCode": "ERR_LOCK_STORE_NOT_FOUND",
+                       "message": format!("lock store {store} is not found")}),
+                "{op} {store}"
+            );
+        }
+    }
+    assert_eq!(
+        dapr_with_token(&server, "lock", "lockstor", "nope", &lock).code,
+        401
+    );
+    // daprd checks the request before it looks the store up.
+    let no_owner = json!({"resourceId": "r", "expiryInSeconds": 10});
+    let reply = dapr_with_token(&server, "lock", "lockstor", "sdk-token-51c2", &no_owner);
+    assert_dapr_error(
+        &reply,
+        400,
+        "ERR_MALFORMED_REQUEST",
+        "LockOwner is empty in lock store lockstor",
+    );
+    let metadata = request(
+        "GET",
+        &server.url,
+        "/v1.0/metadata",
+        None,
+        Some("named-token-9e07"),
+    );
+    assert_eq!(
+        metadata.json["components"],
+        json!([{"name": "jobs-lock", "type": "lock.redis", "version": "v1"},
+               {"name": "lockstore", "type": "lock.redis", "version": "v1"}]),
+        "{}",
+        metadata.body
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    for line in [
+        "lock stores from",
+        "jobs-lock (namespace jobs-lock) lockstore (namespace dapr-sdk)",
+        "ERR_LOCK_STORE_NOT_FOUND",
+    ] {
+        assert!(logged.contains(line), "{line} not in:\n{logged}");
+    }
+    // One line for each thing ignored.
+    assert_eq!(logged.matches("name=\"statestore\"").count(), 1, "{logged}");
+    assert_eq!(logged.matches("kind=\"Resiliency\"").count(), 1, "{logged}");
+}
+
+/// A components folder with no lock store: every lock call gets daprd's
+/// "not configured" (HTTP 500, gRPC FAILED_PRECONDITION). Without a folder,
+/// any store name is served, and the start-up log says so and why.
+#[test]
+fn no_lock_store_declared_is_not_configured_and_no_folder_takes_any_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir(&components).unwrap();
+    std::fs::write(
+        components.join("state.yaml"),
+        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: s\nspec:\n  type: state.redis\n  version: v1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        "[dapr]\ncomponents = \"components\"\n",
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", closed_port());
+    let args = ["--store", "memory", "--dapr-grpc-listen", &grpc];
+    let server = Server::start_in(Some(dir.path()), &args, &[]);
+    let body = br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#;
+    for op in ["lock", "unlock"] {
+        let reply = dapr_post(
+            &server,
+            &format!("/v1.0-alpha1/{op}/s"),
+            "application/json",
+            body,
+        );
+        assert_eq!(reply.code, 500, "{}", reply.body);
+        assert_eq!(
+            reply.json,
+            json!({"errorCode": "ERR_LOCK_STORE_NOT_CONFIGURED",
+                   "message": "lock store s is not configured"})
+        );
+    }
+    let out = python(&server, &grpc, "grpc_edges.py", &[("NOT_CONFIGURED", "1")]);
+    assert!(out.contains("ok no lock store configured: unlock"), "{out}");
+    drop(server);
+    let log = dir.path().join("any.log");
+    let any = Server::start_logging_to(&log, None, &["--store", "memory"]);
+    let reply = dapr_post(&any, "/v1.0-alpha1/lock/anything", "application/json", body);
+    assert_eq!(reply.json, json!({"success": true}), "{}", reply.body);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains(
+            "[dapr] components is not set, so any store name is taken as the lockd namespace"
+        ),
+        "{logged}"
+    );
+}
+
+/// A component file lockd cannot read refuses the start, naming the file
+/// and the field; so does a `[dapr.stores]` entry naming no declared store.
+#[test]
+fn a_malformed_component_file_refuses_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let components = dir.path().join("components");
+    std::fs::create_dir(&components).unwrap();
+    std::fs::write(
+        components.join("broken.yaml"),
+        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: locks\nspec:\n  version: v1\n",
+    )
+    .unwrap();
+    let serve = |toml: &str| {
+        std::fs::write(dir.path().join("lockd.toml"), toml).unwrap();
+        let run = lockd_in_dir(
+            Some(dir.path()),
+            &["serve", "--listen", "127.0.0.1:0", "--store", "memory"],
+            &[],
+        );
+        assert_eq!(run.code, Some(2), "{}", run.stderr);
+        run.stderr
+    };
+    let refused = serve("[dapr]\ncomponents = \"components\"\n");
+    assert!(
+        refused.contains("broken.yaml: document 1: spec: missing field `type`"),
+        "{refused}"
+    );
+    std::fs::write(
+        components.join("broken.yaml"),
+        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: locks\nspec:\n  type: lock.redis\n",
+    )
+    .unwrap();
+    let refused = serve("[dapr]\ncomponents = \"components\"\n[dapr.stores]\nlock = \"jobs\"\n");
+    assert!(
+        refused.contains("[dapr.stores] names \"lock\", which no lock.* component declares"),
+        "{refused}"
+    );
 }
