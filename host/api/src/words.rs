@@ -130,6 +130,15 @@ words! {
 }
 
 impl Status {
+    /// The response header, with the value `1`, on an `unavailable` (503)
+    /// answer given before the request could change anything: the server
+    /// is draining (it refused a call that would wait, or answered a
+    /// queued one) or still starting. Such a call was not applied, so a
+    /// client may send it to another server whatever the call; without the
+    /// header, `unavailable` means the outcome is unknown
+    /// (docs/contract.md#c13-unavailable).
+    pub const NOT_APPLIED_HEADER: &'static str = "lockd-not-applied";
+
     /// The HTTP code of a reply with this word (docs/reference.md). The server
     /// also answers `invalid_argument` with 405 (wrong method) and 413
     /// (body too large).

@@ -7,6 +7,7 @@ mod lockd_server;
 use std::time::{Duration, Instant};
 
 use crate::lockd_server::{closed_port, lockd, Run, Server};
+use ::lockd_server::auth::{digest, to_hex};
 use serde_json::Value;
 
 /// `lockd ARGS --server URL`.
@@ -346,7 +347,14 @@ fn usage_and_invalid_arguments_exit_2() {
 
     // A server URL the client cannot use.
     let run = lockd(&["get", "x", "--server", "ftp://127.0.0.1:1"], &[]);
-    assert_fails(&run, 2, &["not an http or https URL", "http://"]);
+    assert_fails(
+        &run,
+        2,
+        &[
+            "--server",
+            "\"ftp://127.0.0.1:1\", is not an http:// or https:// URL",
+        ],
+    );
 }
 
 #[test]
@@ -534,4 +542,39 @@ fn up_with_a_failing_build_exits_2() {
     let run = lockd(&["up", "--build", "-f", "/nonexistent/spin.toml"], &[]);
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.stderr.starts_with("lockd: "), "{run:?}");
+}
+
+#[test]
+fn a_rate_limited_call_exits_5_with_retry_after() {
+    const TOKEN: &str = "ci-7d3f1b9a5c2e4d6f8a0b";
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[[auth.tokens]]\nname = \"ci\"\nsha256 = {:?}\nnamespaces = [\"*\"]\nrole = \"locker\"\n\
+         rate_per_sec = 0.05\nburst = 1\n",
+        to_hex(&digest(TOKEN))
+    );
+    std::fs::write(dir.path().join("lockd.toml"), config).unwrap();
+    let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
+    let get = ["get", "x", "--auth-token", TOKEN];
+    // The burst of one: answered (x is free: exit 1).
+    assert_eq!(cli(&server, &get).code, Some(1));
+    let run = cli(&server, &get);
+    let line = assert_fails(
+        &run,
+        5,
+        &[
+            "rate limiting this token (429)",
+            "nothing was done, retry in",
+        ],
+    );
+    // A refill every 20 s: Retry-After says so, in whole seconds.
+    let seconds: u64 = line
+        .split("retry in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After in {line}"));
+    assert!((1..=20).contains(&seconds), "{line}");
+    // The token never reaches the message.
+    assert!(!line.contains(TOKEN), "{line}");
 }

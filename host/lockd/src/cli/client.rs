@@ -1,6 +1,12 @@
-//! The HTTP client of the CLI: blocking requests (ureq) to lockd's REST API
-//! (docs/reference.md), outside any async runtime, and what an answer means for
-//! the command that asked.
+//! The HTTP client of the CLI: requests to lockd's REST API
+//! (docs/reference.md) through [`lockd_native_client::Transport`], which
+//! fails over between the hosts of `--server URL[,URL...]`, and what an
+//! answer means for the command that asked.
+//!
+//! [`Remote`] is the async client (`exec` and `elect` run on a runtime of
+//! their own); [`Client`] wraps it for the commands that block, on a
+//! current-thread runtime it owns. Each request body says whether it may be
+//! sent again after an unknown outcome ([`Call`]).
 //!
 //! Requests are built and replies parsed with the server's own wire types
 //! ([`lockd_api`]). A reply whose status word is known but whose
@@ -11,161 +17,240 @@
 //! [`super::tls`] says.
 //!
 //! Exit codes: 0 success; 1 `busy`, `not_owner`, `not_held`, `not_found`;
-//! 2 usage errors (a TLS file that cannot be used included),
-//! `invalid_argument`, 401 and `denied`; 3 the server cannot be reached,
-//! fails TLS (its certificate not trusted, not for its name, expired; our
-//! client certificate missing or refused), is `unavailable`, or answered
-//! something that is not lockd; 4 `forbidden` (the token lacks the role or
-//! the namespace).
+//! 2 usage errors (a bad `--server` list or a TLS file that cannot be used
+//! included), `invalid_argument`, 401 and `denied`; 3 no server can be
+//! reached, one fails TLS (its certificate not trusted, not for its name,
+//! expired; our client certificate missing or refused), is `unavailable`,
+//! the outcome is unknown (sent, then the host went away), or a server
+//! answered something that is not lockd; 4 `forbidden` (the token lacks the
+//! role or the namespace); 5 `rate_limited` (429: nothing was done; retry
+//! after its `Retry-After`).
 
+use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
-use lockd_api::{decode, BusyReply, ErrorReply, Problem, Reply, Route, Status};
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use lockd_api::{decode, BusyReply, ErrorReply, Method, Problem, Reply, Route, Status};
 use lockd_core::ErrorKind;
+use lockd_native_client::{
+    ByteStream, Error, Request, Response, Retry, Servers, StreamResponse, Transport,
+};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
+pub use super::call::Call;
 use super::failure::{fail, Failure};
-use super::flags::{Conn, DEFAULT_SERVER};
+use super::flags::Conn;
 use super::output::Format;
 use super::time::remaining;
 use super::tls;
 
-/// The longest any request waits for a connection.
+/// The longest any request waits for a connection to one host before it
+/// tries the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Exit code of a `rate_limited` answer (429): nothing was done.
+pub const EXIT_RATE_LIMITED: i32 = 5;
+
+/// What a read says when its answer is unknown: it changed nothing.
+const RETRY_LATER: &str = "retry later";
+
 /// A lockd answer: the route asked, the raw body and its status word. The
-/// rest of the body is parsed by [`Client::reply`] or [`Client::refused`],
+/// rest of the body is parsed by [`Remote::reply`] or [`Remote::refused`],
 /// into the type the status word promises.
 pub struct Answer {
     route: Route,
     body: String,
+    /// The host that answered.
+    server: String,
+    /// The `Retry-After` of a 429.
+    retry_after: Option<Duration>,
     /// The reply's status word.
     pub status: Status,
 }
 
-/// A connection to one lockd server, as the flags of [`Conn`] describe it.
-pub struct Client {
-    server: String,
-    agent: ureq::Agent,
-    auth_token: Option<String>,
-    format: Format,
-    /// Whether it presents a client certificate (for what a refusal means).
-    client_cert: bool,
-}
-
-impl Client {
-    /// A client for requests that may wait in a lock's queue for `wait_ms`.
-    pub fn new(conn: Conn, wait_ms: u64) -> Result<Client, Failure> {
-        // A waiting lock is answered after up to `wait_ms`; leave room for it.
-        let timeout = Duration::from_millis(wait_ms).saturating_add(Duration::from_secs(60));
-        Client::with_timeout(conn, timeout)
-    }
-
-    /// A client whose every request gives up after `timeout`.
-    pub fn with_timeout(conn: Conn, timeout: Duration) -> Result<Client, Failure> {
-        Client::build(conn, timeout.min(CONNECT_TIMEOUT), Some(timeout))
-    }
-
-    /// A client for a stream that lasts as long as it likes: connecting
-    /// gives up after 10 s, reading never does.
-    pub fn streaming(conn: Conn) -> Result<Client, Failure> {
-        Client::build(conn, CONNECT_TIMEOUT, None)
-    }
-
-    fn build(conn: Conn, connect: Duration, total: Option<Duration>) -> Result<Client, Failure> {
-        let server = normalize_server(&conn.server)?;
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(connect))
-            .timeout_global(total)
-            .tls_config(tls::config(&conn.tls)?)
-            .build();
-        Ok(Client {
-            server,
-            agent: ureq::Agent::new_with_config(config),
-            auth_token: conn.auth_token.filter(|t| !t.is_empty()),
-            format: conn.format,
-            client_cert: conn.tls.cert.is_some(),
-        })
-    }
-
-    /// `request` with the bearer token, if there is one.
-    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.auth_token {
-            Some(token) => request.header("Authorization", format!("Bearer {token}")),
-            None => request,
-        }
-    }
-
-    /// `GET path` as a stream: the body of a 200 answer, read as it comes;
-    /// any other answer is the failure it reports.
-    /// `path` is `route`'s path with its query.
-    pub fn open_stream(
-        &self,
-        route: Route,
-        path: &str,
-    ) -> Result<ureq::BodyReader<'static>, Failure> {
-        let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
-        let response = request.call().map_err(|e| self.unreachable(e))?;
-        if response.status().as_u16() == 200 {
-            return Ok(response.into_body().into_reader());
-        }
-        let answer = self.answer(route, Ok(response))?;
-        Err(self.refused("events", &answer))
-    }
-
-    /// `POST` to `route` without a body, for a route whose success is bytes
-    /// (`application/octet-stream`): `Ok` with the body of that answer, to
-    /// read as it comes, or `Err` with any other answer, lockd's.
-    pub fn post_for_bytes(
-        &self,
-        route: Route,
-    ) -> Result<Result<ureq::BodyReader<'static>, Answer>, Failure> {
-        let request = self.authorized(self.agent.post(format!("{}{}", self.server, route.path())));
-        let response = request.send_empty().map_err(|e| self.unreachable(e))?;
-        let bytes = response
-            .headers()
-            .get("content-type")
-            .is_some_and(|t| t.as_bytes() == b"application/octet-stream");
-        if response.status().as_u16() == 200 && bytes {
-            return Ok(Ok(response.into_body().into_reader()));
-        }
-        self.answer(route, Ok(response)).map(Err)
-    }
-
-    /// The server this client asks, as messages name it.
+impl Answer {
+    /// The host that answered.
     pub fn server(&self) -> &str {
         &self.server
     }
+}
+
+/// The async client of the hosts that [`Conn`] names. Cheap to clone:
+/// clones share connections and the host that answered last.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    transport: Transport,
+    format: Format,
+    /// Whether it presents a client certificate (for what a refusal means).
+    client_cert: bool,
+    /// How long one request may take on one host; `None` for streams.
+    timeout: Option<Duration>,
+}
+
+impl Remote {
+    /// The client of `conn`'s hosts, each request giving up on a host
+    /// after `timeout` (`None`: never, for streams). Exit 2, before
+    /// anything is sent, for a bad `--server` list or TLS file.
+    pub fn connect(conn: &Conn, timeout: Option<Duration>) -> Result<Remote, Failure> {
+        let usage = |e: Error| fail(2, format!("--server (LOCKD_SERVER): {e}"));
+        let servers = Servers::parse(&conn.server).map_err(usage)?;
+        let tls_given = conn.tls.cacert.is_some() || conn.tls.cert.is_some();
+        servers.check_tls(tls_given).map_err(usage)?;
+        let connect = timeout.map_or(CONNECT_TIMEOUT, |t| t.min(CONNECT_TIMEOUT));
+        let mut builder = Transport::builder(servers).connect_timeout(connect);
+        if let Some(config) = tls::config(&conn.tls)? {
+            builder = builder.tls(config);
+        }
+        if let Some(token) = &conn.auth_token {
+            builder = builder.token(token.clone());
+        }
+        let transport = builder
+            .build()
+            .map_err(|e| fail(2, format!("cannot set up the client: {e}")))?;
+        Ok(Remote {
+            transport,
+            format: conn.format,
+            client_cert: conn.tls.cert.is_some(),
+            timeout,
+        })
+    }
+
+    /// The host the next request goes to first: the one that answered
+    /// last, as messages name it.
+    pub fn server(&self) -> &str {
+        self.transport.preferred_server()
+    }
 
     /// `POST` to `route` with `body` as JSON, answered.
-    pub fn post(&self, route: Route, body: &impl Serialize) -> Result<Answer, Failure> {
-        let path = route.path();
-        let body = serde_json::to_string(body)
-            .map_err(|e| fail(2, format!("cannot encode the request to {path}: {e}")))?;
-        let request = self.authorized(self.agent.post(format!("{}{path}", self.server)));
-        let result = request.content_type("application/json").send(body);
-        self.answer(route, result)
+    pub async fn post<R: Call>(&self, route: Route, body: &R) -> Result<Answer, Failure> {
+        self.post_within(route, body, self.timeout).await
+    }
+
+    /// [`Remote::post`], giving up on a host after `timeout` (`None`:
+    /// never).
+    pub async fn post_within<R: Call>(
+        &self,
+        route: Route,
+        body: &R,
+        timeout: Option<Duration>,
+    ) -> Result<Answer, Failure> {
+        let request = Request::route(route)
+            .json(body)
+            .map_err(|e| fail(2, e.to_string()))?
+            .retry(body.retry());
+        let request = match timeout {
+            Some(timeout) => request.timeout(timeout),
+            None => request,
+        };
+        match self.transport.send(request).await {
+            Ok(response) => self.answer(route, response),
+            Err(e) => Err(self.failure(e, &body.if_unknown())),
+        }
     }
 
     /// `GET path`, `route`'s path with its query, answered.
-    pub fn get(&self, route: Route, path: &str) -> Result<Answer, Failure> {
-        let request = self.authorized(self.agent.get(format!("{}{path}", self.server)));
-        self.answer(route, request.call())
+    pub async fn get(&self, route: Route, path: &str) -> Result<Answer, Failure> {
+        let mut request = Request::new(Method::Get, path).retry(Retry::Safe);
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
+        match self.transport.send(request).await {
+            Ok(response) => self.answer(route, response),
+            Err(e) => Err(self.failure(e, RETRY_LATER)),
+        }
     }
 
-    fn answer(
+    /// A stream from `route` (a read: any host may answer): `Ok` with the
+    /// body of a 200 answer, to read as it comes, or `Err` with any other
+    /// answer, lockd's.
+    async fn open(
         &self,
         route: Route,
-        result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<Answer, Failure> {
-        let response = result.map_err(|e| self.unreachable(e))?;
-        let code = response.status().as_u16();
-        let body = response
-            .into_body()
-            .read_to_string()
-            .map_err(|e| self.unreachable(e))?;
+        path: &str,
+    ) -> Result<Result<StreamResponse, Answer>, Failure> {
+        let request = Request::new(route.method(), path).retry(Retry::Safe);
+        let response = self
+            .transport
+            .open(request)
+            .await
+            .map_err(|e| self.failure(e, RETRY_LATER))?;
+        if response.status == 200 {
+            return Ok(Ok(response));
+        }
+        let response = response
+            .collect()
+            .await
+            .map_err(|e| self.failure(e, RETRY_LATER))?;
+        self.answer(route, response).map(Err)
+    }
+
+    /// What a request that got no lockd answer means: `if_unknown` says
+    /// how to find out what happened when the outcome is unknown.
+    fn failure(&self, error: Error, if_unknown: &str) -> Failure {
+        match error {
+            Error::Config(message) => fail(2, message),
+            Error::InvalidArgument { message } => fail(2, message),
+            Error::Tls { server, source } => tls::failure(&server, &source, self.client_cert),
+            Error::Unreachable { failures } => {
+                let reasons: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                let hosts = match reasons.as_slice() {
+                    [one] => format!("the server at {one}"),
+                    all => format!("any server of the list: {}", all.join("; ")),
+                };
+                fail(
+                    3,
+                    format!(
+                        "cannot reach {hosts}; start it with 'lockd serve' or set --server / \
+                         LOCKD_SERVER"
+                    ),
+                )
+            }
+            Error::Unknown { server, reason } => fail(
+                3,
+                format!(
+                    "the outcome is unknown: the request was sent to {server}, then {reason}; \
+                     {if_unknown}"
+                ),
+            ),
+            Error::Unavailable { server, message } => {
+                // Printed as it is, as every lockd answer is.
+                if self.format == Format::Json {
+                    let reply = ErrorReply {
+                        message: message.clone(),
+                        status: Status::Unavailable,
+                    };
+                    println!("{}", serde_json::to_string(&reply).unwrap_or_default());
+                }
+                fail(
+                    3,
+                    format!(
+                        "{message}; the store behind {server} could not complete the \
+                         operation, so its outcome is unknown; {if_unknown}"
+                    ),
+                )
+            }
+            Error::Protocol { server, reason } => fail(
+                3,
+                format!(
+                    "the server at {server} answered something that is not lockd's ({reason}); \
+                     check that --server / LOCKD_SERVER points at lockd"
+                ),
+            ),
+            other => fail(3, other.to_string()),
+        }
+    }
+
+    fn answer(&self, route: Route, response: Response) -> Result<Answer, Failure> {
+        let Response {
+            status: code,
+            body,
+            server,
+            retry_after,
+            ..
+        } = response;
+        let body = String::from_utf8_lossy(&body).into_owned();
         let read = Reply::read(route, body.as_bytes());
         let status = match read.as_ref().map_err(|e| e.problem()) {
             Ok(reply) => Ok(reply.status()),
@@ -175,9 +260,8 @@ impl Client {
                 return Err(fail(
                     3,
                     format!(
-                        "the server at {} answered HTTP {code} with no lockd status ({excerpt:?}); \
-                         check that --server / LOCKD_SERVER points at lockd",
-                        self.server
+                        "the server at {server} answered HTTP {code} with no lockd status \
+                         ({excerpt:?}); check that --server / LOCKD_SERVER points at lockd"
                     ),
                 ));
             }
@@ -190,8 +274,7 @@ impl Client {
             fail(
                 3,
                 format!(
-                    "unexpected answer {word:?} from the server at {}: {}",
-                    self.server,
+                    "unexpected answer {word:?} from the server at {server}: {}",
                     body.trim_end()
                 ),
             )
@@ -199,6 +282,8 @@ impl Client {
         Ok(Answer {
             route,
             body,
+            server,
+            retry_after,
             status,
         })
     }
@@ -211,46 +296,13 @@ impl Client {
                 format!(
                     "the server at {} answered {} with a malformed {:?} reply ({}); \
                      check that --server / LOCKD_SERVER points at a lockd of this version",
-                    self.server,
+                    answer.server,
                     answer.route,
                     answer.status.as_str(),
                     e.problem(),
                 ),
             )
         })
-    }
-
-    fn unreachable(&self, error: ureq::Error) -> Failure {
-        if let Some(tls_error) = tls::rustls_error(&error) {
-            return tls::failure(&self.server, tls_error, self.client_cert);
-        }
-        let reason = match &error {
-            ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                "connection refused".to_string()
-            }
-            ureq::Error::Io(e) => e.to_string(),
-            ureq::Error::HostNotFound => "host not found".to_string(),
-            ureq::Error::ConnectionFailed => "connection failed".to_string(),
-            ureq::Error::Timeout(t) => format!("timed out: {t}"),
-            ureq::Error::BadUri(u) => {
-                return fail(
-                    2,
-                    format!(
-                        "invalid server URL {:?} ({u}); use for example {DEFAULT_SERVER}",
-                        self.server
-                    ),
-                )
-            }
-            other => other.to_string(),
-        };
-        fail(
-            3,
-            format!(
-                "cannot reach the server at {} ({reason}); start it with 'lockd serve' \
-                 or set --server / LOCKD_SERVER",
-                self.server
-            ),
-        )
     }
 
     /// The failure for a lockd answer that is not the success expected.
@@ -275,7 +327,7 @@ impl Client {
                 format!(
                     "unexpected answer {:?} from the server at {}: {}",
                     answer.status.as_str(),
-                    self.server,
+                    answer.server,
                     answer.body.trim_end()
                 ),
             )
@@ -289,7 +341,8 @@ impl Client {
             | Status::Unavailable
             | Status::NotFound
             | Status::Unauthorized
-            | Status::Forbidden => match self.reply::<ErrorReply>(answer) {
+            | Status::Forbidden
+            | Status::RateLimited => match self.reply::<ErrorReply>(answer) {
                 Ok(error) => error.message,
                 Err(malformed) => return malformed,
             },
@@ -322,24 +375,42 @@ impl Client {
                 format!("{message}; the store could not complete the operation, retry later"),
             ),
             Some(_) => unexpected(),
-            None if answer.status == Status::NotFound => fail(1, format!("not found: {message}")),
-            None if answer.status == Status::Unauthorized => fail(
+            None => self
+                .refused_by_server(answer, message)
+                .unwrap_or_else(unexpected),
+        }
+    }
+
+    /// The refusals only the REST API has (no lock error kind): `not_found`,
+    /// 401, 403 and 429.
+    fn refused_by_server(&self, answer: &Answer, message: String) -> Option<Failure> {
+        let server = &answer.server;
+        Some(match answer.status {
+            Status::NotFound => fail(1, format!("not found: {message}")),
+            Status::Unauthorized => fail(
                 2,
-                format!(
-                    "the server at {} refused the request (401 unauthorized): {message}",
-                    self.server
-                ),
+                format!("the server at {server} refused the request (401 unauthorized): {message}"),
             ),
             // The message names the token and what it lacks.
-            None if answer.status == Status::Forbidden => fail(
+            Status::Forbidden => fail(
                 4,
-                format!(
-                    "the server at {} refused the request (403 forbidden): {message}",
-                    self.server
-                ),
+                format!("the server at {server} refused the request (403 forbidden): {message}"),
             ),
-            None => unexpected(),
-        }
+            Status::RateLimited => {
+                let when = answer.retry_after.map_or_else(
+                    || "retry later".to_string(),
+                    |after| format!("retry in {} s (Retry-After)", after.as_secs()),
+                );
+                fail(
+                    EXIT_RATE_LIMITED,
+                    format!(
+                        "the server at {server} is rate limiting this token (429): {message}; \
+                         nothing was done, {when}"
+                    ),
+                )
+            }
+            _ => return None,
+        })
     }
 
     /// The success body of `answer`, if its status is `expected`; else the
@@ -358,7 +429,7 @@ impl Client {
     }
 
     /// Prints the line `line` makes, if the output format is text (with
-    /// `--format json`, [`Client::post`] and [`Client::get`] printed the
+    /// `--format json`, [`Remote::post`] and [`Remote::get`] printed the
     /// body already).
     pub fn text(&self, line: impl FnOnce() -> String) {
         if self.format == Format::Text {
@@ -367,24 +438,144 @@ impl Client {
     }
 }
 
-/// Adds `http://` to a bare `host:port` and drops a trailing slash.
-fn normalize_server(server: &str) -> Result<String, Failure> {
-    let server = server.trim().trim_end_matches('/');
-    if server.is_empty() {
-        return Err(fail(
-            2,
-            format!("--server is empty; use for example {DEFAULT_SERVER}"),
-        ));
+/// A blocking client of the hosts that [`Conn`] names, for the commands
+/// that have no runtime: each call runs [`Remote`]'s on a current-thread
+/// runtime of its own.
+pub struct Client {
+    remote: Remote,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Client {
+    /// A client for requests that may wait in a lock's queue for `wait_ms`.
+    pub fn new(conn: Conn, wait_ms: u64) -> Result<Client, Failure> {
+        // A waiting lock is answered after up to `wait_ms`; leave room for it.
+        let timeout = Duration::from_millis(wait_ms).saturating_add(Duration::from_secs(60));
+        Client::with_timeout(conn, timeout)
     }
-    if server.starts_with("http://") || server.starts_with("https://") {
-        Ok(server.to_string())
-    } else if server.contains("://") {
-        Err(fail(
-            2,
-            format!("{server}: not an http or https URL; use for example {DEFAULT_SERVER}"),
-        ))
-    } else {
-        Ok(format!("http://{server}"))
+
+    /// A client whose every request gives up on a host after `timeout`.
+    pub fn with_timeout(conn: Conn, timeout: Duration) -> Result<Client, Failure> {
+        Client::build(conn, Some(timeout))
+    }
+
+    /// A client for a stream that lasts as long as it likes: connecting
+    /// gives up after 10 s, reading never does.
+    pub fn streaming(conn: Conn) -> Result<Client, Failure> {
+        Client::build(conn, None)
+    }
+
+    fn build(conn: Conn, timeout: Option<Duration>) -> Result<Client, Failure> {
+        let remote = Remote::connect(&conn, timeout)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| fail(3, format!("cannot start the async runtime: {e}")))?;
+        Ok(Client {
+            remote,
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// `GET path` as a stream: the body of a 200 answer, read as it comes;
+    /// any other answer is the failure it reports.
+    /// `path` is `route`'s path with its query.
+    pub fn open_stream(&self, route: Route, path: &str) -> Result<BodyReader, Failure> {
+        match self.runtime.block_on(self.remote.open(route, path))? {
+            Ok(stream) => Ok(self.reader(stream)),
+            Err(answer) => Err(self.remote.refused("events", &answer)),
+        }
+    }
+
+    /// `POST` to `route` without a body, for a route whose success is bytes
+    /// (the snapshot, a read): `Ok` with the body of a 200 answer, to read
+    /// as it comes, or `Err` with any other answer, lockd's.
+    pub fn post_for_bytes(&self, route: Route) -> Result<Result<BodyReader, Answer>, Failure> {
+        let opened = self
+            .runtime
+            .block_on(self.remote.open(route, route.path()))?;
+        Ok(opened.map(|stream| self.reader(stream)))
+    }
+
+    fn reader(&self, stream: StreamResponse) -> BodyReader {
+        BodyReader {
+            runtime: self.runtime.clone(),
+            server: stream.server,
+            body: stream.body,
+            chunk: Bytes::new(),
+        }
+    }
+
+    /// The server that answered last, as messages name it.
+    pub fn server(&self) -> &str {
+        self.remote.server()
+    }
+
+    /// `POST` to `route` with `body` as JSON, answered.
+    pub fn post<R: Call>(&self, route: Route, body: &R) -> Result<Answer, Failure> {
+        self.runtime.block_on(self.remote.post(route, body))
+    }
+
+    /// `GET path`, `route`'s path with its query, answered.
+    pub fn get(&self, route: Route, path: &str) -> Result<Answer, Failure> {
+        self.runtime.block_on(self.remote.get(route, path))
+    }
+
+    /// See [`Remote::reply`].
+    pub fn reply<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Failure> {
+        self.remote.reply(answer)
+    }
+
+    /// See [`Remote::refused`].
+    pub fn refused(&self, name: &str, answer: &Answer) -> Failure {
+        self.remote.refused(name, answer)
+    }
+
+    /// See [`Remote::expect`].
+    pub fn expect<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        answer: &Answer,
+        expected: Status,
+    ) -> Result<T, Failure> {
+        self.remote.expect(name, answer, expected)
+    }
+
+    /// See [`Remote::text`].
+    pub fn text(&self, line: impl FnOnce() -> String) {
+        self.remote.text(line)
+    }
+}
+
+/// The body of a streamed answer as a blocking [`Read`]: each read that
+/// finds nothing buffered runs the client's runtime until the next chunk.
+pub struct BodyReader {
+    runtime: Arc<tokio::runtime::Runtime>,
+    /// The host that answered, for a broken stream's error.
+    server: String,
+    body: ByteStream,
+    /// What is left of the last chunk.
+    chunk: Bytes,
+}
+
+impl Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.runtime.block_on(self.body.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => {
+                    let why = match e {
+                        Error::Unknown { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    return Err(std::io::Error::other(format!("{}: {why}", self.server)));
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
     }
 }
 
@@ -393,18 +584,6 @@ mod tests {
     use lockd_api::{FoundReply, GrantReply, ListReply};
 
     use super::*;
-
-    #[test]
-    fn normalizes_servers() {
-        assert_eq!(
-            normalize_server("127.0.0.1:7450").unwrap(),
-            "http://127.0.0.1:7450"
-        );
-        assert_eq!(normalize_server("http://h:1/").unwrap(), "http://h:1");
-        assert_eq!(normalize_server("https://h:1/").unwrap(), "https://h:1");
-        assert_eq!(normalize_server("ftp://h").unwrap_err().code, 2);
-        assert_eq!(normalize_server(" ").unwrap_err().code, 2);
-    }
 
     fn client() -> Client {
         Client::new(
@@ -429,6 +608,8 @@ mod tests {
         Answer {
             route,
             body: body.to_string(),
+            server: "http://127.0.0.1:7450".to_string(),
+            retry_after: Some(Duration::from_secs(3)),
             status: Reply::read(route, body.as_bytes()).unwrap().status(),
         }
     }
@@ -523,6 +704,7 @@ mod tests {
             ("forbidden", 4),
             ("denied", 2),
             ("unavailable", 3),
+            ("rate_limited", EXIT_RATE_LIMITED),
             // A success word where a refusal was expected: not lockd's answer.
             ("found", 3),
         ] {
@@ -530,6 +712,20 @@ mod tests {
             let failure = client.refused("a", &answer("POST /v1/locks/unlock", &body));
             assert_eq!(failure.code, code, "{word}: {failure:?}");
         }
+        let limited = client.refused(
+            "a",
+            &answer(
+                "POST /v1/locks/lock",
+                r#"{"message":"token \"ci\" is over its rate limit","status":"rate_limited"}"#,
+            ),
+        );
+        assert!(
+            limited.message.contains("rate limiting this token (429)")
+                && limited
+                    .message
+                    .contains("nothing was done, retry in 3 s (Retry-After)"),
+            "{limited:?}"
+        );
         // An error body without its message is malformed, not defaulted.
         let failure = client.refused(
             "a",

@@ -20,6 +20,13 @@ use super::time::parse_duration_ms;
 /// Where the server is when neither `--server` nor `LOCKD_SERVER` says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7450";
 
+/// The help of `--server`, which every client command takes.
+pub const SERVER_HELP: &str = "The lockd server, or several hosts of one cluster separated by \
+    commas (lockd on one etcd store). A call goes to the host that answered last, then to the \
+    others in order: on to the next when a host cannot be reached, and, for a call that is \
+    safe to send twice (a re-lock, an extend, an unlock with its token, a read), also when \
+    its outcome on a host is unknown. A bare host:port is http://";
+
 /// The durability an `--ephemeral` flag (`lock`, `lease grant`, `exec`)
 /// asks for.
 pub fn durability(ephemeral: bool) -> DurabilityWord {
@@ -59,8 +66,8 @@ pub struct NamespaceArg {
 /// Options every client command takes.
 #[derive(Args, Clone, Debug)]
 pub struct Conn {
-    /// The lockd server.
-    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER)]
+    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER, value_name = "URL[,URL...]",
+          help = SERVER_HELP)]
     pub server: String,
     /// `text` for people, `json` for the server's JSON body as is.
     #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -4,10 +4,12 @@
 //! runtime of the commands that need one. Imports run one way: [`failure`],
 //! [`time`] and [`logging`] are leaves; [`events`] uses `failure`;
 //! [`output`] uses `time`; [`flags`] uses `output` and `failure`; [`tls`]
-//! uses `failure` and `flags`; [`client`] uses the rest; [`supervise`]
+//! uses `failure` and `flags`; [`call`] (what a request may do twice) is a
+//! leaf; [`client`] uses the rest; [`supervise`]
 //! (running a command while holding a grant: `exec` and `elect`) uses
 //! `client` and what it uses.
 
+pub mod call;
 pub mod client;
 pub mod events;
 pub mod failure;

@@ -8,7 +8,10 @@
 //! 2. [`run_while_held`] runs CMD with the grant's variables in its
 //!    environment and extends the grant (`POST /v1/locks/extend`) at a
 //!    third of its TTL while CMD runs. A renewal that fails with
-//!    `unavailable` or an unreachable server is retried.
+//!    `unavailable`, an unreachable server or an unknown outcome is
+//!    retried; with several hosts (`--server A,B`) each attempt fails over
+//!    to the next host (an extend is safe to send twice), so the grant
+//!    outlives the host that granted it where the store is shared (etcd).
 //! 3. The grant is lost when a renewal is refused (`not_held`, `not_owner`,
 //!    or any other refusal) or when no renewal succeeded before the expiry.
 //!    The expiry is counted on this host's monotonic clock from the moment
@@ -36,14 +39,13 @@ use lockd_api::{
 use lockd_core::keepalive::{keep_alive, Holding, Lost, Renew, Terms};
 use lockd_core::{Clock, SystemClock};
 use rustix::process::{kill_process, Pid, Signal};
-use serde::Serialize;
 use tokio::process::Child;
 use tokio::signal::unix::{signal, Signal as Watched, SignalKind};
 use tokio::time::Instant;
 
-use super::client::Client;
+use super::client::{Call, Remote, EXIT_RATE_LIMITED};
 use super::failure::{exit_code, fail, Failure};
-use super::flags::{durability, ClientTls, Conn, NamespaceArg, DEFAULT_SERVER};
+use super::flags::{durability, ClientTls, Conn, NamespaceArg, DEFAULT_SERVER, SERVER_HELP};
 use super::output::Format;
 use super::time::parse_duration_ms;
 
@@ -72,8 +74,8 @@ pub struct HoldArgs {
     /// After the grant is lost, send SIGKILL this long after SIGTERM.
     #[arg(long, default_value = "10s", value_parser = parse_duration_ms, value_name = "DURATION")]
     pub kill_after: u64,
-    /// The lockd server.
-    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER)]
+    #[arg(long, env = "LOCKD_SERVER", default_value = DEFAULT_SERVER, value_name = "URL[,URL...]",
+          help = SERVER_HELP)]
     pub server: String,
     /// Bearer token, if the server requires one.
     #[arg(long, env = "LOCKD_AUTH_TOKEN", hide_env_values = true)]
@@ -86,15 +88,18 @@ pub struct HoldArgs {
 }
 
 impl HoldArgs {
-    /// The connection to the server (text output: these commands print
-    /// nothing of their own on stdout, which is CMD's).
-    pub fn conn(&self) -> Conn {
-        Conn {
+    /// The client of the servers (text output: these commands print
+    /// nothing of their own on stdout, which is CMD's). Requests have
+    /// their own timeouts ([`take`], renewals, the release). Exit 2 for a
+    /// bad `--server` list or TLS file, before anything is sent.
+    pub fn remote(&self) -> Result<Remote, Failure> {
+        let conn = Conn {
             server: self.server.clone(),
             format: Format::Text,
             auth_token: self.auth_token.clone(),
             tls: self.tls.clone(),
-        }
+        };
+        Remote::connect(&conn, None)
     }
 
     /// The durability `--ephemeral` asks for.
@@ -155,8 +160,9 @@ pub fn execute(kind: Kind, future: impl Future<Output = Result<i32, Failure>>) -
 pub struct Held {
     /// What it is.
     pub kind: Kind,
-    /// The server that granted it.
-    pub conn: Conn,
+    /// The hosts it is renewed and released through (the one that granted
+    /// it first).
+    pub remote: Remote,
     /// Its namespace.
     pub namespace: String,
     /// Its name.
@@ -174,17 +180,19 @@ impl Renew for Held {
 
     fn renew(&self, ttl_ms: u64) -> impl Future<Output = Result<u64, Failure>> + Send {
         let held = self.clone();
-        blocking(move || {
-            // No answer within the TTL is no use.
-            let client = Client::with_timeout(held.conn.clone(), Duration::from_millis(ttl_ms))?;
+        async move {
             let request = ExtendRequest {
                 namespace: Some(held.namespace.clone()),
                 name: held.name.clone(),
                 owner: held.owner.clone(),
                 ttl_ms,
             };
-            let answer = client.post(Route::Extend, &request)?;
-            let grant: GrantReply = client.expect(&held.name, &answer, Status::Extended)?;
+            let timeout = Some(renewal_timeout(ttl_ms));
+            let answer = held
+                .remote
+                .post_within(Route::Extend, &request, timeout)
+                .await?;
+            let grant: GrantReply = held.remote.expect(&held.name, &answer, Status::Extended)?;
             if grant.fencing_token != held.token {
                 return Err(fail(
                     1,
@@ -194,50 +202,58 @@ impl Renew for Held {
                     ),
                 ));
             }
+            tracing::debug!(
+                name = %held.name,
+                server = answer.server(),
+                expires_at_ms = grant.expires_at_ms,
+                "renewed"
+            );
             Ok(grant.expires_at_ms)
-        })
+        }
     }
 
-    /// Exit code 3: unreachable, `unavailable`, or no lockd answer.
+    /// Exit code 3 (unreachable, `unavailable`, an unknown outcome, or no
+    /// lockd answer) and a rate limit: trying again can succeed.
     fn is_unavailable(error: &Failure) -> bool {
-        error.code == 3
+        error.code == 3 || error.code == EXIT_RATE_LIMITED
     }
 }
 
 impl Held {
-    /// Releases the grant (with its token); a failure is one line on
-    /// stderr, and the TTL ends the grant.
+    /// Releases the grant (with its token, so that a retry on another host
+    /// is safe); a failure is one line on stderr, and the TTL ends the
+    /// grant.
     async fn release(&self) {
-        let held = self.clone();
-        let result = blocking(move || {
-            let client = Client::with_timeout(held.conn.clone(), Duration::from_secs(10))?;
-            let namespace = Some(held.namespace.clone());
-            let (name, owner) = (held.name.clone(), held.owner.clone());
-            let (answer, done) = match held.kind {
-                Kind::Lock => {
-                    let request = UnlockRequest {
-                        namespace,
-                        name,
-                        owner,
-                        fencing_token: Some(held.token),
-                    };
-                    (client.post(Route::Unlock, &request)?, Status::Unlocked)
-                }
-                Kind::Leadership => {
-                    let request = ResignRequest {
-                        namespace,
-                        name,
-                        candidate: owner,
-                        fencing_token: Some(held.token),
-                    };
-                    (client.post(Route::Resign, &request)?, Status::Resigned)
-                }
-            };
-            client
-                .expect::<StatusReply>(&held.name, &answer, done)
+        let namespace = Some(self.namespace.clone());
+        let (name, owner) = (self.name.clone(), self.owner.clone());
+        let timeout = Some(Duration::from_secs(10));
+        let (answer, done) = match self.kind {
+            Kind::Lock => {
+                let request = UnlockRequest {
+                    namespace,
+                    name,
+                    owner,
+                    fencing_token: Some(self.token),
+                };
+                let answer = self.remote.post_within(Route::Unlock, &request, timeout);
+                (answer.await, Status::Unlocked)
+            }
+            Kind::Leadership => {
+                let request = ResignRequest {
+                    namespace,
+                    name,
+                    candidate: owner,
+                    fencing_token: Some(self.token),
+                };
+                let answer = self.remote.post_within(Route::Resign, &request, timeout);
+                (answer.await, Status::Resigned)
+            }
+        };
+        let result = answer.and_then(|answer| {
+            self.remote
+                .expect::<StatusReply>(&self.name, &answer, done)
                 .map(drop)
-        })
-        .await;
+        });
         if let Err(f) = result {
             eprintln!(
                 "{}: could not release {} ({}); it ends at its TTL",
@@ -247,6 +263,14 @@ impl Held {
             );
         }
     }
+}
+
+/// How long one renewal may wait for one host before it tries the next: a
+/// quarter of the TTL (at least 100 ms, at most 10 s), so that a host that
+/// stopped answering leaves time to renew through another before the
+/// holder's lost deadline (docs/contract.md#c17-keep-alive).
+fn renewal_timeout(ttl_ms: u64) -> Duration {
+    Duration::from_millis((ttl_ms / 4).clamp(100, 10_000))
 }
 
 /// When a grant was asked for, in [`Clock::now_ms`] time, and the answer.
@@ -261,8 +285,8 @@ pub struct Taken {
 /// Posts `request` to `route` (a lock or a campaign, which may wait up to
 /// `wait_ms` in the queue) and expects `acquired`. Anything else is exit 75,
 /// `cannot {verb} NAME: ...`.
-pub async fn take<R: Serialize + Send + 'static>(
-    conn: Conn,
+pub async fn take<R: Call>(
+    remote: &Remote,
     route: Route,
     request: R,
     name: &str,
@@ -270,12 +294,12 @@ pub async fn take<R: Serialize + Send + 'static>(
     verb: &str,
 ) -> Result<Taken, Failure> {
     let sent_at_ms = SystemClock.now_ms();
-    let asked = name.to_string();
-    let grant = blocking(move || {
-        let client = Client::new(conn, wait_ms)?;
-        let answer = client.post(route, &request)?;
-        client.expect::<GrantReply>(&asked, &answer, Status::Acquired)
-    })
+    // A waiting grant is answered after up to `wait_ms`; leave room for it.
+    let timeout = Duration::from_millis(wait_ms).saturating_add(Duration::from_secs(60));
+    let grant = async {
+        let answer = remote.post_within(route, &request, Some(timeout)).await?;
+        remote.expect::<GrantReply>(name, &answer, Status::Acquired)
+    }
     .await
     .map_err(|f| not_taken(verb, name, f))?;
     Ok(Taken { sent_at_ms, grant })
@@ -422,15 +446,6 @@ async fn stop(
             }
         }
     }
-}
-
-/// Runs blocking HTTP off the runtime's thread.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
-) -> Result<T, Failure> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(fail(3, format!("the request failed: {e}"))))
 }
 
 fn watch(kind: SignalKind) -> Option<Watched> {

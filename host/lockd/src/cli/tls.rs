@@ -4,34 +4,42 @@
 //!
 //! A certificate that is not trusted, names another host or has expired is
 //! a failure that says so (exit 3); the client never retries over plain
-//! HTTP.
+//! HTTP. The configuration built here serves every host of `--server`.
+
+use std::path::Path;
+use std::sync::Arc;
 
 use lockd_server::pem;
-use rustls::{AlertDescription, CertificateError};
-use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
+use rustls_platform_verifier::BuilderVerifierExt as _;
 
 use super::failure::{fail, Failure};
 use super::flags::ClientTls;
 
-/// The ureq TLS settings `flags` ask for. A file that cannot be used is a
-/// usage error (exit 2) naming it.
-pub fn config(flags: &ClientTls) -> Result<TlsConfig, Failure> {
-    let roots = match &flags.cacert {
-        Some(path) => {
-            let certs = pem::certificates(path)
-                .map_err(|e| fail(2, format!("--cacert (LOCKD_CACERT): {e:#}")))?;
-            let certs: Vec<Certificate<'static>> = certs
-                .iter()
-                .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-                .collect();
-            RootCerts::new_with_certs(&certs)
-        }
-        None => RootCerts::PlatformVerifier,
+/// The TLS settings `flags` ask for; `None` when they ask for nothing (the
+/// transport then checks `https://` servers against the system's roots). A
+/// file that cannot be used is a usage error (exit 2) naming it.
+pub fn config(flags: &ClientTls) -> Result<Option<Arc<ClientConfig>>, Failure> {
+    if flags.cacert.is_none() && flags.cert.is_none() && flags.key.is_none() {
+        return Ok(None);
+    }
+    let unusable = |e: rustls::Error| fail(2, format!("cannot set up TLS: {e}"));
+    let builder = ClientConfig::builder_with_provider(pem::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(unusable)?;
+    let builder = match &flags.cacert {
+        Some(path) => builder.with_root_certificates(roots(path)?),
+        None => builder.with_platform_verifier().map_err(unusable)?,
     };
-    let client_cert =
+    let config =
         match (&flags.cert, &flags.key) {
-            (Some(cert), Some(key)) => Some(client_cert(cert, key)?),
-            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let (chain, private) = client_cert(cert, key)?;
+                builder
+                    .with_client_auth_cert(chain, private)
+                    .map_err(|e| fail(2, format!("{e}; check --cert and --key")))?
+            }
+            (None, None) => builder.with_no_client_auth(),
             // clap's `requires` refuses one without the other; this covers the
             // variables, which it does not check.
             _ => return Err(fail(
@@ -39,48 +47,42 @@ pub fn config(flags: &ClientTls) -> Result<TlsConfig, Failure> {
                 "--cert (LOCKD_CLIENT_CERT) and --key (LOCKD_CLIENT_KEY) go together; give both",
             )),
         };
-    Ok(TlsConfig::builder()
-        .root_certs(roots)
-        .client_cert(client_cert)
-        .build())
+    Ok(Some(Arc::new(config)))
 }
 
-/// The client certificate in `cert` with its key in `key`, checked to belong
-/// together first (ureq would panic on a pair that does not).
-fn client_cert(cert: &std::path::Path, key: &std::path::Path) -> Result<ClientCert, Failure> {
+/// The CA certificates of `path`, the only roots trusted.
+fn roots(path: &Path) -> Result<RootCertStore, Failure> {
+    let usage = |e: String| fail(2, format!("--cacert (LOCKD_CACERT): {e}"));
+    let certs = pem::certificates(path).map_err(|e| usage(format!("{e:#}")))?;
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| {
+            usage(format!(
+                "{} holds a certificate that cannot be a root: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The client certificate chain in `cert` with its key in `key`, checked to
+/// belong together first, so that a mismatch is named here rather than
+/// failing every handshake.
+fn client_cert(
+    cert: &Path,
+    key: &Path,
+) -> Result<
+    (
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ),
+    Failure,
+> {
     let usage = |e: anyhow::Error| fail(2, format!("{e:#}; check --cert and --key"));
     let certified = pem::certified_key(cert, key).map_err(usage)?;
-    let chain: Vec<Certificate<'static>> = certified
-        .cert
-        .iter()
-        .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-        .collect();
-    // Read again in ureq's form; `certified_key` has checked it parses.
-    let private = std::fs::read(key)
-        .map_err(|e| {
-            fail(
-                2,
-                format!("reading the private key file {}: {e}", key.display()),
-            )
-        })
-        .and_then(|pem| {
-            PrivateKey::from_pem(&pem).map_err(|_| {
-                fail(
-                    2,
-                    format!("{} holds no usable private key; check --key", key.display()),
-                )
-            })
-        })?;
-    Ok(ClientCert::new_with_certs(&chain, private))
-}
-
-/// The TLS error inside `error`, if the request failed in TLS.
-pub fn rustls_error(error: &ureq::Error) -> Option<&rustls::Error> {
-    match error {
-        ureq::Error::Rustls(e) => Some(e),
-        ureq::Error::Io(e) => e.get_ref()?.downcast_ref::<rustls::Error>(),
-        _ => None,
-    }
+    let private = pem::private_key(key).map_err(usage)?;
+    Ok((certified.cert, private))
 }
 
 /// What a TLS failure with `server` means, and what to do about it.

@@ -73,18 +73,11 @@ async fn elect(args: ElectCommand) -> Result<i32, Failure> {
         wait_ms: Some(hold.wait),
         durability: Some(hold.durability()),
     };
-    let taken = take(
-        hold.conn(),
-        Route::Campaign,
-        request,
-        &name,
-        hold.wait,
-        "lead",
-    )
-    .await?;
+    let remote = hold.remote()?;
+    let taken = take(&remote, Route::Campaign, request, &name, hold.wait, "lead").await?;
     let held = Held {
         kind: Kind::Leadership,
-        conn: hold.conn(),
+        remote,
         namespace: hold.namespace.namespace.clone(),
         name,
         owner: candidate,

@@ -59,10 +59,11 @@ async fn exec(args: ExecCommand) -> Result<i32, Failure> {
         mode: shared.then_some(LockMode::Shared),
         permits: None,
     };
-    let taken = take(hold.conn(), Route::Lock, request, &name, hold.wait, "take").await?;
+    let remote = hold.remote()?;
+    let taken = take(&remote, Route::Lock, request, &name, hold.wait, "take").await?;
     let held = Held {
         kind: Kind::Lock,
-        conn: hold.conn(),
+        remote,
         namespace: hold.namespace.namespace.clone(),
         name,
         owner,

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::body::{full, read_json, Body, BodyError};
+use crate::serve::drain;
 
 /// Why a handler answers with an error body in place of its reply.
 #[derive(Debug)]
@@ -157,7 +158,13 @@ fn error_response_saying(err: &LockError, message: String) -> Response<Body> {
             record_outcome(status.as_str());
             json_response(http_code(status), &BusyReply::new(holder, message))
         }
-        _ => failure(http_code(status), status, message),
+        _ => {
+            let mut response = failure(http_code(status), status, message);
+            if drain::not_applied(err) {
+                drain::mark_not_applied(&mut response);
+            }
+            response
+        }
     }
 }
 

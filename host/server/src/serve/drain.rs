@@ -21,14 +21,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockd_core::LockService;
+use hyper::header::HeaderValue;
+use hyper::Response;
+use lockd_api::Status;
+use lockd_core::{LockError, LockService};
 use tokio::sync::{watch, Notify};
+
+use crate::body::Body;
 
 /// What a queued waiter is answered (`unavailable`) when the server shuts
 /// down: its client should ask another server.
 pub const SHUTTING_DOWN: &str = "server shutting down; retry elsewhere";
 
 pub use crate::config::DEFAULT_SHUTDOWN_TIMEOUT;
+
+/// Whether `error` is what the shutdown answered a call that would wait
+/// (refused at once, or answered while queued; a grant handed to it then is
+/// released, never acknowledged): nothing was applied, so its answer
+/// carries [`Status::NOT_APPLIED_HEADER`]
+/// and a client may send the call to another server.
+pub fn not_applied(error: &LockError) -> bool {
+    matches!(error, LockError::Unavailable(why) if why == SHUTTING_DOWN)
+}
+
+/// Marks `response`, an `unavailable` answer given before anything was
+/// applied (a draining or a starting server), with
+/// [`Status::NOT_APPLIED_HEADER`]: its client may send the call to another
+/// server.
+pub fn mark_not_applied(response: &mut Response<Body>) {
+    response
+        .headers_mut()
+        .insert(Status::NOT_APPLIED_HEADER, HeaderValue::from_static("1"));
+}
 
 /// Of the bound, the part kept for syncing the store (at most a fifth of
 /// it): requests in flight are cut this long before the bound.
@@ -197,5 +221,25 @@ fn log_finished(d: &Drained, bound: Duration) {
             "shut down at its bound: connections still open were cut, or the store did not \
              confirm its sync (acknowledged changes were durable already)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::error_response;
+
+    #[test]
+    fn only_the_shutdowns_refusal_is_marked_not_applied() {
+        let refused = error_response(&LockError::Unavailable(SHUTTING_DOWN.into()));
+        assert_eq!(refused.status().as_u16(), 503);
+        assert_eq!(
+            refused.headers().get(Status::NOT_APPLIED_HEADER).unwrap(),
+            "1"
+        );
+        // A store failure's outcome is unknown: no marker.
+        let failed = error_response(&LockError::Unavailable("etcd timed out".into()));
+        assert_eq!(failed.status().as_u16(), 503);
+        assert!(failed.headers().get(Status::NOT_APPLIED_HEADER).is_none());
     }
 }

@@ -45,13 +45,19 @@ fn answer(path: &str) -> Response<Body> {
             StatusCode::SERVICE_UNAVAILABLE,
             &Readiness::recovering().reply(),
         ),
-        _ => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &ErrorReply {
-                message: STARTING.to_string(),
-                status: Status::Unavailable,
-            },
-        ),
+        // Nothing is applied before the store is open: another server
+        // may take the call.
+        _ => {
+            let mut response = json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &ErrorReply {
+                    message: STARTING.to_string(),
+                    status: Status::Unavailable,
+                },
+            );
+            super::drain::mark_not_applied(&mut response);
+            response
+        }
     }
 }
 
@@ -126,6 +132,8 @@ mod tests {
         assert_eq!(body(live).await, serde_json::json!({"status": "ok"}));
         let ready = answer("/readyz");
         assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A probe's answer is not a refused call.
+        assert!(ready.headers().get(Status::NOT_APPLIED_HEADER).is_none());
         let ready = body(ready).await;
         assert_eq!(ready["status"], "unavailable");
         assert!(ready["reasons"][0]
@@ -135,6 +143,11 @@ mod tests {
         for path in ["/healthz", "/metrics", "/v1/locks/lock", "/nothing"] {
             let other = answer(path);
             assert_eq!(other.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            assert_eq!(
+                other.headers().get(Status::NOT_APPLIED_HEADER).unwrap(),
+                "1",
+                "{path}"
+            );
             assert_eq!(body(other).await["message"], STARTING, "{path}");
         }
     }
