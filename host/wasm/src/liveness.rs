@@ -10,6 +10,7 @@
 //! waits on. The task belongs to the resource: dropping the resource, or the
 //! instance's store, aborts it, so renewal never outlives its holder.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use lockd_core::keepalive::{self, CheckHeld, Holding, Lost, Renew, Terms};
@@ -67,12 +68,25 @@ pub(crate) enum Cause {
 /// on the mark reads it; the core's keep-alive and expiry watch mark it
 /// without recording, so an unrecorded loss is [`Cause::Expired`].
 #[derive(Debug, Default)]
-pub(crate) struct Ending(OnceLock<Cause>);
+pub(crate) struct Ending {
+    cause: OnceLock<Cause>,
+    /// The holder is releasing or revoking it here right now: the store
+    /// reports that end to the [`Monitor`] before the holder's call returns
+    /// and records [`Cause::Released`], and it must not read as an end
+    /// elsewhere.
+    releasing: AtomicBool,
+}
 
 impl Ending {
     /// Why the hold was lost, once it is.
     pub(crate) fn cause(&self) -> Cause {
-        self.0.get().copied().unwrap_or(Cause::Expired)
+        self.cause.get().copied().unwrap_or(Cause::Expired)
+    }
+
+    /// Says that the holder's own release (or revoke) is under way, or, if
+    /// the store could not answer it, no longer.
+    pub(crate) fn set_releasing(&self, releasing: bool) {
+        self.releasing.store(releasing, Ordering::SeqCst);
     }
 }
 
@@ -80,7 +94,7 @@ impl Ending {
 /// cause stays). Answers whether this call marked it.
 pub(crate) fn end(holding: &Holding, ending: &Ending, cause: Cause) -> bool {
     if !holding.is_lost() {
-        let _ = ending.0.set(cause);
+        let _ = ending.cause.set(cause);
     }
     holding.mark_lost()
 }
@@ -230,6 +244,23 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Why the store says it ended: the holder's own release under way, a
+    /// lease that reached the expiry this holder last saw (the store's purge
+    /// can come before this host's own expiry check), or else an end
+    /// elsewhere (force-release, a revoke by another).
+    fn cause_of_end(&self, holding: &Holding, ending: &Ending) -> Cause {
+        if ending.releasing.load(Ordering::SeqCst) {
+            return Cause::Released;
+        }
+        let expired = CLOCK.now_ms() >= CLOCK.monotonic_of_wall_ms(holding.expires_at_ms());
+        match self.subject {
+            Subject::Lease { .. } if expired => Cause::Expired,
+            _ => Cause::EndedElsewhere,
+        }
+    }
+}
+
 /// The task watching one guard or lease. Aborted when dropped.
 #[derive(Debug)]
 pub(crate) struct Monitor(JoinHandle<()>);
@@ -262,7 +293,7 @@ impl Monitor {
             };
             tokio::select! {
                 () = held.ended_elsewhere() => {
-                    if end(&holding, &ending, Cause::EndedElsewhere) {
+                    if end(&holding, &ending, held.cause_of_end(&holding, &ending)) {
                         tracing::debug!(subject = ?held.subject, "lease or guard ended elsewhere");
                     }
                 }

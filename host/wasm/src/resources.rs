@@ -316,7 +316,12 @@ impl Lease {
 
     /// Ends the lease and releases its locks, awaiting the store's answer.
     pub(crate) async fn revoke(&self) -> Result<u64, LockError> {
-        self.service.revoke_lease(&self.namespace, &self.id).await
+        self.ending.set_releasing(true);
+        let outcome = self.service.revoke_lease(&self.namespace, &self.id).await;
+        if matches!(outcome, Err(LockError::Unavailable(_))) {
+            self.ending.set_releasing(false);
+        }
+        outcome
     }
 
     /// It holds nothing any more: stop watching it, free its place under

@@ -17,7 +17,7 @@ use super::convert::{durability_from_wit, grant_to_wit, lost_reason_to_wit, to_w
 use super::locks::place;
 use super::wit::{leases, types};
 use crate::ctx::{HasLockCtx, LockCtxView};
-use crate::liveness::{lost, now_ms, terms};
+use crate::liveness::{lost, now_ms, terms, Ending};
 use crate::resources::Lease;
 
 impl leases::Host for LockCtxView<'_> {}
@@ -28,6 +28,7 @@ struct LeaseRef {
     namespace: String,
     id: String,
     holding: Arc<Holding>,
+    ending: Arc<Ending>,
 }
 
 /// The lease behind `lease`; `not-held` once the guest revoked it here.
@@ -46,6 +47,7 @@ fn lease_ref<U>(
             namespace: namespace.to_string(),
             id: l.id.clone(),
             holding: l.holding.clone(),
+            ending: l.ending.clone(),
         }))
     })
 }
@@ -142,7 +144,11 @@ impl<U> leases::HostLeaseWithStore<U> for HasLockCtx {
 
     async fn revoke(accessor: &Accessor<U, Self>, lease: Resource<Lease>) -> WitResult<()> {
         let l = try_guest!(lease_ref(accessor, &lease)?);
+        l.ending.set_releasing(true);
         let outcome = l.service.revoke_lease(&l.namespace, &l.id).await;
+        if matches!(outcome, Err(LockError::Unavailable(_))) {
+            l.ending.set_releasing(false);
+        }
         // Unless the store could not answer, this lease holds nothing now.
         if !matches!(outcome, Err(LockError::Unavailable(_))) {
             accessor.with(|mut access| -> wasmtime::Result<()> {
