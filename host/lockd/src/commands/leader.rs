@@ -9,7 +9,7 @@ use clap::Args;
 use lockd_api::{EventQuery, EventWord, FreeReply, LeaderReply, LeaderRequest, Route, Status};
 
 use crate::cli::client::Client;
-use crate::cli::events::{EventStream, Sse};
+use crate::cli::events::{Resuming, Sse, RESUME_WITHIN};
 use crate::cli::failure::{exit_code, fail, Failure};
 use crate::cli::flags::{Conn, NamespaceArg};
 use crate::cli::output::Format;
@@ -67,9 +67,10 @@ impl LeaderCommand {
     /// `--watch`: subscribes to the election's events, then asks who leads
     /// and prints it; asks again on each event of the name that can change
     /// the leader or its value, printing only a change. A stream that
-    /// lagged or that the server closed is subscribed to again and the
-    /// leader asked again, so no change goes unseen; only the latest state
-    /// is shown.
+    /// lagged or that the server closed is subscribed to again, and one
+    /// that broke off (its host died) resumes on another host; the leader
+    /// is asked again each time, so no change goes unseen; only the latest
+    /// state is shown.
     fn follow(self, out: &mut impl Write) -> Result<i32, Failure> {
         let format = self.conn.format;
         let asking = Client::new(
@@ -90,12 +91,19 @@ impl LeaderCommand {
             after: None,
             access_token: None,
         };
+        let open = |after: Option<&str>| {
+            let query = EventQuery {
+                after: after.map(str::to_string),
+                ..query.clone()
+            };
+            streaming.open_stream(Route::Events, &query.path())
+        };
         let mut shown = None;
         loop {
             // Subscribed before asking: a change after the answer is an
             // event on this stream.
-            let stream = streaming.open_stream(Route::Events, &query.path())?;
-            let mut events = EventStream::new(stream);
+            let mut events = Resuming::new(&open, RESUME_WITHIN);
+            events.subscribe()?;
             let mut ask_again = true;
             loop {
                 if ask_again {
@@ -117,6 +125,9 @@ impl LeaderCommand {
                             && event.namespace == self.namespace.namespace
                             && event.kind != EventWord::Extended
                     }
+                    // On another host, or with events maybe missed: the
+                    // answer tells the present.
+                    Ok(Some(Sse::Resumed(_) | Sse::Gap(_))) => true,
                     Ok(Some(Sse::Lagged(_))) => break,
                     Ok(None) => {
                         std::thread::sleep(RESUBSCRIBE_AFTER);
