@@ -1021,3 +1021,44 @@ fn a_malformed_component_file_refuses_the_start() {
         "{refused}"
     );
 }
+
+/// `--dapr-components DIR` declares the stores as `[dapr] components` does,
+/// and wins over it: the example folder's `lockstore` is served, a typo of
+/// it gets daprd's error.
+#[test]
+fn the_dapr_components_flag_declares_the_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lockd.toml"),
+        "[dapr]\ncomponents = \"no-such-folder\"\n",
+    )
+    .unwrap();
+    let examples = repo().join("examples/dapr-components");
+    let args = [
+        "--store",
+        "memory",
+        "--dapr-components",
+        examples.to_str().unwrap(),
+    ];
+    let server = Server::start_in(Some(dir.path()), &args, &[]);
+    let body = br#"{"resourceId":"r","lockOwner":"o","expiryInSeconds":5}"#;
+    let reply = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/lockstore",
+        "application/json",
+        body,
+    );
+    assert_eq!(reply.json, json!({"success": true}), "{}", reply.body);
+    let reply = dapr_post(
+        &server,
+        "/v1.0-alpha1/lock/lockstor",
+        "application/json",
+        body,
+    );
+    assert_dapr_error(
+        &reply,
+        400,
+        "ERR_LOCK_STORE_NOT_FOUND",
+        "lock store lockstor is not found",
+    );
+}

@@ -154,6 +154,13 @@ pub struct ServeArgs {
     /// TryLockAlpha1/UnlockAlpha1, for Dapr's SDKs) on this address.
     #[arg(long, value_name = "ADDR")]
     pub dapr_grpc_listen: Option<std::net::SocketAddr>,
+    /// Serve Dapr's lock API only for the lock stores that the Dapr
+    /// component files in this folder declare (`spec.type: lock.*`); any
+    /// other store name is refused as daprd refuses it [default: `[dapr]
+    /// components` in lockd.toml; with neither, any store name is the
+    /// namespace of that name].
+    #[arg(long, value_name = "DIR")]
+    pub dapr_components: Option<PathBuf>,
     /// Serve HTTPS only, with this certificate chain (PEM, the server's own
     /// certificate first) [default: `[tls] cert` in lockd.toml]. SIGHUP
     /// reads it again.
