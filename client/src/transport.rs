@@ -560,8 +560,12 @@ fn failed<T>(server: &str, error: &reqwest::Error) -> Attempt<T> {
             chain(error)
         )));
     }
-    if error.is_connect() {
-        let tls = rustls_error(error);
+    let tls = rustls_error(error);
+    // A TLS failure is not sent whenever it shows: with TLS 1.3 the server
+    // checks the client's certificate after the client's handshake is done,
+    // so its refusal arrives once the request is written, but the server
+    // never read it.
+    if error.is_connect() || tls.is_some() {
         let reason = match &tls {
             Some(tls) => format!("TLS handshake failed: {tls}"),
             None if error.is_timeout() => "timed out connecting".to_string(),
@@ -619,17 +623,43 @@ fn rustls_error(error: &reqwest::Error) -> Option<rustls::Error> {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(tls.clone());
         }
-        if let Some(inner) = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
+        // io::Errors may wrap each other (hyper around tokio-rustls), and
+        // each one's `source()` skips what it wraps: unwrap them all.
+        let mut io = e.downcast_ref::<std::io::Error>();
+        while let Some(inner) = io.and_then(|io| io.get_ref()) {
             if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
                 return Some(tls.clone());
             }
+            io = inner.downcast_ref::<std::io::Error>();
         }
         source = e.source();
     }
-    None
+    alert_in_text(error)
+}
+
+/// A TLS alert the server sent, read from the error's text: on the path where
+/// a TLS 1.3 server refuses the client's certificate after the handshake, the
+/// rustls error reaches reqwest's chain only as text.
+fn alert_in_text(error: &reqwest::Error) -> Option<rustls::Error> {
+    use rustls::AlertDescription as A;
+    let text = chain(error);
+    let name = text.split("received fatal alert: ").nth(1)?;
+    let name = name.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+    let alert = [
+        A::CertificateRequired,
+        A::BadCertificate,
+        A::UnknownCA,
+        A::CertificateUnknown,
+        A::CertificateExpired,
+        A::CertificateRevoked,
+        A::UnsupportedCertificate,
+        A::AccessDenied,
+        A::HandshakeFailure,
+        A::ProtocolVersion,
+    ]
+    .into_iter()
+    .find(|alert| format!("{alert:?}") == name)?;
+    Some(rustls::Error::AlertReceived(alert))
 }
 
 /// Every host failed before sending: [`Error::Tls`] when all were TLS
