@@ -71,32 +71,7 @@ fn rust_conformance_plugged_under_wasmtime_run() {
     let mut cmd = wasmtime_cmd("run", &["-S", "http"], &server, namespace);
     cmd.arg(&component).arg("P");
     let out = run_bounded(cmd, "wasmtime run");
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "wasmtime run failed ({}):\n{stdout}\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    for step in 1..=12 {
-        assert!(
-            stdout.lines().any(|l| l == format!("ok {step}")),
-            "step {step} missing:\n{stdout}"
-        );
-    }
-    assert!(!stdout.contains("FAIL"), "{stdout}");
-    let printed: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("held "))
-        .expect("no `held <token>` line")
-        .parse()
-        .unwrap();
-    // What the guest left behind is on the server, in its namespace only.
-    let held = server.list(namespace, "P/");
-    assert_eq!(held.len(), 1, "{held:?}");
-    assert_eq!(held[0]["name"], "P/held", "{held:?}");
-    assert_eq!(held[0]["fencing_token"], printed, "{held:?}");
-    assert!(server.list("default", "P/").is_empty());
+    check_conformance(&out, &server, namespace, "rust");
 }
 
 #[test]

@@ -361,3 +361,48 @@ pub(crate) fn stock_run(
     cmd.arg("--").args(args);
     run_bounded(cmd, "stock-host run")
 }
+
+/// Checks a conformance guest's output (its 12 steps passed) and what it
+/// left on the server: `P/held`, held by `language` with the token it
+/// printed, persistent, for 30-60 s more, alone under `P/` in `namespace`
+/// and absent from the default namespace.
+pub(crate) fn check_conformance(out: &Output, server: &Server, namespace: &str, language: &str) {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{language} guest failed ({}):\n{stdout}\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+    for step in 1..=12 {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {step}")),
+            "step {step} missing:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    let printed: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("held "))
+        .expect("no `held <token>` line")
+        .parse()
+        .unwrap();
+
+    let locks = server.list(namespace, "P/");
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let held = &locks[0];
+    assert_eq!(held["name"], "P/held", "{held}");
+    assert_eq!(held["owner"], language, "{held}");
+    assert_eq!(held["fencing_token"].as_u64(), Some(printed), "{held}");
+    assert_eq!(held["durability"], "persistent", "{held}");
+    let remaining = held["expires_at_ms"]
+        .as_u64()
+        .unwrap()
+        .saturating_sub(now_ms());
+    assert!(
+        (20_000..=60_000).contains(&remaining),
+        "expires in {remaining} ms"
+    );
+    // LOCKD_NAMESPACE chose the namespace: nothing landed in the default one.
+    assert!(server.list("default", "P/").is_empty());
+}
