@@ -8,13 +8,18 @@
 //! - [`compose`]: composing a component that imports `lockd:lock` with the
 //!   lockd-client component, for hosts lockd does not run (`lockd plug`),
 //!   and the composition a Spin component's dependencies need;
+//! - [`key_value`] and [`variables`]: Spin's key-value stores and variables
+//!   for the components [`serve`] runs;
 //! - [`wasi`]: the one rule that tells a WASI 0.3 component from a 0.2 one;
 //! - [`epoch`]: the epoch clock every engine here runs on.
 #![deny(missing_docs)]
 
 pub mod compose;
 pub mod epoch;
+pub mod key_value;
 pub mod manifest;
 pub mod run;
 pub mod serve;
+mod spin_wit;
+pub mod variables;
 pub mod wasi;

@@ -1,7 +1,8 @@
 //! The subset of Spin's manifest (`spin_manifest_version = 2`) that lockd
-//! serves: the application, HTTP triggers, and components with a local
-//! `source`, `allowed_outbound_hosts`, `environment`, local `dependencies`
-//! and a `build` command (run by [`build_components`]). Anything lockd
+//! serves: the application, its `[variables]`, HTTP triggers, and
+//! components with a local `source`, `allowed_outbound_hosts`,
+//! `environment`, `key_value_stores`, `variables`, local `dependencies` and
+//! a `build` command (run by [`build_components`]). Anything lockd
 //! cannot honour is an error at startup, not a surprise at request time.
 
 pub mod build_components;
@@ -26,6 +27,17 @@ pub struct Manifest {
     pub routes: Vec<Route>,
     /// `[component.<id>]`, by id.
     pub components: BTreeMap<String, ComponentSpec>,
+    /// `[variables]`: the app's variables, by name.
+    pub variables: BTreeMap<String, VariableSpec>,
+}
+
+/// One `[variables]` entry: a default, or required (not both).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VariableSpec {
+    /// `default`.
+    pub default: Option<String>,
+    /// `required = true`: the app does not start without a value.
+    pub required: bool,
 }
 
 /// One `[[trigger.http]]`.
@@ -47,6 +59,11 @@ pub struct ComponentSpec {
     /// `environment`: the variables the component reads through
     /// `wasi:cli/environment`.
     pub environment: BTreeMap<String, String>,
+    /// `key_value_stores`: the labels of the key-value stores it may open.
+    pub key_value_stores: Vec<String>,
+    /// `[component.<id>.variables]`: its variables, each a template over
+    /// the app's (`"{{ name }}"`).
+    pub variables: BTreeMap<String, String>,
     /// `[component.<id>.dependencies]`, composed into the component when it
     /// is loaded.
     pub dependencies: Vec<dependencies::Dependency>,
@@ -71,6 +88,20 @@ struct RawManifest {
     trigger: RawTriggers,
     #[serde(default)]
     component: BTreeMap<String, RawComponent>,
+    #[serde(default)]
+    variables: BTreeMap<String, RawVariable>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariable {
+    default: Option<String>,
+    #[serde(default)]
+    required: bool,
+    /// Spin keeps a secret's value out of its logs; lockd logs no values,
+    /// so it is accepted and changes nothing.
+    #[serde(default, rename = "secret")]
+    _secret: bool,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +128,10 @@ struct RawComponent {
     allowed_outbound_hosts: Vec<String>,
     #[serde(default)]
     environment: BTreeMap<String, String>,
+    #[serde(default)]
+    key_value_stores: Vec<String>,
+    #[serde(default)]
+    variables: BTreeMap<String, String>,
     dependencies_inherit_configuration: Option<bool>,
     #[serde(default)]
     dependencies: BTreeMap<String, toml::Value>,
@@ -132,12 +167,21 @@ impl Manifest {
                 c.dependencies_inherit_configuration,
                 &dir,
             )?;
+            if let Some(bad) = c
+                .variables
+                .keys()
+                .find(|n| !crate::variables::is_valid_name(n))
+            {
+                bail!("component {id}: {bad:?} is not a valid variable name (lowercase letters, digits and single underscores, starting with a letter)");
+            }
             components.insert(
                 id,
                 ComponentSpec {
                     source: dir.join(source),
                     allowed_outbound_hosts: c.allowed_outbound_hosts,
                     environment: c.environment,
+                    key_value_stores: c.key_value_stores,
+                    variables: c.variables,
                     dependencies,
                     build: c.build,
                 },
@@ -172,6 +216,7 @@ impl Manifest {
             name: raw.application.name,
             routes,
             components,
+            variables: app_variables(raw.variables)?,
         })
     }
 
@@ -200,6 +245,29 @@ impl Manifest {
         }
         best.map(|(r, _)| r)
     }
+}
+
+/// `[variables]`, checked: valid names, a default or `required`, not both.
+fn app_variables(
+    raw: BTreeMap<String, RawVariable>,
+) -> anyhow::Result<BTreeMap<String, VariableSpec>> {
+    let mut variables = BTreeMap::new();
+    for (name, v) in raw {
+        if !crate::variables::is_valid_name(&name) {
+            bail!("[variables] {name:?} is not a valid variable name (lowercase letters, digits and single underscores, starting with a letter)");
+        }
+        if v.required && v.default.is_some() {
+            bail!("[variables] {name}: a variable is either required or has a default, not both");
+        }
+        variables.insert(
+            name,
+            VariableSpec {
+                default: v.default,
+                required: v.required,
+            },
+        );
+    }
+    Ok(variables)
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //!   guest parked in a host call is dropped). A failing guest gets a 500
 //!   and the host carries on.
 //! - Each component's locks live in its namespace (the component id unless
-//!   lockd.toml says otherwise). Components import `lockd:lock@0.1.0`,
+//!   lockd.toml says otherwise). Its key-value stores
+//!   ([`crate::key_value`]) live beside the locks; its variables
+//!   ([`crate::variables`]) are resolved at start. Components import `lockd:lock@0.1.0`,
 //!   `lockd:lock@0.2.0` (WASI 0.3: `async func`s, lost futures) or both.
 
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ use lockd_server::config::LockdConfig;
 use lockd_server::serve::{
     self, BoxFuture, Context, Extended, Extension, Mount, OverTls, Precedence,
 };
+use lockd_server::store::StoreSpec;
 use serde::Serialize;
 use tracing::Instrument as _;
 use wasmtime::component::{Component, Linker};
@@ -39,6 +42,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use wasmtime_wasi_http::WasiHttpView as _;
 
 use crate::epoch;
+use crate::key_value::KeyValueStores;
 use crate::manifest::{dependencies, ComponentSpec, Manifest};
 use crate::wasi::Wasi;
 
@@ -57,7 +61,8 @@ pub struct SpinApp {
 }
 
 impl SpinApp {
-    /// The app of the manifest at `manifest`.
+    /// The app of the manifest at `manifest`. Its key-value stores live
+    /// beside the locks, in the store the server opened.
     pub fn new(manifest: impl Into<PathBuf>) -> Self {
         SpinApp {
             manifest: manifest.into(),
@@ -68,7 +73,12 @@ impl SpinApp {
 impl Extension for SpinApp {
     fn prepare(self: Box<Self>, server: &Context<'_>) -> anyhow::Result<Extended> {
         let manifest = Manifest::load(&self.manifest)?;
-        let app = App::new(manifest, server.config, server.service.clone())?;
+        let app = App::new(
+            manifest,
+            server.config,
+            server.service.clone(),
+            server.store,
+        )?;
         Ok(Extended {
             mounts: vec![(Precedence::AfterOwn, Arc::new(app))],
             side_listeners: Vec::new(),
@@ -175,6 +185,8 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<RequestState>> {
     wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
     lockd_wasm::add_to_linker(&mut linker)?;
     lockd_wasm::p3::add_to_linker(&mut linker)?;
+    crate::key_value::add_to_linker(&mut linker)?;
+    crate::variables::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 
@@ -205,6 +217,8 @@ struct Serving<'a> {
     config: &'a LockdConfig,
     service: LockService,
     limits: InstanceLimits,
+    key_value: Arc<KeyValueStores>,
+    variables: HashMap<String, Arc<std::collections::BTreeMap<String, String>>>,
 }
 
 impl Serving<'_> {
@@ -233,6 +247,9 @@ impl Serving<'_> {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             limits: self.limits,
+            key_value: self.key_value.clone(),
+            key_value_labels: Arc::new(spec.key_value_stores.clone()),
+            variables: self.variables.get(id).cloned().unwrap_or_default(),
         });
         let neither = || {
             format!(
@@ -261,13 +278,30 @@ impl Serving<'_> {
 }
 
 impl App {
-    /// Compiles and pre-instantiates every routed component of `manifest`.
+    /// Compiles and pre-instantiates every routed component of `manifest`,
+    /// its key-value stores beside `store`. Its variables are resolved and
+    /// its key-value labels checked first: a required variable without a
+    /// value or an undeclared label refuses the app.
     pub fn new(
         manifest: Manifest,
         config: &LockdConfig,
         service: LockService,
+        store: &StoreSpec,
     ) -> anyhow::Result<App> {
         let limits = InstanceLimits::from_config(config)?;
+        let env = |name: &str| std::env::var(name).ok();
+        let variables = crate::variables::resolve(
+            &manifest,
+            &crate::variables::Providers {
+                env: &env,
+                config: &config.variables,
+            },
+        )?;
+        let key_value = Arc::new(KeyValueStores::open(
+            &routed_key_value_labels(&manifest),
+            config,
+            store,
+        )?);
         let engine = engine(limits.memory_bytes)?;
         let serving = Serving {
             linker: linker(&engine)?,
@@ -275,6 +309,8 @@ impl App {
             config,
             service,
             limits,
+            key_value,
+            variables,
         };
         let mut components = HashMap::new();
         for route in &manifest.routes {
@@ -339,6 +375,22 @@ impl App {
             }
         })
     }
+}
+
+/// The key-value labels the routed components list, each with the
+/// components that list it.
+fn routed_key_value_labels(manifest: &Manifest) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut labels: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for route in &manifest.routes {
+        let spec = &manifest.components[&route.component];
+        for label in &spec.key_value_stores {
+            let listing = labels.entry(label.clone()).or_default();
+            if !listing.contains(&route.component) {
+                listing.push(route.component.clone());
+            }
+        }
+    }
+    labels
 }
 
 /// The body of a 500 for a component that failed, whose status word is

@@ -95,8 +95,13 @@ use crate::auth::LiveCredentials;
 use crate::store::{StoreSpec, DEFAULT_STORE};
 
 mod dapr;
+mod spin;
 mod tokens;
 pub use dapr::DaprConfig;
+pub use spin::{
+    KeyValueStoreConfig, KeyValueStoreType, DEFAULT_KV_MAX_KEY_BYTES, DEFAULT_KV_MAX_STORE_BYTES,
+    DEFAULT_KV_MAX_VALUE_BYTES,
+};
 pub use tokens::{AuthConfig, NewToken, TokenConfig};
 
 /// The whole file. Unknown keys are errors, so a typo is not silently ignored.
@@ -133,6 +138,14 @@ pub struct LockdConfig {
     /// How the server runs and stops (`lockd serve`, `lockd up`).
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[key_value_store.<label>]`: where the key-value stores of a Spin
+    /// app's components live, and their limits (`lockd up`).
+    #[serde(default)]
+    pub key_value_store: std::collections::BTreeMap<String, KeyValueStoreConfig>,
+    /// `[variables]`: values of a Spin app's variables, by name (`lockd
+    /// up`; the environment's `SPIN_VARIABLE_<NAME>` wins over them).
+    #[serde(default)]
+    pub variables: std::collections::BTreeMap<String, String>,
 }
 
 /// `[server]`: how `lockd serve` and `lockd up` run and stop.

@@ -151,6 +151,7 @@ pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let context = Context {
         service: &service,
         config: &config,
+        store: &store,
         api: &api,
     };
     let mut router = Router {

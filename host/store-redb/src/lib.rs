@@ -48,6 +48,7 @@ pub mod check;
 mod checkpoint;
 mod codec;
 mod damage;
+pub mod kv;
 mod log;
 mod recovery;
 mod shares;

@@ -10,12 +10,13 @@
 //!   answers every request with `internal-error("\"wasi:http/outgoing-handler\"
 //!   is not permitted ...")`, as Spin's adapter does, without sending it.
 //! - A withheld set the dependency imports in a form lockd has no adapter for
-//!   (WASI 0.3's `wasi:cli/environment`, `wasi:http/client`) is refused at
-//!   startup, naming the setting that lets the dependency inherit it.
+//!   (WASI 0.3's `wasi:cli/environment`, `wasi:http/client`, and Spin's
+//!   key-value stores and variables, `key_value_stores` and `variables`) is
+//!   refused at startup, naming the setting that lets the dependency
+//!   inherit it.
 //!
-//! The other sets Spin names (`files`, `variables`, `key_value_stores`,
-//! `sqlite_databases`, `ai_models`) are capabilities lockd gives no
-//! component, so there is nothing to withhold.
+//! The other sets Spin names (`files`, `sqlite_databases`, `ai_models`) are
+//! capabilities lockd gives no component, so there is nothing to withhold.
 
 use anyhow::{anyhow, bail, Result};
 use wac_graph::types::Package;
@@ -59,6 +60,16 @@ const ENVIRONMENT_P2: &str = "wasi:cli/environment@0.2.";
 const OUTGOING_HANDLER_P2: &str = "wasi:http/outgoing-handler@0.2.";
 const HTTP_TYPES_P2: &str = "wasi:http/types@0.2.";
 
+/// Spin's own capabilities lockd serves, by the configuration set that
+/// grants them, with the interface names they are imported under.
+const SPIN_CAPABILITIES: [(&str, [&str; 2]); 2] = [
+    (
+        "key_value_stores",
+        ["fermyon:spin/key-value@", "spin:key-value/"],
+    ),
+    ("variables", ["fermyon:spin/variables@", "spin:variables/"]),
+];
+
 /// What a dependency without `allowed_outbound_hosts` gets for each request:
 /// Spin's words, and why.
 pub const HTTP_DENIED: &str = "\"wasi:http/outgoing-handler\" is not permitted \
@@ -77,6 +88,11 @@ pub fn apply(name: &str, bytes: Vec<u8>, inherit: &Inherit) -> Result<Vec<u8>> {
         .collect();
     let mut plugs = Vec::new();
     for import in &imports {
+        for (set, prefixes) in SPIN_CAPABILITIES {
+            if !inherit.allows(set) && prefixes.iter().any(|p| import.starts_with(p)) {
+                bail!(withheld_unsupported(name, import, set));
+            }
+        }
         if !inherit.allows("environment") {
             if import.starts_with(ENVIRONMENT_P2) {
                 plugs.push(empty_environment(import)?);

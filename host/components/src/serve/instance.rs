@@ -6,6 +6,7 @@
 //! fresh WASIp2 instance per request in [`super`], reused WASIp3 instances
 //! in [`super::p3`]) build their stores here.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use crate::epoch;
+use crate::key_value::{KeyValueStores, KvCtx, KvCtxView, KvView};
+use crate::variables::{VariablesCtx, VariablesView};
 
 /// Per-instance bounds.
 #[derive(Clone, Copy, Debug)]
@@ -98,6 +101,11 @@ pub(super) struct StoreRecipe {
     /// The manifest's `environment` for this component.
     pub(super) environment: Vec<(String, String)>,
     pub(super) limits: InstanceLimits,
+    /// The app's key-value stores, and the labels this component lists.
+    pub(super) key_value: Arc<KeyValueStores>,
+    pub(super) key_value_labels: Arc<Vec<String>>,
+    /// This component's variables, resolved.
+    pub(super) variables: Arc<BTreeMap<String, String>>,
 }
 
 /// Everything one request's store holds.
@@ -109,7 +117,24 @@ pub(super) struct RequestState {
     /// The lock capability (a reused WASIp3 instance tells it which
     /// request's task to abandon).
     pub(super) locks: LockCtx,
+    key_value: KvCtx,
+    variables: VariablesCtx,
     limits: StoreLimits,
+}
+
+impl KvView for RequestState {
+    fn kv_ctx(&mut self) -> KvCtxView<'_> {
+        KvCtxView {
+            ctx: &mut self.key_value,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl VariablesView for RequestState {
+    fn variables_ctx(&mut self) -> &mut VariablesCtx {
+        &mut self.variables
+    }
 }
 
 impl WasiView for RequestState {
@@ -158,6 +183,10 @@ impl StoreRecipe {
             },
             table: ResourceTable::new(),
             locks: LockCtx::new(self.service.clone(), self.namespace.clone()),
+            key_value: KvCtx::new(self.key_value.clone(), self.key_value_labels.clone()),
+            variables: VariablesCtx {
+                values: self.variables.clone(),
+            },
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
                 .trap_on_grow_failure(true)

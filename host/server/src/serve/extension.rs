@@ -21,6 +21,7 @@ use lockd_core::LockService;
 use crate::api::Api;
 use crate::body::Body;
 use crate::config::LockdConfig;
+use crate::store::StoreSpec;
 use crate::tls::Handshaken;
 
 /// A future an extension hands the server.
@@ -42,6 +43,9 @@ pub struct Context<'a> {
     /// lockd.toml (its `[dapr]`, `[limits]` and `[components]` are read by
     /// the extensions they concern).
     pub config: &'a LockdConfig,
+    /// The store the locks live in (`--store`, else lockd.toml's): what an
+    /// extension keeps beside the locks goes where it says.
+    pub store: &'a StoreSpec,
     /// lockd's own API: its token checks ([`Api::authorize`],
     /// [`Api::check_known_token`]) guard the other surfaces too.
     pub api: &'a Arc<Api>,
