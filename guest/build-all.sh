@@ -26,7 +26,7 @@ out="$repo/target/guests"
 # tests/tests/guests.rs (foreach_guest!), and an example is tested where
 # its app is served (host/lockd/tests/spin_kv.rs).
 examples_out="$repo/target/examples"
-example_guests=(kv-counter)
+example_guests=(kv-counter kv-counter-p3)
 target=wasm32-wasip2
 
 # --- Environment -----------------------------------------------------------

@@ -1,5 +1,6 @@
 //! Spin's key-value stores for the components `lockd up` serves
-//! (`fermyon:spin/key-value@2.0.0`, spin-sdk 5.2), kept beside the locks.
+//! (`fermyon:spin/key-value@2.0.0` for spin-sdk 5.2,
+//! `spin:key-value/key-value@3.0.0` for spin-sdk 7.0), kept beside the locks.
 //!
 //! - A component lists the store labels it may open in spin.toml
 //!   (`key_value_stores = ["default", ...]`). Opening a label it does not
@@ -23,6 +24,7 @@
 
 mod backend;
 mod host;
+mod host_p3;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

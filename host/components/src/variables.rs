@@ -1,5 +1,6 @@
 //! Spin's variables for the components `lockd up` serves
-//! (`fermyon:spin/variables@2.0.0`, spin-sdk 5.2).
+//! (`fermyon:spin/variables@2.0.0` for spin-sdk 5.2,
+//! `spin:variables/variables@3.0.0` for spin-sdk 7.0).
 //!
 //! - The app declares its variables in spin.toml's `[variables]`, each with
 //!   a `default` or `required = true`; a component names the ones it reads
@@ -17,10 +18,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use wasmtime::component::{HasData, Linker};
+use wasmtime::component::{Accessor, HasData, Linker};
 
 use crate::manifest::{Manifest, VariableSpec};
-use crate::spin_wit::variables::{self, Error};
+use crate::spin_wit::{v2, v3};
 
 /// Whether `name` is a valid variable name, as Spin's are: lowercase ASCII
 /// letters, digits and single underscores, starting with a letter and not
@@ -143,22 +144,31 @@ impl HasData for HasVariables {
     type Data<'a> = Lookup<'a>;
 }
 
-/// Adds `fermyon:spin/variables@2.0.0` to `linker`.
+/// Adds `fermyon:spin/variables@2.0.0` and
+/// `spin:variables/variables@3.0.0` to `linker`.
 pub(crate) fn add_to_linker<T: VariablesView + 'static>(
     linker: &mut Linker<T>,
 ) -> wasmtime::Result<()> {
-    variables::add_to_linker::<T, HasVariables>(linker, lookup::<T>)
+    v2::variables::add_to_linker::<T, HasVariables>(linker, lookup::<T>)?;
+    v3::variables::add_to_linker::<T, HasVariables>(linker, lookup::<T>)
 }
 
 fn lookup<T: VariablesView>(data: &mut T) -> Lookup<'_> {
     Lookup(data.variables_ctx())
 }
 
+/// Why `get` refused, in no version's words yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Refused {
+    InvalidName(String),
+    Undefined(String),
+}
+
 impl VariablesCtx {
     /// What `get(name)` answers.
-    fn lookup(&self, name: &str) -> Result<String, Error> {
+    fn lookup(&self, name: &str) -> Result<String, Refused> {
         if !is_valid_name(name) {
-            return Err(Error::InvalidName(format!(
+            return Err(Refused::InvalidName(format!(
                 "{name:?} is not a valid variable name (lowercase letters, digits and single \
                  underscores, starting with a letter)"
             )));
@@ -166,13 +176,36 @@ impl VariablesCtx {
         self.values
             .get(name)
             .cloned()
-            .ok_or_else(|| Error::Undefined(format!("no variable for {name:?}")))
+            .ok_or_else(|| Refused::Undefined(format!("no variable for {name:?}")))
     }
 }
 
-impl variables::Host for Lookup<'_> {
-    async fn get(&mut self, name: String) -> wasmtime::Result<Result<String, Error>> {
-        Ok(self.0.lookup(&name))
+impl v2::variables::Host for Lookup<'_> {
+    async fn get(
+        &mut self,
+        name: String,
+    ) -> wasmtime::Result<Result<String, v2::variables::Error>> {
+        use v2::variables::Error;
+        Ok(self.0.lookup(&name).map_err(|refused| match refused {
+            Refused::InvalidName(why) => Error::InvalidName(why),
+            Refused::Undefined(why) => Error::Undefined(why),
+        }))
+    }
+}
+
+impl v3::variables::Host for Lookup<'_> {}
+
+impl<U> v3::variables::HostWithStore<U> for HasVariables {
+    async fn get(
+        accessor: &Accessor<U, Self>,
+        name: String,
+    ) -> wasmtime::Result<Result<String, v3::variables::Error>> {
+        use v3::variables::Error;
+        let answer = accessor.with(|mut access| access.get().0.lookup(&name));
+        Ok(answer.map_err(|refused| match refused {
+            Refused::InvalidName(why) => Error::InvalidName(why),
+            Refused::Undefined(why) => Error::Undefined(why),
+        }))
     }
 }
 
@@ -256,7 +289,7 @@ mod tests {
             values: Arc::new(BTreeMap::from([("step".to_string(), "5".to_string())])),
         };
         assert_eq!(ctx.lookup("step").unwrap(), "5");
-        assert!(matches!(ctx.lookup("Step"), Err(Error::InvalidName(_))));
-        assert!(matches!(ctx.lookup("other"), Err(Error::Undefined(_))));
+        assert!(matches!(ctx.lookup("Step"), Err(Refused::InvalidName(_))));
+        assert!(matches!(ctx.lookup("other"), Err(Refused::Undefined(_))));
     }
 }

@@ -16,21 +16,22 @@ use crate::lockd_server::{lockd_in_dir, request, Reply, Server};
 /// Concurrent POSTs on one counter.
 const WRITERS: u64 = 50;
 
-/// The example's component, built once per test binary by
-/// `guest/build-all.sh kv-counter` (a no-op when it is up to date) into
+/// The example's components (`kv-counter` on spin-sdk 5.2, WASI 0.2;
+/// `kv-counter-p3` on spin-sdk 7.0, WASI 0.3), built once per test binary
+/// by `guest/build-all.sh` (a no-op when they are up to date) into
 /// `target/examples/`.
-fn kv_counter_wasm() -> &'static Path {
-    static WASM: OnceLock<PathBuf> = OnceLock::new();
-    WASM.get_or_init(|| {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+fn example_wasm(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    BUILT.get_or_init(|| {
         let status = std::process::Command::new("bash")
             .arg(repo.join("guest/build-all.sh"))
-            .arg("kv-counter")
+            .args(["kv-counter", "kv-counter-p3"])
             .status()
             .unwrap();
-        assert!(status.success(), "building kv-counter: {status}");
-        repo.join("target/examples/kv-counter.wasm")
-    })
+        assert!(status.success(), "building the examples: {status}");
+    });
+    repo.join(format!("target/examples/{name}.wasm"))
 }
 
 /// A directory holding a spin.toml that serves the built `kv-counter` at
@@ -38,7 +39,6 @@ fn kv_counter_wasm() -> &'static Path {
 /// and a lockd.toml keeping the locks (and so the key-value file) in it.
 fn app_dir(extra_manifest: &str, extra_config: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let wasm = kv_counter_wasm();
     std::fs::write(
         dir.path().join("spin.toml"),
         format!(
@@ -50,13 +50,23 @@ counter_step = {{ default = "1" }}
 [[trigger.http]]
 route = "/counter/..."
 component = "kv-counter"
+[[trigger.http]]
+route = "/p3/..."
+component = "kv-counter-p3"
 [component.kv-counter]
 source = {wasm:?}
 key_value_stores = ["default"]
 [component.kv-counter.variables]
 counter_step = "{{{{ counter_step }}}}"
+[component.kv-counter-p3]
+source = {wasm_p3:?}
+key_value_stores = ["default"]
+[component.kv-counter-p3.variables]
+counter_step = "{{{{ counter_step }}}}"
+tagged = "step {{{{ counter_step }}}} of many"
 {extra_manifest}"#,
-            wasm = wasm.display().to_string()
+            wasm = example_wasm("kv-counter").display().to_string(),
+            wasm_p3 = example_wasm("kv-counter-p3").display().to_string(),
         ),
     )
     .unwrap();
@@ -207,4 +217,58 @@ fn an_app_the_server_cannot_serve_is_refused_at_start_naming_why() {
         "",
         &["\"api_key\" is required", "SPIN_VARIABLE_API_KEY"],
     );
+}
+
+/// The same counter on spin-sdk 7.0 (WASI 0.3: `spin:key-value@3.0.0` and
+/// `spin:variables@3.0.0`, async, under a `lockd:lock@0.2.0` guard): exact
+/// under concurrency; the store is the one the 0.2 component writes (the
+/// label `default` is the app's, as in Spin); `get-keys` streams its keys;
+/// `exists` and `delete` agree; a label the component does not list is
+/// denied; a variable's template expands, and a bad or undeclared name gets
+/// Spin's error case.
+#[test]
+fn spin_sdk_7_async_key_value_and_variables() {
+    let dir = app_dir("", "");
+    let server = up(dir.path(), &[("SPIN_VARIABLE_COUNTER_STEP", "2")]);
+    let replies = concurrent_posts(&server, "/p3/counter/async", 20);
+    assert_serialised(&replies, 2, 0);
+    // Written by the 0.2 component, read by the 0.3 one.
+    assert_eq!(server.post("/counter/sync", "").code, 200);
+    let read = server.get("/p3/counter/sync");
+    assert_eq!(read.json["value"], 2, "{}", read.body);
+    let keys = server.get("/p3/counters");
+    assert_eq!(
+        keys.json["keys"],
+        serde_json::json!(["counter/async", "counter/sync"]),
+        "{}",
+        keys.body
+    );
+    let deleted = |existed: bool| {
+        let reply = request("DELETE", &server.url, "/p3/counter/sync", None, None);
+        assert_eq!(
+            (reply.code, reply.json["existed"].as_bool()),
+            (200, Some(existed)),
+            "{}",
+            reply.body
+        );
+    };
+    deleted(true);
+    deleted(false);
+    assert_eq!(server.get("/counter/sync").json["value"], 0);
+    for (label, answer) in [
+        ("default", serde_json::json!({"opened": true})),
+        ("sessions", serde_json::json!({"error": "access-denied"})),
+    ] {
+        let reply = server.get(&format!("/p3/open/{label}"));
+        assert_eq!(reply.json, answer, "{label}: {}", reply.body);
+    }
+    for (name, answer) in [
+        ("counter_step", serde_json::json!({"value": "2"})),
+        ("tagged", serde_json::json!({"value": "step 2 of many"})),
+        ("Tagged", serde_json::json!({"error": "invalid-name"})),
+        ("not_declared", serde_json::json!({"error": "undefined"})),
+    ] {
+        let reply = server.get(&format!("/p3/variable/{name}"));
+        assert_eq!(reply.json, answer, "{name}: {}", reply.body);
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
 use super::{KeyValueStores, LabeledStore, MAX_OPEN_STORES};
-use crate::spin_wit::key_value::{self, Error};
+use crate::spin_wit::v2::key_value::{self, Error};
 
 /// An open store: what a guest's `store` resource stands for.
 #[derive(Debug)]
@@ -45,15 +45,17 @@ pub(crate) trait KvView: Send {
     fn kv_ctx(&mut self) -> KvCtxView<'_>;
 }
 
-struct HasKv;
+pub(super) struct HasKv;
 
 impl HasData for HasKv {
     type Data<'a> = KvCtxView<'a>;
 }
 
-/// Adds `fermyon:spin/key-value@2.0.0` to `linker`.
+/// Adds `fermyon:spin/key-value@2.0.0` and
+/// `spin:key-value/key-value@3.0.0` to `linker`.
 pub(crate) fn add_to_linker<T: KvView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    key_value::add_to_linker::<T, HasKv>(linker, T::kv_ctx)
+    key_value::add_to_linker::<T, HasKv>(linker, T::kv_ctx)?;
+    super::host_p3::add_to_linker::<T>(linker)
 }
 
 type KvResult<T> = wasmtime::Result<Result<T, Error>>;
@@ -63,9 +65,58 @@ fn other<T>(result: Result<T, String>) -> KvResult<T> {
     Ok(result.map_err(Error::Other))
 }
 
+/// Why `open` refused, in no version's words yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// The component does not list the label.
+    AccessDenied,
+    /// The server has no store of the label.
+    NoSuchStore,
+    /// The instance has [`MAX_OPEN_STORES`] open.
+    StoreTableFull,
+}
+
+fn refused_to_v2(refused: Refused) -> Error {
+    match refused {
+        Refused::AccessDenied => Error::AccessDenied,
+        Refused::NoSuchStore => Error::NoSuchStore,
+        Refused::StoreTableFull => Error::StoreTableFull,
+    }
+}
+
 impl KvCtxView<'_> {
-    fn store(&self, store: &Resource<OpenStore>) -> wasmtime::Result<LabeledStore> {
+    /// The store behind a guest's handle.
+    pub(super) fn store(&self, store: &Resource<OpenStore>) -> wasmtime::Result<LabeledStore> {
         Ok(self.table.get(store)?.0.clone())
+    }
+
+    /// `open(label)`, for every version.
+    pub(super) fn open_store(
+        &mut self,
+        label: &str,
+    ) -> wasmtime::Result<Result<Resource<OpenStore>, Refused>> {
+        // Spin's order: a label the component does not list is denied
+        // whether or not the server has it, so a guest cannot probe for
+        // other components' stores.
+        if !self.ctx.allowed.iter().any(|allowed| allowed == label) {
+            return Ok(Err(Refused::AccessDenied));
+        }
+        let Some(store) = self.ctx.stores.get(label) else {
+            return Ok(Err(Refused::NoSuchStore));
+        };
+        if self.ctx.open >= MAX_OPEN_STORES {
+            return Ok(Err(Refused::StoreTableFull));
+        }
+        let resource = self.table.push(OpenStore(store.clone()))?;
+        self.ctx.open += 1;
+        Ok(Ok(resource))
+    }
+
+    /// A guest dropped its handle: its slot is free again.
+    pub(super) fn close_store(&mut self, store: Resource<OpenStore>) -> wasmtime::Result<()> {
+        self.table.delete(store)?;
+        self.ctx.open = self.ctx.open.saturating_sub(1);
+        Ok(())
     }
 }
 
@@ -73,21 +124,7 @@ impl key_value::Host for KvCtxView<'_> {}
 
 impl key_value::HostStore for KvCtxView<'_> {
     async fn open(&mut self, label: String) -> KvResult<Resource<OpenStore>> {
-        // Spin's order: a label the component does not list is denied
-        // whether or not the server has it, so a guest cannot probe for
-        // other components' stores.
-        if !self.ctx.allowed.contains(&label) {
-            return Ok(Err(Error::AccessDenied));
-        }
-        let Some(store) = self.ctx.stores.get(&label) else {
-            return Ok(Err(Error::NoSuchStore));
-        };
-        if self.ctx.open >= MAX_OPEN_STORES {
-            return Ok(Err(Error::StoreTableFull));
-        }
-        let resource = self.table.push(OpenStore(store.clone()))?;
-        self.ctx.open += 1;
-        Ok(Ok(resource))
+        Ok(self.open_store(&label)?.map_err(refused_to_v2))
     }
 
     async fn get(&mut self, store: Resource<OpenStore>, key: String) -> KvResult<Option<Vec<u8>>> {
@@ -116,9 +153,7 @@ impl key_value::HostStore for KvCtxView<'_> {
     }
 
     async fn drop(&mut self, store: Resource<OpenStore>) -> wasmtime::Result<()> {
-        self.table.delete(store)?;
-        self.ctx.open = self.ctx.open.saturating_sub(1);
-        Ok(())
+        self.close_store(store)
     }
 }
 
@@ -127,7 +162,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::spin_wit::key_value::HostStore as _;
+    use crate::spin_wit::v2::key_value::HostStore as _;
     use lockd_server::config::LockdConfig;
     use lockd_server::store::StoreSpec;
 
