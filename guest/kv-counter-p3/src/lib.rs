@@ -4,9 +4,11 @@
 //! (`spin:variables/variables@3.0.0`) as async calls, under a lockd guard
 //! (`lockd:lock@0.2.0`).
 //!
-//! Mounted at `/p3/...`:
+//! Mounted at `/p3/...`. Its counters are its own (keys and locks
+//! `counter-p3/{name}`): its locks live in its own namespace, so sharing
+//! kv-counter's keys would let the two update one counter at once.
 //!
-//! - `POST /p3/counter/{name}` takes the guard `counter/{name}` (waiting up
+//! - `POST /p3/counter/{name}` takes the guard `counter-p3/{name}` (waiting up
 //!   to 5 s), adds the variable `counter_step` to the stored counter, writes
 //!   it back with the guard's fencing token, and answers
 //!   `200 {"value":N,"fencing_token":T}`.
@@ -89,7 +91,7 @@ async fn load(store: &Store, key: &str) -> Result<(u64, u64), (u16, String)> {
 
 async fn increment(name: &str) -> Answer {
     let step = step().await?;
-    let key = format!("counter/{name}");
+    let key = format!("counter-p3/{name}");
     let guard = match Guard::acquire(&key, LOCK_TTL, LockOptions::default().with_wait(LOCK_WAIT))
         .await
     {
@@ -116,12 +118,12 @@ async fn increment(name: &str) -> Answer {
 
 async fn read(name: &str) -> Answer {
     let store = Store::open_default().await.map_err(failed)?;
-    let (value, _) = load(&store, &format!("counter/{name}")).await?;
+    let (value, _) = load(&store, &format!("counter-p3/{name}")).await?;
     Ok(json_response(200, &json!({"value": value})))
 }
 
 async fn delete(name: &str) -> Answer {
-    let key = format!("counter/{name}");
+    let key = format!("counter-p3/{name}");
     let store = Store::open_default().await.map_err(failed)?;
     let existed = store.exists(&key).await.map_err(failed)?;
     store.delete(&key).await.map_err(failed)?;

@@ -11,8 +11,9 @@
 //!   `type = "lockd"`), or the app is refused at start, naming the label and
 //!   the component.
 //! - Where the data lives follows the lock store: a redb file beside a
-//!   `redb:` store ([`lockd_redb::kv`], durable before `set` returns),
-//!   memory for `memory`. The stores of one label are shared by every
+//!   `redb:` store ([`lockd_redb::kv`], durable before `set` returns), the
+//!   same etcd cluster for `etcd:`, under a prefix of its own
+//!   ([`lockd_etcd::kv`], shared by every host), memory for `memory`. The stores of one label are shared by every
 //!   component that lists it.
 //! - Guest input is bounded: key and value sizes, the bytes a store holds
 //!   (lockd.toml's `max_key_bytes`, `max_value_bytes`, `max_store_bytes`),
@@ -36,7 +37,7 @@ use lockd_server::config::{
 };
 use lockd_server::store::StoreSpec;
 
-pub use backend::{Backend, MemoryBackend, RedbBackend};
+pub use backend::{Backend, EtcdKvBackend, MemoryBackend, RedbBackend};
 pub use host::OpenStore;
 pub(crate) use host::{add_to_linker, KvCtx, KvCtxView, KvView};
 
@@ -188,10 +189,7 @@ impl KeyValueStores {
         let backend: Arc<dyn Backend> = match store {
             StoreSpec::Memory => Arc::new(MemoryBackend::default()),
             StoreSpec::Redb(path) => Arc::new(RedbBackend::open(path)?),
-            StoreSpec::Etcd(_) => bail!(
-                "key-value stores are kept in the lock store, and lockd up keeps them in a redb \
-                 or memory store only: serve this app with --store redb:PATH or memory"
-            ),
+            StoreSpec::Etcd(options) => Arc::new(EtcdKvBackend::new((**options).clone())),
         };
         let stores = wanted
             .keys()

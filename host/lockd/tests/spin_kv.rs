@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::lockd_server::{lockd_in_dir, request, Reply, Server};
+use lockd_test_support::etcd::EtcdCluster;
 
 /// Concurrent POSTs on one counter.
 const WRITERS: u64 = 50;
@@ -38,6 +39,11 @@ fn example_wasm(name: &str) -> PathBuf {
 /// `/counter/...` with the `default` store and `counter_step` (default 1),
 /// and a lockd.toml keeping the locks (and so the key-value file) in it.
 fn app_dir(extra_manifest: &str, extra_config: &str) -> tempfile::TempDir {
+    app_dir_on("redb:locks.redb", extra_manifest, extra_config)
+}
+
+/// [`app_dir`] with the locks (and the key-value data) in `store`.
+fn app_dir_on(store: &str, extra_manifest: &str, extra_config: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("spin.toml"),
@@ -74,7 +80,7 @@ tagged = "step {{{{ counter_step }}}} of many"
     // beside the store lockd.toml names.
     std::fs::write(
         dir.path().join("lockd.toml"),
-        format!("store = \"redb:locks.redb\"\n{extra_config}"),
+        format!("store = {store:?}\n{extra_config}"),
     )
     .unwrap();
     dir
@@ -232,19 +238,17 @@ fn spin_sdk_7_async_key_value_and_variables() {
     let server = up(dir.path(), &[("SPIN_VARIABLE_COUNTER_STEP", "2")]);
     let replies = concurrent_posts(&server, "/p3/counter/async", 20);
     assert_serialised(&replies, 2, 0);
-    // Written by the 0.2 component, read by the 0.3 one.
+    // One store for the app: the 0.3 component lists what the 0.2 one wrote.
     assert_eq!(server.post("/counter/sync", "").code, 200);
-    let read = server.get("/p3/counter/sync");
-    assert_eq!(read.json["value"], 2, "{}", read.body);
     let keys = server.get("/p3/counters");
     assert_eq!(
         keys.json["keys"],
-        serde_json::json!(["counter/async", "counter/sync"]),
+        serde_json::json!(["counter-p3/async", "counter/sync"]),
         "{}",
         keys.body
     );
     let deleted = |existed: bool| {
-        let reply = request("DELETE", &server.url, "/p3/counter/sync", None, None);
+        let reply = request("DELETE", &server.url, "/p3/counter/async", None, None);
         assert_eq!(
             (reply.code, reply.json["existed"].as_bool()),
             (200, Some(existed)),
@@ -254,7 +258,7 @@ fn spin_sdk_7_async_key_value_and_variables() {
     };
     deleted(true);
     deleted(false);
-    assert_eq!(server.get("/counter/sync").json["value"], 0);
+    assert_eq!(server.get("/p3/counter/async").json["value"], 0);
     for (label, answer) in [
         ("default", serde_json::json!({"opened": true})),
         ("sessions", serde_json::json!({"error": "access-denied"})),
@@ -270,5 +274,38 @@ fn spin_sdk_7_async_key_value_and_variables() {
     ] {
         let reply = server.get(&format!("/p3/variable/{name}"));
         assert_eq!(reply.json, answer, "{name}: {}", reply.body);
+    }
+}
+
+/// On etcd, two `lockd up` hosts serve one app: POSTs spread over both
+/// count exactly (the locks and the key-value store are the cluster's), and
+/// each host reads what the other wrote.
+#[test]
+fn two_hosts_on_etcd_share_the_counter() {
+    let etcd = EtcdCluster::start().expect("etcd did not start");
+    let store = format!("etcd:{}", etcd.endpoints().join(","));
+    let dirs = [app_dir_on(&store, "", ""), app_dir_on(&store, "", "")];
+    let hosts: Vec<Server> = dirs.iter().map(|d| up(d.path(), &[])).collect();
+    // Both components at once, each on its own counter, each request to
+    // either host.
+    let threads: Vec<_> = (0..WRITERS + 10)
+        .map(|i| {
+            let url = hosts[(i % 2) as usize].url.clone();
+            let path = if i < WRITERS {
+                "/counter/shared"
+            } else {
+                "/p3/counter/shared"
+            };
+            std::thread::spawn(move || request("POST", &url, path, Some(""), None))
+        })
+        .collect();
+    let mut replies: Vec<Reply> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let p3 = replies.split_off(WRITERS as usize);
+    assert_serialised(&replies, 1, 0);
+    assert_serialised(&p3, 1, 0);
+    for host in &hosts {
+        let read = host.get("/counter/shared");
+        assert_eq!(read.json["value"].as_u64(), Some(WRITERS), "{}", read.body);
+        assert_eq!(host.get("/p3/counter/shared").json["value"], 10);
     }
 }

@@ -133,6 +133,7 @@ mod etcd_lease;
 mod events;
 mod floors;
 mod keys;
+pub mod kv;
 mod local;
 mod name;
 mod options;

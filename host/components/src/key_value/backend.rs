@@ -1,5 +1,5 @@
 //! Where key-value stores keep their bytes: a small object-safe trait and
-//! its two implementations. A backend sees labels, keys and bytes, never
+//! its three implementations (memory, a redb file, etcd). A backend sees labels, keys and bytes, never
 //! wasmtime types; the bounds on keys and values are checked before it is
 //! called, and it enforces the one bound it alone can count (the bytes a
 //! store holds) atomically with the write.
@@ -8,8 +8,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use lockd_etcd::kv::EtcdKv;
+use lockd_etcd::EtcdOptions;
 use lockd_redb::kv::{kv_path, KvError, KvFile};
 use lockd_server::serve::BoxFuture;
+use tokio::sync::OnceCell;
 
 /// A failure, worded for the guest's `other(...)`.
 type Failed = String;
@@ -169,5 +172,67 @@ impl Backend for RedbBackend {
 
     fn keys(&self, label: String) -> BoxFuture<'_, Result<Vec<String>, Failed>> {
         self.run(move |f| f.keys(&label))
+    }
+}
+
+/// Stores on the etcd cluster of an `etcd:` lock store, under its prefix
+/// with `-kv` ([`EtcdKv`]), shared by every host serving the app. The
+/// client connects at the first call: the lock store proved the cluster
+/// reachable at start, and a cluster away later fails calls, not the app.
+#[derive(Debug)]
+pub struct EtcdKvBackend {
+    options: EtcdOptions,
+    kv: OnceCell<EtcdKv>,
+}
+
+impl EtcdKvBackend {
+    /// The stores of the cluster `options` names.
+    pub fn new(options: EtcdOptions) -> EtcdKvBackend {
+        EtcdKvBackend {
+            options,
+            kv: OnceCell::new(),
+        }
+    }
+
+    async fn kv(&self) -> Result<&EtcdKv, Failed> {
+        self.kv
+            .get_or_try_init(|| EtcdKv::connect(&self.options))
+            .await
+            .map_err(|e| format!("the key-value store on etcd: {e}"))
+    }
+}
+
+fn worded(e: lockd_etcd::kv::KvError) -> Failed {
+    e.to_string()
+}
+
+impl Backend for EtcdKvBackend {
+    fn get(&self, label: String, key: String) -> BoxFuture<'_, Result<Option<Vec<u8>>, Failed>> {
+        Box::pin(async move { self.kv().await?.get(&label, &key).await.map_err(worded) })
+    }
+
+    fn set(
+        &self,
+        label: String,
+        key: String,
+        value: Vec<u8>,
+        limit: u64,
+    ) -> BoxFuture<'_, Result<(), Failed>> {
+        Box::pin(async move {
+            let kv = self.kv().await?;
+            kv.set(&label, &key, &value, limit).await.map_err(worded)
+        })
+    }
+
+    fn delete(&self, label: String, key: String) -> BoxFuture<'_, Result<(), Failed>> {
+        Box::pin(async move { self.kv().await?.delete(&label, &key).await.map_err(worded) })
+    }
+
+    fn exists(&self, label: String, key: String) -> BoxFuture<'_, Result<bool, Failed>> {
+        Box::pin(async move { self.kv().await?.exists(&label, &key).await.map_err(worded) })
+    }
+
+    fn keys(&self, label: String) -> BoxFuture<'_, Result<Vec<String>, Failed>> {
+        Box::pin(async move { self.kv().await?.keys(&label).await.map_err(worded) })
     }
 }

@@ -93,6 +93,53 @@ pub(crate) struct Inner {
     handle: Handle,
 }
 
+/// Checks `options` and connects a client to its endpoints, as they say
+/// (TLS, user), after a probe that names what is wrong if etcd cannot be
+/// reached. What the lock store and the key-value stores
+/// ([`crate::kv::EtcdKv`]) each stand on.
+pub(crate) async fn connect_etcd(options: &EtcdOptions) -> Result<Etcd, LockError> {
+    options
+        .check()
+        .map_err(|e| LockError::InvalidArgument(e.to_string()))?;
+    let endpoints = options.endpoints.join(",");
+    let (access, connect_options) = Access::load(
+        options,
+        ConnectOptions::new()
+            .with_connect_timeout(options.dial_timeout)
+            .with_timeout(options.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(false),
+    )?;
+    preflight(options, &access).await?;
+    let client = match tokio::time::timeout(
+        options.dial_timeout,
+        Client::connect(&options.endpoints, Some(connect_options)),
+    )
+    .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            return Err(LockError::Unavailable(format!(
+                "etcd {endpoints}: {}",
+                access.describe(&e)
+            )))
+        }
+        Err(_) => {
+            return Err(LockError::Unavailable(format!(
+                "etcd {endpoints}: no answer within {:?}",
+                options.dial_timeout
+            )))
+        }
+    };
+    let etcd = Etcd::new(
+        client,
+        access,
+        options.endpoints.clone(),
+        options.request_timeout,
+    );
+    Ok(etcd)
+}
+
 impl Inner {
     /// Connects to `options.endpoints` and opens a session. Must be called
     /// within a tokio runtime, which the backend's background work then
@@ -101,45 +148,7 @@ impl Inner {
         options: EtcdOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Inner>, LockError> {
-        options
-            .check()
-            .map_err(|e| LockError::InvalidArgument(e.to_string()))?;
-        let endpoints = options.endpoints.join(",");
-        let (access, connect_options) = Access::load(
-            &options,
-            ConnectOptions::new()
-                .with_connect_timeout(options.dial_timeout)
-                .with_timeout(options.request_timeout)
-                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-                .with_keep_alive_while_idle(false),
-        )?;
-        preflight(&options, &access).await?;
-        let client = match tokio::time::timeout(
-            options.dial_timeout,
-            Client::connect(&options.endpoints, Some(connect_options)),
-        )
-        .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(LockError::Unavailable(format!(
-                    "etcd {endpoints}: {}",
-                    access.describe(&e)
-                )))
-            }
-            Err(_) => {
-                return Err(LockError::Unavailable(format!(
-                    "etcd {endpoints}: no answer within {:?}",
-                    options.dial_timeout
-                )))
-            }
-        };
-        let etcd = Etcd::new(
-            client,
-            access,
-            options.endpoints.clone(),
-            options.request_timeout,
-        );
+        let etcd = connect_etcd(&options).await?;
         let layout = Layout::new(&options.prefix);
         check_permission(&etcd, &layout).await?;
         check_format(&etcd, &layout).await?;
