@@ -132,6 +132,14 @@ struct RawComponent {
     key_value_stores: Vec<String>,
     #[serde(default)]
     variables: BTreeMap<String, String>,
+    // Spin capabilities lockd does not serve: refused when set, so that an
+    // app counting on them fails at start, not at its first request.
+    #[serde(default)]
+    files: Vec<toml::Value>,
+    #[serde(default)]
+    sqlite_databases: Vec<toml::Value>,
+    #[serde(default)]
+    ai_models: Vec<toml::Value>,
     dependencies_inherit_configuration: Option<bool>,
     #[serde(default)]
     dependencies: BTreeMap<String, toml::Value>,
@@ -167,6 +175,18 @@ impl Manifest {
                 c.dependencies_inherit_configuration,
                 &dir,
             )?;
+            for (set, listed) in [
+                ("files", c.files.len()),
+                ("sqlite_databases", c.sqlite_databases.len()),
+                ("ai_models", c.ai_models.len()),
+            ] {
+                if listed > 0 {
+                    bail!(
+                        "component {id}: `{set}` is a Spin capability lockd does not serve \
+                         (docs/guests.md#spin-key-value lists what it serves)"
+                    );
+                }
+            }
             if let Some(bad) = c
                 .variables
                 .keys()
@@ -342,9 +362,29 @@ mod tests {
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/metrics""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/ui/...""#),
             APP.replace(r#"route = "/jobs/special""#, r#"route = "/ui""#),
+            // Spin capabilities lockd does not serve.
+            APP.replace(
+                r#"source = "b.wasm""#,
+                "source = \"b.wasm\"\nfiles = [\"static/*\"]",
+            ),
+            APP.replace(
+                r#"source = "b.wasm""#,
+                "source = \"b.wasm\"\nsqlite_databases = [\"default\"]",
+            ),
+            APP.replace(
+                r#"source = "b.wasm""#,
+                "source = \"b.wasm\"\nai_models = [\"llama2-chat\"]",
+            ),
+            // Variables: a bad name, both required and a default.
+            format!("{APP}\n[variables]\nBad = {{ default = \"1\" }}\n"),
+            format!("{APP}\n[variables]\nx = {{ default = \"1\", required = true }}\n"),
         ];
         for text in bad {
             assert!(manifest(&text).is_err(), "accepted:\n{text}");
         }
+        // Empty lists ask for nothing: accepted, as Spin's own templates
+        // write them.
+        let empty = APP.replace(r#"source = "b.wasm""#, "source = \"b.wasm\"\nfiles = []");
+        manifest(&empty).unwrap();
     }
 }
