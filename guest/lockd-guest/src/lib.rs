@@ -117,10 +117,13 @@ pub use claims::{
 pub use elections::{leader, LeaderInfo, LeaderWatch, Leadership};
 
 /// The `wit-bindgen` bindings for the `lockd:lock/imports` world. Kept private:
-/// the public API re-exports the plain data types and wraps the rest.
+/// the public API re-exports the plain data types and wraps the rest. The
+/// WIT is the crate's own `wit/`, a copy of the repository's `wit/` (a
+/// published crate carries nothing from outside its directory), kept equal by
+/// `host/test-support/tests/packaged_copies.rs`.
 mod raw {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "lockd:lock/imports",
         additional_derives: [PartialEq, Eq, Hash],
         with: {

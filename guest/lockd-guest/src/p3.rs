@@ -47,7 +47,7 @@ use crate::{to_millis, Durability, Error, Grant, HoldOptions, LockInfo, LockOpti
 /// API below converts to the crate's types.
 mod raw {
     wit_bindgen::generate!({
-        path: "../../wit/p3",
+        path: "wit/p3",
         world: "lockd:lock/imports@0.2.0",
         additional_derives: [PartialEq, Eq, Hash],
     });

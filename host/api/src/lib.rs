@@ -76,3 +76,8 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 /// The largest request body the server reads, in bytes; it answers a larger
 /// one with 413 `invalid_argument`.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The crate README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -67,3 +67,8 @@ pub use types::{
     Claim, Durability, EventKind, Grant, Holding, Key, Leader, LeaseGrant, LeaseInfo, ListedLock,
     LockEvent, LockInfo, LockOptions, NameState,
 };
+
+/// The crate README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

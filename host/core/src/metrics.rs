@@ -105,9 +105,10 @@ const BUCKETS_NS: [u64; BUCKETS_S.len()] = {
     ns
 };
 
-/// A histogram on [`BUCKETS_S`], recorded with atomics: observing takes no
-/// lock, so a store can record where it decides (the memory engine records
-/// hold times under its shard mutex).
+/// A histogram on 16 fixed latency buckets (50 µs up to 300 s, wide at the
+/// top because lock waits can last minutes), recorded with atomics:
+/// observing takes no lock, so a store can record where it decides (the
+/// memory engine records hold times under its shard mutex).
 #[derive(Default)]
 pub struct Histogram {
     buckets: [AtomicU64; BUCKETS_S.len()],

@@ -1,4 +1,4 @@
-//! lockd's REST server, and nothing else: one listener ([`serve`]) for the
+//! lockd's REST server, and nothing else: one listener ([`serve()`]) for the
 //! REST API ([`api`]), who may call it ([`auth`]), `/metrics`, `/healthz`,
 //! `/openapi.json` and the web page ([`ui`]), over HTTPS when lockd.toml
 //! names TLS files ([`tls`], [`pem`]). lockd.toml is read in one place

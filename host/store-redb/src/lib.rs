@@ -527,3 +527,8 @@ impl Drop for RedbJournal {
         }
     }
 }
+
+/// The crate README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

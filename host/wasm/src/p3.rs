@@ -4,7 +4,7 @@
 //! tasks run on; the lost signal is a `future<lost-reason>`; there is no
 //! `wasi:io` import.
 //!
-//! The same [`LockCtx`](crate::LockCtx) and [`LockView`](crate::LockView)
+//! The same [`LockCtx`](crate::LockCtx) and [`LockView`]
 //! serve both versions, on the same [`LockService`](lockd_core::LockService):
 //! link this beside [`crate::add_to_linker`] and a host runs 0.2 guests and
 //! 0.3 guests side by side, over the same locks.

@@ -2,9 +2,13 @@
 //! [`add_to_linker`](crate::add_to_linker), not the generated items. Named
 //! `wit` so that its generated root (`lockd::lock::...`, from the WIT
 //! package) is not mistaken for the `lockd` crate.
+//!
+//! The WIT is read from the crate's own `wit/`, a copy of the repository's
+//! `wit/` (a published crate carries nothing from outside its directory);
+//! `host/test-support/tests/packaged_copies.rs` fails when the two differ.
 
 wasmtime::component::bindgen!({
-    path: "../../wit",
+    path: "wit",
     world: "lockd:lock/imports",
     // Async so that a waiting `lock` suspends only its guest; trappable so
     // that a host bug (such as a bad resource handle) traps instead of

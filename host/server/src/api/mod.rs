@@ -5,11 +5,10 @@
 //! agreement.
 //!
 //! [`Api::handle`] authenticates the caller, checks its token's rate limit
-//! and its role ([`access`], over the rules of [`crate::auth`] and
-//! [`crate::rate_limit`]), routes the request,
-//! reads its body once
-//! into the route's request type and hands that to the route's handler,
-//! which returns the route's reply type or why it refused ([`Refused`]).
+//! and its role (the private `access` module, over the rules of
+//! [`crate::auth`] and [`crate::rate_limit`]), routes the request, reads its
+//! body once into the route's request type and hands that to the route's handler,
+//! which returns the route's reply type or why it refused (`Refused`).
 //! Every status word and HTTP code of a lock outcome comes from one
 //! function, [`error_response`]; everything else (auth, routing, body
 //! limits) answers before the [`LockService`] is called, so bad input never
@@ -51,7 +50,10 @@ pub use lockd_api::{DEFAULT_NAMESPACE, MAX_BODY_BYTES};
 pub use sse::HEARTBEAT;
 
 /// The OpenAPI 3 document of this API, as served at `/openapi.json`.
-pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
+// Read from the crate's copy of `docs/openapi.json` (a published crate
+// carries nothing from outside its directory);
+// host/test-support/tests/packaged_copies.rs fails when the two differ.
+pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");
 
 /// The content type of `/metrics` (Prometheus text exposition format).
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";

@@ -1,8 +1,9 @@
 //! The one `bindgen!` of `lockd:lock@0.2.0`, the WASI 0.3 package. Private:
-//! embedders use [`add_to_linker`](crate::p3::add_to_linker).
+//! embedders use [`add_to_linker`](crate::p3::add_to_linker). The WIT is the
+//! crate's copy of the repository's `wit/p3` (see `crate::wit`).
 
 wasmtime::component::bindgen!({
-    path: "../../wit/p3",
+    path: "wit/p3",
     world: "lockd:lock/imports@0.2.0",
     // The WIT's `async func`s take an `Accessor` already (they run
     // concurrently with the instance's other tasks). The other functions
