@@ -6,8 +6,11 @@
 //! holds the same lock.
 //!
 //! A store's lock is an ordinary lockd lock in the namespace of the store's
-//! name, or the one `[dapr.stores]` gives it. Without a folder, any store
-//! name is taken as the namespace of that name ([`LockStores::AnyName`]).
+//! name, or the one `[dapr.stores]` gives it. Without a folder no store is
+//! declared, and every call is refused as daprd refuses it without lock
+//! components; `[dapr] any_store = true` instead takes any store name as the
+//! namespace of that name ([`LockStores::AnyName`]), as lockd did before it
+//! read component files.
 //!
 //! Files are read as daprd's disk loader reads them: `*.yaml` and `*.yml`
 //! directly in the folder, each with one or more documents separated by
@@ -36,7 +39,7 @@ const LOCK_TYPE_PREFIX: &str = "lock.";
 /// The lock stores Dapr's lock API serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LockStores {
-    /// No component folder: any store name is the lockd namespace of that
+    /// `[dapr] any_store`: any store name is the lockd namespace of that
     /// name.
     AnyName,
     /// The stores a component folder declares, by name; none at all is
@@ -76,14 +79,21 @@ pub enum Lookup<'a> {
 impl LockStores {
     /// The stores `config` declares: those of its `components` folder,
     /// each in its `[dapr.stores]` namespace or its own name's, which
-    /// `check_namespace` must accept. Without a folder, [`AnyName`]. Every
-    /// file is read now; any error refuses the start.
+    /// `check_namespace` must accept. Without a folder, none (or
+    /// [`AnyName`] with `any_store`). Every file is read now; any error
+    /// refuses the start.
     ///
     /// [`AnyName`]: LockStores::AnyName
     pub fn load(
         config: &DaprConfig,
         check_namespace: impl Fn(&str) -> Result<(), String>,
     ) -> anyhow::Result<Self> {
+        if config.any_store && config.components.is_some() {
+            anyhow::bail!(
+                "[dapr] any_store and components are both set: components declares the lock \
+                 stores, any_store takes any name; set one"
+            );
+        }
         let Some(dir) = &config.components else {
             if let Some(store) = config.stores.keys().next() {
                 anyhow::bail!(
@@ -92,7 +102,11 @@ impl LockStores {
                      (or --dapr-components) to their folder"
                 );
             }
-            return Ok(LockStores::AnyName);
+            return Ok(if config.any_store {
+                LockStores::AnyName
+            } else {
+                LockStores::Declared(BTreeMap::new())
+            });
         };
         let mut stores = BTreeMap::new();
         for file in component_files(dir)? {
@@ -136,14 +150,27 @@ impl LockStores {
     /// The start-up line saying what Dapr's lock API does with store
     /// names, and why; `dir` is the component folder.
     pub fn start_up_line(&self, dir: Option<&Path>) -> String {
-        let dir = dir.map_or_else(String::new, |d| d.display().to_string());
+        let Some(dir) = dir else {
+            return match self {
+                LockStores::AnyName => "Dapr lock API: [dapr] any_store is set, so any store \
+                     name is taken as the lockd namespace of that name and a mistyped store \
+                     name silently locks in another namespace; set [dapr] components (or \
+                     --dapr-components) to a folder of Dapr component files instead to serve \
+                     only the lock stores they declare, as daprd does"
+                    .to_string(),
+                LockStores::Declared(_) => "Dapr lock API: [dapr] components is not set, so \
+                     no lock store is declared and every Dapr lock call is refused with \
+                     ERR_LOCK_STORE_NOT_CONFIGURED, as daprd refuses it; set [dapr] components \
+                     (or --dapr-components) to the app's Dapr component folder, or [dapr] \
+                     any_store = true (--dapr-any-store) to take any store name as the \
+                     namespace of that name"
+                    .to_string(),
+            };
+        };
+        let dir = dir.display();
         match self {
-            LockStores::AnyName => "Dapr lock API: [dapr] components is not set, so any store \
-                 name is taken as the lockd namespace of that name and a mistyped store name \
-                 silently locks in another namespace; set [dapr] components (or \
-                 --dapr-components) to a folder of Dapr component files to serve only the \
-                 lock stores they declare, as daprd does"
-                .to_string(),
+            // `load` refuses any_store beside a folder.
+            LockStores::AnyName => self.start_up_line(None),
             LockStores::Declared(stores) if stores.is_empty() => format!(
                 "Dapr lock API: {dir} declares no lock store (no component of type lock.*), \
                  so every Dapr lock call is refused with ERR_LOCK_STORE_NOT_CONFIGURED, as \

@@ -72,9 +72,12 @@ impl Extension for Compat {
                 .map_err(|e| e.to_string())
         })?;
         let start_up = stores.start_up_line(dapr_config.components.as_deref());
-        if matches!(&stores, LockStores::Declared(declared) if declared.is_empty()) {
-            // Every Dapr lock call will fail: most likely not what the
-            // operator meant.
+        let folder_without_stores = dapr_config.components.is_some()
+            && matches!(&stores, LockStores::Declared(declared) if declared.is_empty());
+        if folder_without_stores || stores == LockStores::AnyName {
+            // A folder without lock stores fails every Dapr lock call, most
+            // likely not what the operator meant; any_store lets a typo
+            // split two services' locks.
             tracing::warn!("{start_up}");
         } else {
             tracing::info!("{start_up}");

@@ -40,11 +40,17 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `lockd serve --store memory --dapr-grpc-listen 127.0.0.1:PORT EXTRA`,
-/// and the gRPC address.
+/// `lockd serve --store memory --dapr-grpc-listen 127.0.0.1:PORT
+/// --dapr-any-store EXTRA`, and the gRPC address.
 fn serve_with_grpc(extra: &[&str]) -> (Server, String) {
     let grpc = format!("127.0.0.1:{}", closed_port());
-    let mut args = vec!["--store", "memory", "--dapr-grpc-listen", &grpc];
+    let mut args = vec![
+        "--store",
+        "memory",
+        "--dapr-grpc-listen",
+        &grpc,
+        "--dapr-any-store",
+    ];
     args.extend_from_slice(extra);
     (Server::start_in(None, &args, &[]), grpc)
 }
@@ -174,7 +180,7 @@ fn javascript_sdk_passes_the_lock_conformance_checks_over_http_and_grpc() {
 /// behave as Dapr's (here the first lock is held already, by a native owner).
 #[test]
 fn javascript_checks_fail_against_a_store_that_breaks_them() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--dapr-any-store"]);
     let held = server.post_json(
         "/v1/locks/lock",
         &json!({"namespace": "dapr-js", "name": "neg-resource", "owner": "native", "ttl_ms": 600_000}),
@@ -281,7 +287,7 @@ fn assert_store_empty(server: &Server, namespace: &str) {
 
 #[test]
 fn bad_input_gets_daprs_errors_and_changes_nothing() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--dapr-any-store"]);
     let lock = "/v1.0-alpha1/lock/bad";
     let json_type = "application/json";
     let cases: &[(&str, &[u8], u16, &str, &str)] = &[
@@ -413,7 +419,7 @@ fn bad_input_gets_daprs_errors_and_changes_nothing() {
 
 #[test]
 fn dapr_and_native_owners_exclude_each_other() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--dapr-any-store"]);
     let native = |path: &str, body: Value| server.post_json(path, &body);
     let dapr = |op: &str, body: Value| {
         dapr_post(
@@ -477,7 +483,7 @@ fn dapr_and_native_owners_exclude_each_other() {
 
 #[test]
 fn sdk_start_up_calls_and_the_token() {
-    let server = Server::with_token("s3cret");
+    let server = Server::with_token_and("s3cret", &["--dapr-any-store"]);
     let open = request("GET", &server.url, "/v1.0/healthz", None, None);
     assert_eq!(open.code, 204);
     assert_eq!(
@@ -524,7 +530,7 @@ fn openapi_describes_the_compatibility_routes() {
         ("post", "/v1/locks/get-info", false),
     ]);
     assert_eq!(tagged, expected);
-    let server = Server::start(&[]);
+    let server = Server::start(&["--dapr-any-store"]);
     for (method, path, _) in expected {
         let url_path = path.replace("{storeName}", "doc");
         let bodies: &[Option<&str>] = if method == "get" {
@@ -558,7 +564,7 @@ fn dapr_locks_are_events_and_take_the_configured_durability() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("lockd.toml"),
-        "[dapr]\ndurability = \"ephemeral\"\n[namespaces.quotas]\nev = 1\n",
+        "[dapr]\ndurability = \"ephemeral\"\nany_store = true\n[namespaces.quotas]\nev = 1\n",
     )
     .unwrap();
     let server = Server::start_in(Some(dir.path()), &["--store", "memory"], &[]);
@@ -631,7 +637,8 @@ fn scoped_tokens_reach_only_their_stores() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("lockd.toml"),
-        entry("jobs", "jobs-token-1", r#"["jobs"]"#)
+        "[dapr]\nany_store = true\n\n".to_string()
+            + &entry("jobs", "jobs-token-1", r#"["jobs"]"#)
             + &entry("dflt", "dflt-token-1", r#"["default"]"#),
     )
     .unwrap();
@@ -729,7 +736,9 @@ fn serve_tls_with_scoped_tokens(store: &str) -> TlsServer {
     };
     std::fs::write(
         dir.path().join("lockd.toml"),
-        entry("store", STORE_TOKEN, store) + &entry("other", OTHER_TOKEN, "elsewhere"),
+        "[dapr]\nany_store = true\n\n".to_string()
+            + &entry("store", STORE_TOKEN, store)
+            + &entry("other", OTHER_TOKEN, "elsewhere"),
     )
     .unwrap();
     let grpc = format!("127.0.0.1:{}", closed_port());
@@ -932,10 +941,11 @@ fn only_declared_stores_are_served_and_others_get_daprs_error() {
 }
 
 /// A components folder with no lock store: every lock call gets daprd's
-/// "not configured" (HTTP 500, gRPC FAILED_PRECONDITION). Without a folder,
-/// any store name is served, and the start-up log says so and why.
+/// "not configured" (HTTP 500, gRPC FAILED_PRECONDITION); so does no
+/// folder at all, and the start-up log says why and what to set. With
+/// `--dapr-any-store`, any store name is served, and the log says the risk.
 #[test]
-fn no_lock_store_declared_is_not_configured_and_no_folder_takes_any_name() {
+fn no_lock_store_declared_is_not_configured_and_any_store_takes_any_name() {
     let dir = tempfile::tempdir().unwrap();
     let components = dir.path().join("components");
     std::fs::create_dir(&components).unwrap();
@@ -970,15 +980,33 @@ fn no_lock_store_declared_is_not_configured_and_no_folder_takes_any_name() {
     let out = python(&server, &grpc, "grpc_edges.py", &[("NOT_CONFIGURED", "1")]);
     assert!(out.contains("ok no lock store configured: unlock"), "{out}");
     drop(server);
+    let log = dir.path().join("none.log");
+    let none = Server::start_logging_to(&log, None, &["--store", "memory"]);
+    let reply = dapr_post(
+        &none,
+        "/v1.0-alpha1/lock/anything",
+        "application/json",
+        body,
+    );
+    assert_eq!(reply.code, 500, "{}", reply.body);
+    assert_eq!(reply.json["errorCode"], "ERR_LOCK_STORE_NOT_CONFIGURED");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("[dapr] components is not set, so no lock store is declared")
+            && logged.contains("--dapr-any-store"),
+        "{logged}"
+    );
+    drop(none);
     let log = dir.path().join("any.log");
-    let any = Server::start_logging_to(&log, None, &["--store", "memory"]);
+    let any = Server::start_logging_to(&log, None, &["--store", "memory", "--dapr-any-store"]);
     let reply = dapr_post(&any, "/v1.0-alpha1/lock/anything", "application/json", body);
     assert_eq!(reply.json, json!({"success": true}), "{}", reply.body);
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(
-        logged.contains(
-            "[dapr] components is not set, so any store name is taken as the lockd namespace"
-        ),
+        logged.contains("WARN")
+            && logged.contains(
+                "[dapr] any_store is set, so any store name is taken as the lockd namespace"
+            ),
         "{logged}"
     );
 }

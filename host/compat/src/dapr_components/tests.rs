@@ -170,12 +170,31 @@ fn a_folder_declares_its_yaml_files_stores_with_the_mapped_namespaces() {
 }
 
 #[test]
-fn no_folder_takes_any_name_and_a_folder_without_lock_stores_is_not_configured() {
-    let any = LockStores::load(&DaprConfig::default(), namespaces).unwrap();
+fn no_folder_is_not_configured_any_store_takes_any_name_and_a_folder_without_lock_stores_is_not_configured(
+) {
+    let none = LockStores::load(&DaprConfig::default(), namespaces).unwrap();
+    assert_eq!(none.lookup("whatever"), Lookup::NotConfigured);
+    let line = none.start_up_line(None);
+    assert!(
+        line.contains("ERR_LOCK_STORE_NOT_CONFIGURED") && line.contains("any_store"),
+        "{line}"
+    );
+    let any_store = DaprConfig {
+        any_store: true,
+        ..DaprConfig::default()
+    };
+    let any = LockStores::load(&any_store, namespaces).unwrap();
     assert_eq!(any, LockStores::AnyName);
     assert_eq!(any.lookup("whatever"), Lookup::Namespace("whatever"));
     assert_eq!(any.declared().count(), 0);
     assert!(any.start_up_line(None).contains("--dapr-components"));
+    // Both: which one is meant is unclear, so the start is refused.
+    let both = DaprConfig {
+        components: Some(PathBuf::from("somewhere")),
+        ..any_store
+    };
+    let refused = LockStores::load(&both, namespaces).unwrap_err().to_string();
+    assert!(refused.contains("set one"), "{refused}");
     let state = "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata: {name: s}\nspec: {type: state.redis}\n";
     let dir = folder(&[("state.yaml", state)]);
     let none = LockStores::load(&config(dir.path(), &[]), namespaces).unwrap();

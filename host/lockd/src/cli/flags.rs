@@ -157,10 +157,15 @@ pub struct ServeArgs {
     /// Serve Dapr's lock API only for the lock stores that the Dapr
     /// component files in this folder declare (`spec.type: lock.*`); any
     /// other store name is refused as daprd refuses it [default: `[dapr]
-    /// components` in lockd.toml; with neither, any store name is the
-    /// namespace of that name].
+    /// components` in lockd.toml; with neither, every Dapr lock call is
+    /// refused, as daprd refuses it without lock components].
     #[arg(long, value_name = "DIR")]
     pub dapr_components: Option<PathBuf>,
+    /// Take any Dapr store name as the lockd namespace of that name, without
+    /// component files (a mistyped store name then locks in another
+    /// namespace) [default: `[dapr] any_store` in lockd.toml].
+    #[arg(long)]
+    pub dapr_any_store: bool,
     /// Serve HTTPS only, with this certificate chain (PEM, the server's own
     /// certificate first) [default: `[tls] cert` in lockd.toml]. SIGHUP
     /// reads it again.

@@ -84,7 +84,9 @@ async fn serve(
     let config_file = LockdConfig::file_in_use(args.store.config.as_deref());
     let (mut config, store) = args.store.resolve()?;
     config.tls = config.tls.overridden_by(tls_flags);
-    config.dapr = config.dapr.overridden_by(args.dapr_components.clone());
+    config.dapr = config
+        .dapr
+        .overridden_by(args.dapr_components.clone(), args.dapr_any_store);
     if let Some(ms) = args.shutdown_timeout {
         if ms < MIN_SHUTDOWN_TIMEOUT_MS {
             anyhow::bail!(

@@ -54,7 +54,14 @@ impl Server {
     /// `lockd serve --store memory --auth-token TOKEN`; [`Server::post`] and
     /// [`Server::get`] send the token.
     pub fn with_token(token: &str) -> Server {
-        let mut server = Server::start(&["--auth-token", token]);
+        Server::with_token_and(token, &[])
+    }
+
+    /// [`Server::with_token`] with `extra` arguments.
+    pub fn with_token_and(token: &str, extra: &[&str]) -> Server {
+        let mut args = vec!["--auth-token", token];
+        args.extend_from_slice(extra);
+        let mut server = Server::start(&args);
         server.token = Some(token.to_string());
         server
     }

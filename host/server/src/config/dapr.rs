@@ -7,6 +7,7 @@
 //! [dapr]
 //! durability = "persistent"              # or "ephemeral"
 //! components = "/etc/lockd/dapr"         # or `lockd serve --dapr-components DIR`
+//! # any_store = true                     # instead of components: any store name is a namespace
 //!
 //! [dapr.stores]                          # a declared store's namespace, if not its name
 //! orders = "jobs"
@@ -27,10 +28,17 @@ pub struct DaprConfig {
     pub durability: Option<lockd_api::DurabilityWord>,
     /// A folder of Dapr component files (`*.yaml`, `*.yml`). Each
     /// `lock.*` component declares a lock store, and a store none declares
-    /// is refused as daprd refuses it. Unset: any store name is taken as
-    /// the lockd namespace of that name. Relative to the working directory;
+    /// is refused as daprd refuses it. Unset (and no `any_store`): no
+    /// store is declared, and every lock call is refused as daprd refuses
+    /// it without lock components. Relative to the working directory;
     /// `--dapr-components` replaces it ([`DaprConfig::overridden_by`]).
     pub components: Option<PathBuf>,
+    /// Take any store name as the lockd namespace of that name, without
+    /// component files (`--dapr-any-store`): what lockd did before it read
+    /// them, kept for deployments that count on it. A mistyped store name
+    /// then locks in another namespace. Refused together with `components`.
+    #[serde(default)]
+    pub any_store: bool,
     /// `[dapr.stores]`: the lockd namespace of a declared lock store whose
     /// namespace is not its own name. Each key must be a store the
     /// components declare.
@@ -40,10 +48,15 @@ pub struct DaprConfig {
 
 impl DaprConfig {
     /// These settings with the folder `--dapr-components` names, if given,
-    /// in place of `components`.
-    pub fn overridden_by(self, components_flag: Option<PathBuf>) -> DaprConfig {
+    /// in place of `components`, and `--dapr-any-store` if set.
+    pub fn overridden_by(
+        self,
+        components_flag: Option<PathBuf>,
+        any_store_flag: bool,
+    ) -> DaprConfig {
         DaprConfig {
             components: components_flag.or(self.components),
+            any_store: any_store_flag || self.any_store,
             ..self
         }
     }
@@ -89,11 +102,14 @@ mod tests {
         );
         let flagged = config
             .clone()
-            .overridden_by(Some(PathBuf::from("/etc/dapr")));
+            .overridden_by(Some(PathBuf::from("/etc/dapr")), false);
         assert_eq!(flagged.components, Some(PathBuf::from("/etc/dapr")));
         assert_eq!(flagged.stores, config.stores);
-        assert_eq!(config.clone().overridden_by(None), config);
+        assert_eq!(config.clone().overridden_by(None, false), config);
+        assert!(config.clone().overridden_by(None, true).any_store);
+        assert!(dapr("[dapr]\nany_store = true\n").unwrap().any_store);
         assert_eq!(dapr("").unwrap().components, None);
+        assert!(!dapr("").unwrap().any_store);
         for (bad, needle) in [
             ("[dapr]\ncomponent = \"d\"", "component"),
             ("[dapr]\ncomponents = 5", "components"),
