@@ -8,7 +8,7 @@
 //! - A WASIp2 request gets a fresh instance in a fresh store, from the
 //!   pooling allocator (copy-on-write memory images keep that cheap), as
 //!   Spin does. A WASIp3 instance serves several requests at once and many
-//!   in turn, as `[limits]` allows ([`p3`]).
+//!   in turn, as `[limits]` allows (`p3`).
 //! - Every instance is bounded: an epoch deadline (a runaway loop traps, or
 //!   for WASIp3 yields until its instance is dropped), a memory cap (growth
 //!   past it traps), and a wall-clock timeout around the whole request (a

@@ -174,7 +174,7 @@ fn main() -> ExitCode {
 }
 
 impl Cli {
-    /// The component's file name: its argv[0].
+    /// The component's file name: its `argv[0]`.
     fn argv0(&self) -> String {
         self.component
             .file_name()

@@ -17,7 +17,7 @@
 //!   `dependencies_inherit_configuration = true`, the listed sets with a
 //!   per-dependency `inherit_configuration = [...]` (Spin 4), nothing
 //!   otherwise. Withheld sets are replaced inside the composition (see
-//!   [`super::withhold`]): no environment, no outbound HTTP.
+//!   `withhold`): no environment, no outbound HTTP.
 
 use std::collections::BTreeMap;
 use std::fmt;

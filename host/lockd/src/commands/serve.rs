@@ -1,5 +1,5 @@
 //! `lockd serve`: the REST API, /metrics and /healthz
-//! ([`lockd_server::serve`]), with Dapr's and Kahuna's APIs mounted on the
+//! ([`lockd_server::serve()`]), with Dapr's and Kahuna's APIs mounted on the
 //! same listener ([`lockd_compat`]), and a Spin manifest's HTTP components
 //! with `--manifest` ([`lockd_components::serve`]). Also the serving loop
 //! `lockd up` shares, and how it stops: on SIGTERM or Ctrl-C the server

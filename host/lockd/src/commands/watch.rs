@@ -35,7 +35,7 @@ pub struct WatchCommand {
 }
 
 impl WatchCommand {
-    /// Prints until the stream ends; see [`print`] for the exit codes.
+    /// Prints until the stream ends; see [`print()`] for the exit codes.
     pub fn execute(self) -> i32 {
         exit_code(self.run(), "lockd")
     }

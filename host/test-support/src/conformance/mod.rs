@@ -1,5 +1,5 @@
 //! The conformance suite: the lock contract of docs/contract.md, run against any
-//! [`LockBackend`] through a [`LockService`].
+//! [`lockd_core::LockBackend`] through a [`lockd_core::LockService`].
 //!
 //! A backend crate runs it with one macro call in a test file:
 //!
@@ -7,7 +7,7 @@
 //! lockd_test_support::conformance_tests!(MyFactory::new());
 //! ```
 //!
-//! Time is a [`ManualClock`]: expiry and wait timeouts are tested by moving
+//! Time is a [`lockd_core::ManualClock`]: expiry and wait timeouts are tested by moving
 //! the clock, never by sleeping.
 
 mod claims;
