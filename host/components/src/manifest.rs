@@ -187,11 +187,7 @@ impl Manifest {
                     );
                 }
             }
-            if let Some(bad) = c
-                .variables
-                .keys()
-                .find(|n| !crate::variables::is_valid_name(n))
-            {
+            if let Some(bad) = c.variables.keys().find(|n| !is_valid_variable_name(n)) {
                 bail!("component {id}: {bad:?} is not a valid variable name (lowercase letters, digits and single underscores, starting with a letter)");
             }
             components.insert(
@@ -267,13 +263,25 @@ impl Manifest {
     }
 }
 
+/// Whether `name` is a valid variable name, as Spin's are: lowercase ASCII
+/// letters, digits and single underscores, starting with a letter and not
+/// ending with an underscore.
+pub fn is_valid_variable_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.ends_with('_')
+        && !name.contains("__")
+}
+
 /// `[variables]`, checked: valid names, a default or `required`, not both.
 fn app_variables(
     raw: BTreeMap<String, RawVariable>,
 ) -> anyhow::Result<BTreeMap<String, VariableSpec>> {
     let mut variables = BTreeMap::new();
     for (name, v) in raw {
-        if !crate::variables::is_valid_name(&name) {
+        if !is_valid_variable_name(&name) {
             bail!("[variables] {name:?} is not a valid variable name (lowercase letters, digits and single underscores, starting with a letter)");
         }
         if v.required && v.default.is_some() {

@@ -12,7 +12,7 @@ pub(crate) mod v2 {
         // guest; trappable so that a host bug (a bad resource handle) traps.
         imports: { default: async | trappable },
         with: {
-            "fermyon:spin/key-value.store": crate::key_value::OpenStore,
+            "fermyon:spin/key-value.store": crate::key_value::stores::OpenStore,
         },
     });
 
@@ -29,7 +29,7 @@ pub(crate) mod v3 {
         // with the instance's other tasks); trappable as above.
         imports: { default: trappable },
         with: {
-            "spin:key-value/key-value.store": crate::key_value::OpenStore,
+            "spin:key-value/key-value.store": crate::key_value::stores::OpenStore,
         },
     });
 

@@ -20,20 +20,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use wasmtime::component::{Accessor, HasData, Linker};
 
-use crate::manifest::{Manifest, VariableSpec};
+use crate::manifest::{is_valid_variable_name, Manifest, VariableSpec};
 use crate::spin_wit::{v2, v3};
-
-/// Whether `name` is a valid variable name, as Spin's are: lowercase ASCII
-/// letters, digits and single underscores, starting with a letter and not
-/// ending with an underscore.
-pub fn is_valid_name(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && !name.ends_with('_')
-        && !name.contains("__")
-}
 
 /// The environment variable Spin's environment provider reads for `name`.
 pub fn env_name(name: &str) -> String {
@@ -167,7 +155,7 @@ enum Refused {
 impl VariablesCtx {
     /// What `get(name)` answers.
     fn lookup(&self, name: &str) -> Result<String, Refused> {
-        if !is_valid_name(name) {
+        if !is_valid_variable_name(name) {
             return Err(Refused::InvalidName(format!(
                 "{name:?} is not a valid variable name (lowercase letters, digits and single \
                  underscores, starting with a letter)"
@@ -223,10 +211,10 @@ mod tests {
     #[test]
     fn names_follow_spins_rule() {
         for good in ["a", "counter_step", "a1_b2"] {
-            assert!(is_valid_name(good), "{good}");
+            assert!(is_valid_variable_name(good), "{good}");
         }
         for bad in ["", "A", "1a", "_a", "a_", "a__b", "a-b", "a.b", "é"] {
-            assert!(!is_valid_name(bad), "{bad}");
+            assert!(!is_valid_variable_name(bad), "{bad}");
         }
         assert_eq!(env_name("counter_step"), "SPIN_VARIABLE_COUNTER_STEP");
     }

@@ -7,12 +7,8 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
-use super::{KeyValueStores, LabeledStore, MAX_OPEN_STORES};
+use super::stores::{KeyValueStores, LabeledStore, OpenStore, MAX_OPEN_STORES};
 use crate::spin_wit::v2::key_value::{self, Error};
-
-/// An open store: what a guest's `store` resource stands for.
-#[derive(Debug)]
-pub struct OpenStore(LabeledStore);
 
 /// One instance's key-value state.
 #[derive(Clone, Debug, Default)]
@@ -51,11 +47,9 @@ impl HasData for HasKv {
     type Data<'a> = KvCtxView<'a>;
 }
 
-/// Adds `fermyon:spin/key-value@2.0.0` and
-/// `spin:key-value/key-value@3.0.0` to `linker`.
-pub(crate) fn add_to_linker<T: KvView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    key_value::add_to_linker::<T, HasKv>(linker, T::kv_ctx)?;
-    super::host_p3::add_to_linker::<T>(linker)
+/// Adds `fermyon:spin/key-value@2.0.0` to `linker`.
+pub(super) fn add_to_linker<T: KvView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    key_value::add_to_linker::<T, HasKv>(linker, T::kv_ctx)
 }
 
 type KvResult<T> = wasmtime::Result<Result<T, Error>>;

@@ -8,7 +8,7 @@
 use wasmtime::component::{Accessor, FutureReader, Linker, Resource, StreamReader};
 
 use super::host::{HasKv, KvCtxView, KvView, Refused};
-use super::{LabeledStore, OpenStore};
+use super::stores::{LabeledStore, OpenStore};
 use crate::spin_wit::v3::key_value::{self, Error};
 
 type KvResult<T> = wasmtime::Result<Result<T, Error>>;
