@@ -33,15 +33,14 @@
 //!
 //! # Where the clients come from
 //!
-//! The clients are not embedded in the `lockd` binary: a fresh clone builds
-//! `lockd` before any guest, and a build script that watched a file that may
-//! not exist would rebuild `lockd` every time (or embed a stale client).
 //! [`find_client`] looks, in order, at the client's environment variable
-//! (`$LOCKD_CLIENT_WASM`, `$LOCKD_CLIENT_P3_WASM`),
-//! `./target/guests/<file>`, and the `target/guests/` next to the running
-//! binary (`target/debug/lockd` finds `target/guests/`), and otherwise says
-//! how to build it: `bash guest/build-all.sh lockd-client` (or
-//! `lockd-client-p3`).
+//! (`$LOCKD_CLIENT_WASM`, `$LOCKD_CLIENT_P3_WASM`: a developer's own
+//! build wins), the clients the program built in ([`BuiltIn`]: the
+//! `lockd` binary embeds the ones built from its own sources, so an
+//! installed `lockd` plugs from any directory), `./target/guests/<file>`,
+//! and the `target/guests/` next to the running binary (`target/debug/lockd`
+//! finds `target/guests/`), and otherwise says how to build it: `bash
+//! guest/build-all.sh lockd-client` (or `lockd-client-p3`).
 //!
 //! Every composition here, a Spin component's dependencies
 //! ([`crate::manifest::dependencies`]) included, is encoded and validated
@@ -155,18 +154,59 @@ pub fn clients_for(app_name: &str, app: &[u8]) -> Result<Vec<&'static KnownClien
     Ok(chosen)
 }
 
-/// Where `client` is: `${client.env}`, else `./target/guests/<file>`, else
-/// the `target/guests/` next to the running binary. The error names every
-/// place looked at and how to build the client.
-pub fn find_client(client: &KnownClient) -> Result<PathBuf> {
+/// A client component compiled into the program that plugs.
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltIn {
+    /// Its [`KnownClient::file`].
+    pub file: &'static str,
+    /// The component.
+    pub bytes: &'static [u8],
+}
+
+/// Where [`find_client`] found a client.
+#[derive(Debug)]
+pub enum Found {
+    /// A file on disk.
+    File(PathBuf),
+    /// Compiled into the program.
+    BuiltIn(BuiltIn),
+}
+
+impl Found {
+    /// How messages name it: its path, or `built-in FILE`.
+    pub fn name(&self) -> String {
+        match self {
+            Found::File(path) => path.display().to_string(),
+            Found::BuiltIn(built_in) => format!("built-in {}", built_in.file),
+        }
+    }
+
+    /// Its bytes.
+    pub fn read(&self) -> Result<Vec<u8>> {
+        match self {
+            Found::File(path) => std::fs::read(path)
+                .with_context(|| format!("cannot read the client component {}", path.display())),
+            Found::BuiltIn(built_in) => Ok(built_in.bytes.to_vec()),
+        }
+    }
+}
+
+/// Where `client` is: `${client.env}`, else among `built_in`, else
+/// `./target/guests/<file>`, else the `target/guests/` next to the running
+/// binary. The error names every place looked at and how to build the
+/// client.
+pub fn find_client(client: &KnownClient, built_in: &[BuiltIn]) -> Result<Found> {
     let env = client.env;
     if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        return existing(Path::new(&path), &format!("${env}"), client);
+        return existing(Path::new(&path), &format!("${env}"), client).map(Found::File);
+    }
+    if let Some(found) = built_in.iter().find(|b| b.file == client.file) {
+        return Ok(Found::BuiltIn(*found));
     }
     let mut looked = Vec::new();
     let cwd = Path::new("target").join("guests").join(client.file);
     if cwd.is_file() {
-        return Ok(cwd);
+        return Ok(Found::File(cwd));
     }
     looked.push(format!("./{}", cwd.display()));
     // target/<profile>/lockd (or target/<profile>/deps/...) -> target/guests.
@@ -175,7 +215,7 @@ pub fn find_client(client: &KnownClient) -> Result<PathBuf> {
             if dir.file_name().is_some_and(|n| n == "target") {
                 let candidate = dir.join("guests").join(client.file);
                 if candidate.is_file() {
-                    return Ok(candidate);
+                    return Ok(Found::File(candidate));
                 }
                 looked.push(candidate.display().to_string());
                 break;
@@ -183,8 +223,8 @@ pub fn find_client(client: &KnownClient) -> Result<PathBuf> {
         }
     }
     bail!(
-        "no {} component found for lockd:lock@{} (looked at {}; --client and ${env} not set): \
-         build it with `{}` or pass --client PATH",
+        "no {} component found for lockd:lock@{} (this program has none built in; looked at {}; \
+         --client and ${env} not set): build it with `{}` or pass --client PATH",
         client.file,
         client.version,
         looked.join(", "),
@@ -227,25 +267,31 @@ pub fn explicit_clients(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// Reads APP and the clients (`explicit`, the `--client` paths, or else
 /// those [`clients_for`] the versions APP imports, found by
-/// [`find_client`]), plugs them, and writes the checked result to `out`
-/// (through a temporary file next to it, so a failure leaves no partial
-/// output).
-pub fn plug_files(app: &Path, explicit: &[PathBuf], out: &Path) -> Result<Plugged> {
+/// [`find_client`] among `built_in` and on disk), plugs them, and writes the
+/// checked result to `out` (through a temporary file next to it, so a
+/// failure leaves no partial output).
+pub fn plug_files(
+    app: &Path,
+    explicit: &[PathBuf],
+    built_in: &[BuiltIn],
+    out: &Path,
+) -> Result<Plugged> {
     let app_bytes = std::fs::read(app).with_context(|| format!("cannot read {}", app.display()))?;
     let app_name = app.display().to_string();
-    let paths = if explicit.is_empty() {
+    let found = if explicit.is_empty() {
         clients_for(&app_name, &app_bytes)?
             .into_iter()
-            .map(find_client)
+            .map(|client| find_client(client, built_in))
             .collect::<Result<Vec<_>>>()?
     } else {
         explicit_clients(explicit)?
+            .into_iter()
+            .map(Found::File)
+            .collect()
     };
     let mut clients = Vec::new();
-    for path in &paths {
-        let bytes = std::fs::read(path)
-            .with_context(|| format!("cannot read the client component {}", path.display()))?;
-        clients.push((path.display().to_string(), bytes));
+    for client in &found {
+        clients.push((client.name(), client.read()?));
     }
     let plugged = plug_all(&app_name, &app_bytes, &clients)?;
     let mut tmp = out.as_os_str().to_owned();

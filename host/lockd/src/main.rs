@@ -20,6 +20,7 @@ use cli::logging::{self, LogFormat};
 use commands::elect::ElectCommand;
 #[cfg(unix)]
 use commands::exec::ExecCommand;
+use commands::completions::CompletionsCommand;
 use commands::extend::ExtendCommand;
 use commands::force_unlock::ForceUnlockCommand;
 use commands::get::GetCommand;
@@ -27,6 +28,7 @@ use commands::leader::LeaderCommand;
 use commands::lease::LeaseCommand;
 use commands::lock::LockCommand;
 use commands::ls::LsCommand;
+use commands::man::ManCommand;
 use commands::plug::PlugCommand;
 use commands::proclaim::ProclaimCommand;
 use commands::run::RunCommand;
@@ -92,6 +94,8 @@ enum Command {
     Proclaim(ProclaimCommand),
     Snapshot(SnapshotCommand),
     Store(StoreCommand),
+    Completions(CompletionsCommand),
+    Man(ManCommand),
 }
 
 impl Command {
@@ -119,6 +123,8 @@ impl Command {
             Command::Proclaim(command) => command.execute(),
             Command::Snapshot(command) => command.execute(),
             Command::Store(command) => command.execute(),
+            Command::Completions(command) => command.execute(),
+            Command::Man(command) => command.execute(),
         }
     }
 }

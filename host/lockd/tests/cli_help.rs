@@ -1,14 +1,15 @@
 //! `lockd --help` is an overview, one line per command under 100
 //! characters, with every command listed; `lockd CMD --help` keeps each
 //! command's detail. The line check is tried on a sample too, so that it
-//! cannot pass by checking nothing.
+//! cannot pass by checking nothing. The completion scripts and man pages
+//! are generated from the same definition, so they name every command.
 
 mod lockd_server;
 
 use crate::lockd_server::{lockd, Run};
 
 /// Every command `lockd --help` lists, in its order.
-const COMMANDS: [&str; 21] = [
+const COMMANDS: [&str; 23] = [
     "run",
     "serve",
     "up",
@@ -29,6 +30,8 @@ const COMMANDS: [&str; 21] = [
     "proclaim",
     "snapshot",
     "store",
+    "completions",
+    "man",
     "help",
 ];
 
@@ -158,4 +161,43 @@ fn the_checks_catch_a_long_line_and_a_missing_command() {
     // A line of exactly the limit is too long; one shorter is not.
     assert_eq!(long_lines(&"y".repeat(WIDTH)).len(), 1);
     assert!(long_lines(&"y".repeat(WIDTH - 1)).is_empty());
+}
+
+#[test]
+fn completions_and_man_pages_name_every_command() {
+    let commands = &COMMANDS[..COMMANDS.len() - 1];
+    let bash = help(&["completions", "bash"]);
+    assert!(bash.contains("complete -F _lockd"), "{bash}");
+    for shell in ["bash", "zsh", "fish"] {
+        let script = help(&["completions", shell]);
+        for command in commands {
+            assert!(script.contains(command), "{shell}: no {command}");
+        }
+        // Subcommands and flags too, not just the top level.
+        assert!(
+            script.contains("acquire") && script.contains("shutdown-timeout"),
+            "{shell}"
+        );
+    }
+    let refused = lockd(&["completions", "tcsh"], &[]);
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+
+    let page = help(&["man"]);
+    assert!(page.starts_with(".ie \\n(.g .ds Aq"), "{page}");
+    assert!(page.contains(".TH lockd 1"), "{page}");
+    // The SUBCOMMANDS section names each page, roff escaping its dashes.
+    for command in commands {
+        let reference = format!("lockd\\-{}(1)", command.replace('-', "\\-"));
+        assert!(page.contains(&reference), "man: no {reference}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let written = lockd(&["man", "--dir", dir.path().to_str().unwrap()], &[]);
+    assert_eq!(written.code, Some(0), "{written:?}");
+    for command in commands {
+        let file = dir.path().join(format!("lockd-{command}.1"));
+        let page =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(page.contains(".SH NAME"), "{page}");
+    }
+    assert!(dir.path().join("lockd-lease-grant.1").is_file());
 }

@@ -152,9 +152,9 @@ fn summary_names_what_was_plugged() {
 }
 
 #[test]
-fn default_client_is_found_next_to_the_binary_and_in_the_env() {
-    // From a directory with no target/guests/, the binary's own target/
-    // (target/debug/lockd -> target/guests/) supplies the client.
+fn default_client_is_built_in_and_the_env_wins() {
+    // From a directory with no target/guests/, the client built into the
+    // binary is plugged (tests/package.rs runs a copy far from target/).
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.wasm");
     let o = lockd_in(
@@ -169,6 +169,11 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(out.is_file());
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("provided by built-in lockd-client.wasm"),
+        "{stdout}"
+    );
 
     // $LOCKD_CLIENT_WASM wins over the defaults, and a wrong one is an error.
     let o = lockd_in(
@@ -194,8 +199,8 @@ fn default_client_is_found_next_to_the_binary_and_in_the_env() {
 #[test]
 fn each_lock_version_gets_its_client() {
     // rust-p3 imports lockd:lock@0.2.0 (WASI 0.3) and, for its contrast,
-    // locks@0.1.0: with no --client, both clients are found next to the
-    // binary and plugged.
+    // locks@0.1.0: with no --client, both clients built into the binary
+    // are plugged.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.wasm");
     let args = ["plug", lockd_guest_tests::RUST_P3, "-o", path(&out)];

@@ -24,6 +24,8 @@ use tracing::Instrument as _;
 
 pub mod drain;
 mod extension;
+#[cfg(unix)]
+mod notify;
 pub mod ready;
 mod starting;
 
@@ -244,6 +246,8 @@ impl Server {
     ) -> anyhow::Result<Drained> {
         let side_tasks = self.start_side_listeners();
         self.announce();
+        #[cfg(unix)]
+        notify::ready(self.addr);
         let handle = handler(self.router.clone(), self.connections.clone());
         // The listeners close when their loops end: new connections are
         // refused from then on.

@@ -5,12 +5,14 @@
 //! `plug` calls `lockd-components` directly; `token new` makes its token
 //! with `lockd-server`; the client commands, `exec` and `elect` speak the
 //! REST API through [`crate::cli::client`]; `snapshot restore` and `store
-//! check` work on a stopped redb store with `lockd-redb`.
+//! check` work on a stopped redb store with `lockd-redb`; `completions`
+//! and `man` print what clap generates from the definition in `main.rs`.
 
 #[cfg(unix)]
 pub mod elect;
 #[cfg(unix)]
 pub mod exec;
+pub mod completions;
 pub mod extend;
 pub mod force_unlock;
 pub mod get;
@@ -18,6 +20,7 @@ pub mod leader;
 pub mod lease;
 pub mod lock;
 pub mod ls;
+pub mod man;
 pub mod plug;
 pub mod proclaim;
 pub mod run;

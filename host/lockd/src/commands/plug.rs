@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lockd_components::compose::{self, Plugged};
 
+// `BUILT_IN`: the client components build.rs embedded (none when it was
+// built without the guest sources).
+include!(concat!(env!("OUT_DIR"), "/built_in_clients.rs"));
+
 /// Compose a component that imports lockd:lock with lockd's client component.
 ///
 /// The client component is the one for the version it imports, so that the
@@ -30,10 +34,10 @@ pub struct PlugCommand {
     output: PathBuf,
     /// The client component, instead of the one for each version APP
     /// imports; repeat it for several [default: for lockd:lock@0.1.0
-    /// $LOCKD_CLIENT_WASM, else ./target/guests/lockd-client.wasm, else the
-    /// target/guests/ next to this binary; for @0.2.0 the same with
-    /// $LOCKD_CLIENT_P3_WASM and lockd-client-p3.wasm; build them with
-    /// `bash guest/build-all.sh lockd-client lockd-client-p3`].
+    /// $LOCKD_CLIENT_WASM, else the lockd-client.wasm built into this
+    /// binary; for @0.2.0 the same with $LOCKD_CLIENT_P3_WASM and
+    /// lockd-client-p3.wasm. A lockd built without them looks at
+    /// ./target/guests/ and the target/guests/ next to this binary].
     #[arg(long, value_name = "CLIENT.wasm")]
     client: Vec<PathBuf>,
 }
@@ -41,7 +45,7 @@ pub struct PlugCommand {
 impl PlugCommand {
     /// Exits 0 with a summary on stdout, or 2 with one line on stderr.
     pub fn execute(self) -> i32 {
-        match compose::plug_files(&self.app, &self.client, &self.output) {
+        match compose::plug_files(&self.app, &self.client, BUILT_IN, &self.output) {
             Ok(plugged) => {
                 println!("{}", summary(&self.output, &plugged));
                 0

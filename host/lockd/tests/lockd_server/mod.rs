@@ -84,7 +84,25 @@ impl Server {
         Server::launch("up", Some(dir), args, &[], Stdio::inherit())
     }
 
+    /// [`Server::up_in`] with the lockd at `exe` (a copy installed
+    /// elsewhere) instead of the one cargo built.
+    pub fn up_with(exe: &Path, dir: &Path, args: &[&str]) -> Server {
+        Server::launch_exe(exe, "up", Some(dir), args, &[], Stdio::inherit())
+    }
+
     fn launch(
+        subcommand: &str,
+        dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Server {
+        let exe = Path::new(env!("CARGO_BIN_EXE_lockd"));
+        Server::launch_exe(exe, subcommand, dir, args, env, stderr)
+    }
+
+    fn launch_exe(
+        exe: &Path,
         subcommand: &str,
         dir: Option<&Path>,
         args: &[&str],
@@ -99,7 +117,7 @@ impl Server {
                 (Some(t), d)
             }
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockd"));
+        let mut cmd = Command::new(exe);
         cmd.arg(subcommand)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)

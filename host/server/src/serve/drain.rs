@@ -154,8 +154,8 @@ impl Drained {
     }
 }
 
-/// Where a shutdown begins, in one place (a service manager's "stopping"
-/// notice belongs beside it): logs one line, answers the waiting calls
+/// Where a shutdown begins, in one place: tells systemd it stops
+/// (`STOPPING=1`, when started by it), logs one line, answers the waiting calls
 /// and asks the connections to close (the listeners stopped accepting
 /// before). Answers how many calls were waiting.
 pub(super) fn begin(service: &LockService, connections: &Connections, bound: Duration) -> u64 {
@@ -165,6 +165,8 @@ pub(super) fn begin(service: &LockService, connections: &Connections, bound: Dur
         "shutting down: no new connections; answering queued waiters unavailable; \
          finishing the requests in flight"
     );
+    #[cfg(unix)]
+    super::notify::stopping();
     let waiting = service.shutdown(SHUTTING_DOWN);
     connections.close_all();
     waiting
