@@ -16,11 +16,11 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use cli::logging::{self, LogFormat};
+use commands::completions::CompletionsCommand;
 #[cfg(unix)]
 use commands::elect::ElectCommand;
 #[cfg(unix)]
 use commands::exec::ExecCommand;
-use commands::completions::CompletionsCommand;
 use commands::extend::ExtendCommand;
 use commands::force_unlock::ForceUnlockCommand;
 use commands::get::GetCommand;

@@ -8,11 +8,11 @@
 //! check` work on a stopped redb store with `lockd-redb`; `completions`
 //! and `man` print what clap generates from the definition in `main.rs`.
 
+pub mod completions;
 #[cfg(unix)]
 pub mod elect;
 #[cfg(unix)]
 pub mod exec;
-pub mod completions;
 pub mod extend;
 pub mod force_unlock;
 pub mod get;
