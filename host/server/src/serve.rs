@@ -119,7 +119,7 @@ impl std::fmt::Debug for Server {
 /// Binds the server's listener, opens the store and prepares the
 /// extensions, then binds each side listener. While the store opens (the
 /// embedded store's recovery reads all of it) and the extensions prepare,
-/// the listener answers probes already ([`starting`]): `/livez` 200,
+/// the listener answers probes already (the private `starting` module): `/livez` 200,
 /// `/readyz` 503 `recovering`, anything else 503 `unavailable`.
 pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
     let ServeOptions {

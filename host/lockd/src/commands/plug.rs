@@ -33,11 +33,11 @@ pub struct PlugCommand {
     #[arg(short = 'o', long = "output", value_name = "OUT.wasm")]
     output: PathBuf,
     /// The client component, instead of the one for each version APP
-    /// imports; repeat it for several [default: for lockd:lock@0.1.0
+    /// imports; repeat it for several (default: for lockd:lock@0.1.0
     /// $LOCKD_CLIENT_WASM, else the lockd-client.wasm built into this
     /// binary; for @0.2.0 the same with $LOCKD_CLIENT_P3_WASM and
     /// lockd-client-p3.wasm. A lockd built without them looks at
-    /// ./target/guests/ and the target/guests/ next to this binary].
+    /// ./target/guests/ and the target/guests/ next to this binary).
     #[arg(long, value_name = "CLIENT.wasm")]
     client: Vec<PathBuf>,
 }

@@ -1,7 +1,7 @@
 //! A draining shutdown ([`Server::run`](super::Server::run) once its
 //! `shutdown` future completes):
 //!
-//! 1. [`begin`]: the listeners stop accepting (new connections are
+//! 1. `begin`: the listeners stop accepting (new connections are
 //!    refused), every call waiting in a lock queue is answered `unavailable`
 //!    ([`SHUTTING_DOWN`]; [`LockService::shutdown`]) and no call waits
 //!    after, event streams end, `/readyz` answers 503 `shutting down`, and
