@@ -11,9 +11,9 @@
 //!   `type = "lockd"`), or the app is refused at start, naming the label and
 //!   the component.
 //! - Where the data lives follows the lock store: a redb file beside a
-//!   `redb:` store ([`lockd_redb::kv`], durable before `set` returns), the
+//!   `redb:` store ([`lockd_kv::redb`], durable before `set` returns), the
 //!   same etcd cluster for `etcd:`, under a prefix of its own
-//!   ([`lockd_etcd::kv`], shared by every host), memory for `memory`. The stores of one label are shared by every
+//!   ([`lockd_kv::etcd`], shared by every host), memory for `memory`. The stores of one label are shared by every
 //!   component that lists it.
 //! - Guest input is bounded: key and value sizes, the bytes a store holds
 //!   (lockd.toml's `max_key_bytes`, `max_value_bytes`, `max_store_bytes`),
@@ -23,15 +23,14 @@
 //!
 //! The dispatch here owns those checks; a [`Backend`] only keeps bytes.
 
-mod backend;
 mod host;
 mod host_p3;
 pub(crate) mod stores;
 
 use wasmtime::component::Linker;
 
-pub use backend::{Backend, EtcdKvBackend, MemoryBackend, RedbBackend};
 pub(crate) use host::{KvCtx, KvCtxView, KvView};
+pub use lockd_kv::{Backend, EtcdKvBackend, MemoryBackend, RedbBackend};
 pub use stores::{
     KeyValueStores, KvLimits, LabeledStore, OpenStore, DEFAULT_LABEL, MAX_OPEN_STORES,
 };

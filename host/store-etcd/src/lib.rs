@@ -127,13 +127,13 @@
 #![deny(missing_docs)]
 
 mod access;
+pub mod connection;
 mod deadlines;
 mod endpoints;
 mod etcd_lease;
 mod events;
 mod floors;
 mod keys;
-pub mod kv;
 mod local;
 mod name;
 mod options;

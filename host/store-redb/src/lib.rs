@@ -48,7 +48,6 @@ pub mod check;
 mod checkpoint;
 mod codec;
 mod damage;
-pub mod kv;
 mod log;
 mod recovery;
 mod shares;

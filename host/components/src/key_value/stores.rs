@@ -12,7 +12,7 @@ use lockd_server::config::{
 };
 use lockd_server::store::StoreSpec;
 
-use super::backend::{Backend, EtcdKvBackend, MemoryBackend, RedbBackend};
+use lockd_kv::{Backend, EtcdKvBackend, MemoryBackend, RedbBackend};
 
 /// The stores one instance may have open at once; opening more answers
 /// `store-table-full` (Spin's table holds as many).

@@ -95,8 +95,8 @@ pub(crate) struct Inner {
 
 /// Checks `options` and connects a client to its endpoints, as they say
 /// (TLS, user), after a probe that names what is wrong if etcd cannot be
-/// reached. What the lock store and the key-value stores
-/// ([`crate::kv::EtcdKv`]) each stand on.
+/// reached. What the lock store and [`crate::connection::EtcdConnection`]
+/// each stand on.
 pub(crate) async fn connect_etcd(options: &EtcdOptions) -> Result<Etcd, LockError> {
     options
         .check()

@@ -21,36 +21,17 @@
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use lockd_core::LockError;
 
-use crate::keys::{decode, encode};
-use crate::options::EtcdOptions;
-use crate::rpc::{gets, Etcd};
-use crate::store::connect_etcd;
+use lockd_etcd::connection::{
+    decode_segment as decode, encode_segment as encode, gets, EtcdConnection,
+};
+use lockd_etcd::EtcdOptions;
+use tokio::sync::OnceCell;
+
+use crate::{entry_bytes, Backend, BoxFuture, Failed, KvError};
 
 /// How often a write that lost a race with another writer of the same
 /// store is tried again before it fails.
 const WRITE_ATTEMPTS: usize = 64;
-
-/// Why a key-value operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KvError {
-    /// The write would make the store hold more than its bound.
-    #[error(
-        "the store would hold {would_hold} bytes of keys and values, over its limit of {limit}"
-    )]
-    StoreFull {
-        /// Bytes it would hold after the write.
-        would_hold: u64,
-        /// Its bound.
-        limit: u64,
-    },
-    /// etcd did not answer, or refused.
-    #[error("{0}")]
-    Unavailable(String),
-    /// Other writers of the store won every attempt.
-    #[error("the write lost {WRITE_ATTEMPTS} races with other writers of the store; try again")]
-    Contended,
-}
 
 impl From<LockError> for KvError {
     fn from(e: LockError) -> Self {
@@ -60,7 +41,7 @@ impl From<LockError> for KvError {
 
 /// The key-value stores on one etcd cluster, under `<prefix>-kv/`.
 pub struct EtcdKv {
-    etcd: Etcd,
+    etcd: EtcdConnection,
     /// `<prefix>-kv`, without a trailing `/`.
     root: String,
 }
@@ -82,15 +63,11 @@ struct Seen {
     count: u64,
 }
 
-fn entry_bytes(key: &str, value_len: usize) -> u64 {
-    u64::try_from(key.len().saturating_add(value_len)).unwrap_or(u64::MAX)
-}
-
 impl EtcdKv {
     /// Connects to the cluster `options` names (TLS, user as they say);
     /// the stores live under `options.prefix` + `-kv/`.
     pub async fn connect(options: &EtcdOptions) -> Result<EtcdKv, LockError> {
-        let etcd = connect_etcd(options).await?;
+        let etcd = EtcdConnection::connect(options).await?;
         Ok(EtcdKv {
             etcd,
             root: format!("{}-kv", options.prefix.trim_end_matches('/')),
@@ -237,5 +214,67 @@ impl EtcdKv {
             }
         }
         Err(KvError::Contended)
+    }
+}
+
+/// Stores on the etcd cluster of an `etcd:` lock store, under its prefix
+/// with `-kv` ([`EtcdKv`]), shared by every host serving the app. The
+/// client connects at the first call: the lock store proved the cluster
+/// reachable at start, and a cluster away later fails calls, not the app.
+#[derive(Debug)]
+pub struct EtcdKvBackend {
+    options: EtcdOptions,
+    kv: OnceCell<EtcdKv>,
+}
+
+impl EtcdKvBackend {
+    /// The stores of the cluster `options` names.
+    pub fn new(options: EtcdOptions) -> EtcdKvBackend {
+        EtcdKvBackend {
+            options,
+            kv: OnceCell::new(),
+        }
+    }
+
+    async fn kv(&self) -> Result<&EtcdKv, Failed> {
+        self.kv
+            .get_or_try_init(|| EtcdKv::connect(&self.options))
+            .await
+            .map_err(|e| format!("the key-value store on etcd: {e}"))
+    }
+}
+
+fn worded(e: KvError) -> Failed {
+    e.to_string()
+}
+
+impl Backend for EtcdKvBackend {
+    fn get(&self, label: String, key: String) -> BoxFuture<'_, Result<Option<Vec<u8>>, Failed>> {
+        Box::pin(async move { self.kv().await?.get(&label, &key).await.map_err(worded) })
+    }
+
+    fn set(
+        &self,
+        label: String,
+        key: String,
+        value: Vec<u8>,
+        limit: u64,
+    ) -> BoxFuture<'_, Result<(), Failed>> {
+        Box::pin(async move {
+            let kv = self.kv().await?;
+            kv.set(&label, &key, &value, limit).await.map_err(worded)
+        })
+    }
+
+    fn delete(&self, label: String, key: String) -> BoxFuture<'_, Result<(), Failed>> {
+        Box::pin(async move { self.kv().await?.delete(&label, &key).await.map_err(worded) })
+    }
+
+    fn exists(&self, label: String, key: String) -> BoxFuture<'_, Result<bool, Failed>> {
+        Box::pin(async move { self.kv().await?.exists(&label, &key).await.map_err(worded) })
+    }
+
+    fn keys(&self, label: String) -> BoxFuture<'_, Result<Vec<String>, Failed>> {
+        Box::pin(async move { self.kv().await?.keys(&label).await.map_err(worded) })
     }
 }

@@ -18,8 +18,11 @@
 //! records.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::{entry_bytes, Backend, BoxFuture, Failed, KvError};
 
 /// `(store label, key)` to value.
 const ENTRIES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv_entries");
@@ -35,31 +38,7 @@ pub fn kv_path(store: impl AsRef<Path>) -> PathBuf {
     store.with_file_name(name)
 }
 
-/// Why a key-value operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KvError {
-    /// The write would make the store hold more than its bound.
-    #[error(
-        "the store would hold {would_hold} bytes of keys and values, over its limit of {limit}"
-    )]
-    StoreFull {
-        /// Bytes it would hold after the write.
-        would_hold: u64,
-        /// Its bound.
-        limit: u64,
-    },
-    /// The file could not be read or written.
-    #[error("key-value file {path}: {why}")]
-    Storage {
-        /// The file.
-        path: PathBuf,
-        /// What redb said.
-        why: String,
-    },
-}
-
-/// The key-value file, open.
+/// One key-value file: every store's entries and byte counts.
 #[derive(Debug)]
 pub struct KvFile {
     path: PathBuf,
@@ -195,14 +174,74 @@ impl KvFile {
 }
 
 /// What one entry counts against its store's bound.
-fn entry_bytes(key: &str, value_len: usize) -> u64 {
-    u64::try_from(key.len().saturating_add(value_len)).unwrap_or(u64::MAX)
-}
-
 fn storage(path: &Path, e: impl std::fmt::Display) -> KvError {
     KvError::Storage {
         path: path.to_path_buf(),
         why: e.to_string(),
+    }
+}
+
+/// Stores in a redb file beside a `redb:` lock store ([`kv_path`]). Each
+/// call runs on a blocking thread: a write waits for its commit's sync.
+#[derive(Debug)]
+pub struct RedbBackend {
+    file: Arc<KvFile>,
+}
+
+impl RedbBackend {
+    /// Opens (or creates) the key-value file beside the lock store at
+    /// `store`.
+    pub fn open(store: &Path) -> Result<RedbBackend, KvError> {
+        let file = KvFile::open(kv_path(store))?;
+        Ok(RedbBackend {
+            file: Arc::new(file),
+        })
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&KvFile) -> Result<T, KvError> + Send + 'static,
+    ) -> BoxFuture<'_, Result<T, Failed>> {
+        let file = self.file.clone();
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || call(&file)).await {
+                Ok(result) => result.map_err(|e| {
+                    if matches!(e, KvError::Storage { .. }) {
+                        tracing::error!(error = %e, "key-value store call failed");
+                    }
+                    e.to_string()
+                }),
+                Err(e) => Err(format!("the key-value store call failed: {e}")),
+            }
+        })
+    }
+}
+
+impl Backend for RedbBackend {
+    fn get(&self, label: String, key: String) -> BoxFuture<'_, Result<Option<Vec<u8>>, Failed>> {
+        self.run(move |f| f.get(&label, &key))
+    }
+
+    fn set(
+        &self,
+        label: String,
+        key: String,
+        value: Vec<u8>,
+        limit: u64,
+    ) -> BoxFuture<'_, Result<(), Failed>> {
+        self.run(move |f| f.set(&label, &key, &value, limit))
+    }
+
+    fn delete(&self, label: String, key: String) -> BoxFuture<'_, Result<(), Failed>> {
+        self.run(move |f| f.delete(&label, &key))
+    }
+
+    fn exists(&self, label: String, key: String) -> BoxFuture<'_, Result<bool, Failed>> {
+        self.run(move |f| f.exists(&label, &key))
+    }
+
+    fn keys(&self, label: String) -> BoxFuture<'_, Result<Vec<String>, Failed>> {
+        self.run(move |f| f.keys(&label))
     }
 }
 

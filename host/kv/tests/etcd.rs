@@ -1,4 +1,4 @@
-//! The key-value stores of Spin components on etcd ([`lockd_etcd::kv`]):
+//! The key-value stores of Spin components on etcd ([`lockd_kv::etcd`]):
 //! two clients (two "hosts") on one etcd see one store; the byte count
 //! stays exact under concurrent writers of both, so the bound holds; a
 //! write past it changes nothing; the data lives under `<prefix>-kv/`,
@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use etcd_client::{Client, GetOptions};
-use lockd_etcd::kv::{EtcdKv, KvError};
 use lockd_etcd::EtcdOptions;
+use lockd_kv::etcd::EtcdKv;
+use lockd_kv::KvError;
 use lockd_test_support::etcd::EtcdCluster;
 
 async fn host(etcd: &EtcdCluster) -> Arc<EtcdKv> {
