@@ -33,24 +33,26 @@ for arg in "$@"; do
 done
 
 start=$(date +%s)
-# Every library's public items are documented (each crate denies or warns
-# on missing_docs), and no doc link is broken.
-RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --locked
-# The guest SDK, in the guest workspace (wasm32-wasip2), with its `p3` API.
-(cd guest && RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc -p lockd-guest --no-deps --all-features --locked)
-echo "check-package: cargo doc took $(( $(date +%s) - start )) s"
-
-step=$(date +%s)
-# `cargo package --workspace` packages `publish = false` crates too (and
-# fails on their path-only dependencies), so the test-only crates (the
-# tests, the test support, the example, the benchmarks) are excluded by name,
-# as cargo metadata lists them.
+# The crates meant for users. `cargo package --workspace` packages
+# `publish = false` crates too (and fails on their path-only dependencies),
+# so the test-only crates (the tests, the test support, the example, the
+# benchmarks) are excluded by name, as cargo metadata lists them; their docs
+# are nobody's API, so they are not built either.
 unpublished=$(cargo metadata --no-deps --format-version 1 --locked | python3 -c '
 import json, sys
 for package in json.load(sys.stdin)["packages"]:
     if package["publish"] == []:
         print("--exclude", package["name"])
 ')
+# Every library's public items are documented (each crate denies or warns
+# on missing_docs), and no doc link is broken.
+# shellcheck disable=SC2086 # one word per flag and name
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace $unpublished --no-deps --locked
+# The guest SDK, in the guest workspace (wasm32-wasip2), with its `p3` API.
+(cd guest && RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc -p lockd-guest --no-deps --all-features --locked)
+echo "check-package: cargo doc took $(( $(date +%s) - start )) s"
+
+step=$(date +%s)
 # shellcheck disable=SC2086 # one word per flag and name
 cargo package --workspace $unpublished --locked ${verify:+"$verify"} "${package_flags[@]}"
 # The guest SDK lives in the guest workspace (it builds for wasm32-wasip2
